@@ -1,0 +1,241 @@
+"""Node construction: the strict typing rule of every op, and numpy-style helpers on top.
+
+`infer(op, src, arg)` is the one source of truth for an op's result dtype and shape; node
+construction and the verifier both call it. The helpers below (`elementwise`, `reduce`, ...)
+apply numpy's broadcasting and promotion by inserting explicit EXPAND/CAST nodes first.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import dtypes as dt
+from .errors import DTypeError, ShapeError
+from .graph import ConstArray, Node
+from .ops import (ARITH_BINARY, COMPARE, FLOAT_UNARY, INDEX_REDUCE, LOGICAL_BINARY, REDUCE,
+                  UNARY, Op)
+from .shapes import broadcast_shapes, numel
+
+_ANY_NUMERIC_UNARY = frozenset({Op.NEG, Op.ABS, Op.FLOOR, Op.CEIL, Op.RELU, Op.RELU6,
+                                Op.HARDTANH, Op.LEAKY_RELU})
+
+
+def _name(op: Op) -> str:
+    return op.name.lower()
+
+
+def _require(cond: bool, exc, msg: str):
+    if not cond:
+        raise exc(msg)
+
+
+def _same(op, src, what="shape"):
+    vals = {getattr(s, what) for s in src}
+    _require(len(vals) == 1, ShapeError if what == "shape" else DTypeError,
+             f"{_name(op)}: sources differ in {what}: "
+             + ", ".join(f"{s.dtype.name}{list(s.shape)}" for s in src))
+
+
+def _infer_unary(op, x, arg):
+    if op == Op.CAST:
+        _require(isinstance(arg, dt.DType), DTypeError, "cast: arg must be a DType")
+        return arg, x.shape
+    if op == Op.LOGICAL_NOT:
+        _require(x.dtype == dt.bool_, DTypeError, "logical_not: source must be bool")
+        return dt.bool_, x.shape
+    if op in FLOAT_UNARY:
+        _require(x.dtype.is_float, DTypeError,
+                 f"{_name(op)}: needs a float source, got {x.dtype.name}")
+    elif op in _ANY_NUMERIC_UNARY:
+        _require(x.dtype != dt.bool_, DTypeError, f"{_name(op)}: not defined for bool")
+    return x.dtype, x.shape
+
+
+def _infer_binary(op, a, b):
+    _same(op, (a, b))
+    _same(op, (a, b), "dtype")
+    if op in COMPARE:
+        return dt.bool_, a.shape
+    if op in LOGICAL_BINARY:
+        _require(a.dtype == dt.bool_, DTypeError, f"{_name(op)}: sources must be bool")
+        return dt.bool_, a.shape
+    if op == Op.DIV:
+        _require(a.dtype.is_float, DTypeError, "div: needs float sources")
+    elif op in (Op.ADD, Op.SUB, Op.MUL, Op.POW):
+        _require(a.dtype != dt.bool_ or op != Op.SUB, DTypeError, "sub: not defined for bool")
+    return a.dtype, a.shape
+
+
+def _infer_reduce(op, x, axes):
+    _require(isinstance(axes, tuple) and list(axes) == sorted(set(axes))
+             and all(0 <= a < x.ndim for a in axes), ShapeError,
+             f"{_name(op)}: axes {axes!r} invalid for rank {x.ndim}")
+    if op in INDEX_REDUCE:
+        _require(len(axes) == 1, ShapeError, f"{_name(op)}: exactly one axis")
+    if op in (Op.MAX, Op.MIN, *INDEX_REDUCE):
+        _require(all(x.shape[a] > 0 for a in axes), ShapeError,
+                 f"{_name(op)}: zero-size reduction over axes {axes} of shape {x.shape} "
+                 "has no identity")
+    shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
+    if op in (Op.SUM, Op.PROD):
+        return dt.sum_result(x.dtype), shape
+    if op == Op.MEAN:
+        return (x.dtype if x.dtype.is_float else dt.float64), shape
+    if op in INDEX_REDUCE:
+        return dt.int64, shape
+    return x.dtype, shape
+
+
+def _infer_view(op, x, arg):
+    if op == Op.RESHAPE:
+        _require(numel(arg) == numel(x.shape), ShapeError,
+                 f"reshape: cannot reshape {x.shape} into {arg}")
+        return x.dtype, tuple(arg)
+    if op == Op.PERMUTE:
+        _require(sorted(arg) == list(range(x.ndim)), ShapeError,
+                 f"transpose: {arg} is not a permutation of the {x.ndim} axes")
+        return x.dtype, tuple(x.shape[p] for p in arg)
+    if op == Op.EXPAND:
+        _require(len(arg) == x.ndim and all(s in (1, d) for s, d in zip(x.shape, arg)),
+                 ShapeError, f"broadcast_to: cannot broadcast {x.shape} to {arg}")
+        return x.dtype, tuple(arg)
+    # SLICE: one normalized (start, stop, step) per dim
+    _require(len(arg) == x.ndim, ShapeError, f"slice: {arg} does not match rank {x.ndim}")
+    return x.dtype, tuple(len(range(*s)) for s in arg)
+
+
+def _infer_matmul(a, b):
+    _require(a.dtype == b.dtype and a.dtype.is_float, DTypeError,
+             f"matmul: needs two sources of one float dtype, got {a.dtype.name}, {b.dtype.name}")
+    _require(a.ndim == b.ndim >= 2 and a.shape[:-2] == b.shape[:-2]
+             and a.shape[-1] == b.shape[-2], ShapeError,
+             f"matmul: shapes {a.shape} and {b.shape} do not fit")
+    return a.dtype, a.shape[:-1] + b.shape[-1:]
+
+
+def _infer_layer_norm(src):
+    x = src[0]
+    _require(x.dtype.is_float and x.ndim >= 1, DTypeError, "layer_norm: needs a float source")
+    for p in src[1:]:
+        _require(p.shape == x.shape[-1:] and p.dtype == x.dtype, ShapeError,
+                 f"layer_norm: weight/bias must be {x.dtype.name}[{x.shape[-1]}]")
+    return x.dtype, x.shape
+
+
+def infer(op: Op, src: tuple, arg) -> tuple:
+    """(dtype, shape) of op applied to src with arg, or a ShapeError/DTypeError saying why not."""
+    if op in UNARY:
+        return _infer_unary(op, src[0], arg)
+    if op in ARITH_BINARY or op in COMPARE or op in LOGICAL_BINARY:
+        return _infer_binary(op, *src)
+    if op == Op.WHERE:
+        c, a, b = src
+        _require(c.dtype == dt.bool_, DTypeError, "where: condition must be bool")
+        _same(op, src)
+        _same(op, (a, b), "dtype")
+        return a.dtype, a.shape
+    if op in REDUCE:
+        return _infer_reduce(op, src[0], arg)
+    if op in (Op.RESHAPE, Op.PERMUTE, Op.EXPAND, Op.SLICE):
+        return _infer_view(op, src[0], arg)
+    if op == Op.MATMUL:
+        return _infer_matmul(*src)
+    if op in (Op.SOFTMAX, Op.LOG_SOFTMAX):
+        _require(src[0].dtype.is_float, DTypeError, f"{_name(op)}: needs a float source")
+        return src[0].dtype, src[0].shape
+    if op == Op.LAYER_NORM:
+        return _infer_layer_norm(src)
+    raise ShapeError(f"no typing rule for {_name(op)}")
+
+
+def node(op: Op, *src: Node, arg=None) -> Node:
+    dtype, shape = infer(op, src, arg)
+    return Node(op, dtype, shape, src, arg)
+
+
+# ---- leaves ------------------------------------------------------------------------------
+
+def input_node(name: str, shape: tuple, dtype) -> Node:
+    return Node(Op.INPUT, dt.as_dtype(dtype), tuple(shape), (), name)
+
+
+def const(value, dtype) -> Node:
+    """A scalar constant of shape (), its value converted to the dtype as numpy would."""
+    dtype = dt.as_dtype(dtype)
+    return Node(Op.CONST, dtype, (), (), dtype.np.type(value).item())
+
+
+def const_array(array: np.ndarray) -> Node:
+    arr = np.asarray(array)
+    dtype = dt.as_dtype(arr.dtype)
+    if arr.ndim == 0:
+        return const(arr.item(), dtype)
+    return Node(Op.CONST, dtype, arr.shape, (), ConstArray(arr))
+
+
+# ---- numpy-style helpers -------------------------------------------------------------------
+
+def cast(x: Node, dtype) -> Node:
+    dtype = dt.as_dtype(dtype)
+    return x if x.dtype == dtype else node(Op.CAST, x, arg=dtype)
+
+
+def reshape(x: Node, shape: tuple) -> Node:
+    return x if x.shape == tuple(shape) else node(Op.RESHAPE, x, arg=tuple(shape))
+
+
+def broadcast_to(x: Node, shape: tuple) -> Node:
+    shape = tuple(shape)
+    if x.shape == shape:
+        return x
+    if x.ndim > len(shape):
+        raise ShapeError(f"broadcast_to: cannot broadcast {x.shape} to {shape}")
+    x = reshape(x, (1,) * (len(shape) - x.ndim) + x.shape)
+    return node(Op.EXPAND, x, arg=shape)
+
+
+def elementwise(op: Op, *src: Node, arg=None) -> Node:
+    """Apply an elementwise op with numpy broadcasting and promotion of the sources."""
+    shape = broadcast_shapes(*(s.shape for s in src))
+    if op == Op.WHERE:
+        c, a, b = src
+        common = dt.promote(a.dtype, b.dtype)
+        src = (cast(c, dt.bool_), cast(a, common), cast(b, common))
+    elif op in LOGICAL_BINARY or op == Op.LOGICAL_NOT:
+        src = tuple(cast(s, dt.bool_) for s in src)
+    elif len(src) == 2:
+        common = dt.promote(src[0].dtype, src[1].dtype)
+        if op == Op.DIV:
+            common = dt.float_result(common) if not common.is_float else common
+            if not src[0].dtype.is_float and not src[1].dtype.is_float:
+                common = dt.float64     # numpy: int / int -> float64
+        src = tuple(cast(s, common) for s in src)
+    elif op in FLOAT_UNARY:
+        src = (cast(src[0], dt.float_result(src[0].dtype)),)
+    src = tuple(broadcast_to(s, shape) for s in src)
+    return node(op, *src, arg=arg)
+
+
+def reduce(op: Op, x: Node, axes: tuple, keepdims: bool = False) -> Node:
+    out = node(op, x, arg=tuple(axes))
+    if keepdims:
+        return out
+    return reshape(out, tuple(d for i, d in enumerate(x.shape) if i not in axes))
+
+
+def matmul(a: Node, b: Node) -> Node:
+    """numpy matmul: 1-D operands get a temporary axis, batch dims broadcast."""
+    if a.ndim == 0 or b.ndim == 0:
+        raise ShapeError("matmul: operands must not be scalars")
+    common = dt.promote(a.dtype, b.dtype)
+    common = common if common.is_float else dt.float64   # integer matmul computes in float64
+    a2 = reshape(a, (1,) + a.shape) if a.ndim == 1 else a
+    b2 = reshape(b, b.shape + (1,)) if b.ndim == 1 else b
+    if a2.shape[-1] != b2.shape[-2]:
+        raise ShapeError(f"matmul: shapes {a.shape} and {b.shape} do not fit "
+                         f"(inner dims {a2.shape[-1]} != {b2.shape[-2]})")
+    batch = broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
+    a2 = broadcast_to(cast(a2, common), batch + a2.shape[-2:])
+    b2 = broadcast_to(cast(b2, common), batch + b2.shape[-2:])
+    out = node(Op.MATMUL, a2, b2)
+    shape = batch + (a.shape[-2],) * (a.ndim > 1) + (b.shape[-1],) * (b.ndim > 1)
+    return reshape(out, shape)

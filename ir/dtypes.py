@@ -1,0 +1,114 @@
+"""The six element types of the IR and numpy's promotion rules over them.
+
+A `DType` is a small frozen value; the module-level constants are the only instances.
+Promotion follows numpy 2 (NEP 50): arrays and numpy scalars are "strong", Python
+scalars are "weak" and take the array's dtype when their kind allows it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import DTypeError
+
+
+@dataclass(frozen=True)
+class DType:
+    name: str
+    short: str          # the spelling in the IR text form, e.g. "f32"
+    kind: str           # "b" bool, "u" unsigned, "i" signed, "f" float
+    bits: int
+
+    @property
+    def np(self) -> np.dtype:
+        return np.dtype(self.name)
+
+    @property
+    def itemsize(self) -> int:
+        return max(self.bits // 8, 1)
+
+    @property
+    def is_float(self) -> bool:
+        return self.kind == "f"
+
+    @property
+    def is_int(self) -> bool:
+        return self.kind in "iu"
+
+    def __repr__(self) -> str:
+        return f"jc.{self.name}"
+
+
+bool_ = DType("bool", "i1", "b", 8)
+uint8 = DType("uint8", "u8", "u", 8)
+int32 = DType("int32", "i32", "i", 32)
+int64 = DType("int64", "i64", "i", 64)
+float32 = DType("float32", "f32", "f", 32)
+float64 = DType("float64", "f64", "f", 64)
+
+ALL = (bool_, uint8, int32, int64, float32, float64)
+_BY_NAME = {d.name: d for d in ALL}
+_BY_SHORT = {d.short: d for d in ALL}
+SUPPORTED_NAMES = ", ".join(d.name for d in ALL)
+
+
+def as_dtype(x) -> DType:
+    """Accept a DType, a numpy dtype/type, or a name; raise DTypeError for anything else."""
+    if isinstance(x, DType):
+        return x
+    if isinstance(x, str) and x in _BY_SHORT:
+        return _BY_SHORT[x]
+    try:
+        npd = np.dtype(x)
+    except TypeError:
+        raise DTypeError(f"not a dtype: {x!r}; supported: {SUPPORTED_NAMES}") from None
+    d = _BY_NAME.get(npd.name)
+    if d is None or not npd.isnative:
+        raise DTypeError(f"dtype {npd} is not supported; supported: {SUPPORTED_NAMES}")
+    return d
+
+
+def promote(a: DType, b: DType) -> DType:
+    """numpy's promotion of two strong dtypes, restricted to our six."""
+    r = np.promote_types(a.np, b.np)
+    if r.name == "uint64":      # never arises from our six, kept for clarity
+        raise DTypeError(f"no common dtype for {a.name} and {b.name}")
+    return as_dtype(r)
+
+
+def weak_scalar_dtype(value) -> DType:
+    """The dtype a Python scalar would have on its own (bool, int64, float64)."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool_
+    if isinstance(value, int):
+        return int64
+    if isinstance(value, float):
+        return float64
+    raise DTypeError(f"unsupported Python scalar {value!r} of type {type(value).__name__}")
+
+
+def promote_with_weak(strong: DType, value) -> DType:
+    """Promotion of an array of dtype `strong` with a weak Python scalar (NEP 50)."""
+    if isinstance(value, (bool, np.bool_)):
+        return strong
+    if isinstance(value, int):
+        return strong if strong.kind != "b" else int64
+    if isinstance(value, float):
+        return strong if strong.is_float else float64
+    raise DTypeError(f"unsupported Python scalar {value!r} of type {type(value).__name__}")
+
+
+def float_result(d: DType) -> DType:
+    """The dtype of a float-valued function (exp, sqrt, ...) of `d`.
+
+    numpy gives float16 for bool/uint8 inputs; there is no float16 here, so those become float32.
+    """
+    if d.is_float:
+        return d
+    return float32 if d.bits <= 8 else float64
+
+
+def sum_result(d: DType) -> DType:
+    """Accumulator dtype of sum/prod: ints widen to int64 (numpy widens uint8 to uint64; we use int64)."""
+    return d if d.is_float else int64

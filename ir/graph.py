@@ -1,0 +1,105 @@
+"""The tensor graph: immutable nodes and a graph of named inputs and ordered outputs."""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import numpy as np
+
+from .dtypes import DType
+from .ops import Op
+
+
+class ConstArray:
+    """An array constant: a private read-only copy plus a content digest for hashing and printing."""
+
+    __slots__ = ("array", "digest")
+
+    def __init__(self, array: np.ndarray):
+        arr = np.ascontiguousarray(array).copy()
+        arr.flags.writeable = False
+        self.array = arr
+        h = hashlib.sha1(arr.tobytes())
+        h.update(f"{arr.dtype}{arr.shape}".encode())
+        self.digest = h.hexdigest()[:16]
+
+    def __eq__(self, other):
+        return isinstance(other, ConstArray) and other.digest == self.digest
+
+    def __hash__(self):
+        return hash(self.digest)
+
+    def __repr__(self):
+        return f"array<{self.digest}>"
+
+
+@dataclass(frozen=True, eq=False)
+class Node:
+    """One value of the graph. `arg` holds the op's static parameters (axes, shape, value...).
+
+    Nodes compare by identity; `key()` gives the structural identity used by CSE.
+    """
+    op: Op
+    dtype: DType
+    shape: tuple
+    src: tuple = ()
+    arg: object = None
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def key(self) -> tuple:
+        return (self.op, self.dtype, self.shape, tuple(id(s) for s in self.src), self.arg)
+
+    def replace(self, **changes) -> "Node":
+        fields = dict(op=self.op, dtype=self.dtype, shape=self.shape, src=self.src, arg=self.arg)
+        fields.update(changes)
+        return Node(**fields)
+
+
+def toposort(outputs) -> list:
+    """All nodes reachable from `outputs`, sources before users, in a deterministic order."""
+    order, seen = [], set()
+    stack = [(n, False) for n in reversed(outputs)]
+    while stack:
+        node, expanded = stack.pop()
+        if id(node) in seen:
+            continue
+        if expanded:
+            seen.add(id(node))
+            order.append(node)
+            continue
+        stack.append((node, True))
+        stack.extend((s, False) for s in reversed(node.src) if id(s) not in seen)
+    return order
+
+
+@dataclass
+class Graph:
+    """Named inputs (INPUT nodes, in call order) and the ordered outputs."""
+    name: str
+    inputs: list
+    outputs: list
+
+    def nodes(self) -> list:
+        """Every node the outputs depend on, plus all inputs, sources first."""
+        order = toposort(self.outputs)
+        seen = {id(n) for n in order}
+        return [i for i in self.inputs if id(i) not in seen] + order
+
+    def users(self) -> dict:
+        """id(node) -> list of nodes that read it (an output counts as a user of None)."""
+        users = {}
+        for n in self.nodes():
+            for s in n.src:
+                users.setdefault(id(s), []).append(n)
+        return users
+
+    def text(self) -> str:
+        from .printer import print_graph
+        return print_graph(self)
+
+    def digest(self) -> str:
+        """Structural hash: the sha256 of the text form (names of inputs included)."""
+        return hashlib.sha256(self.text().encode()).hexdigest()

@@ -1,0 +1,60 @@
+"""The op set of the tensor IR: one enum, and op groups as frozensets.
+
+The IR is explicit: elementwise ops take sources of one shape and (for arithmetic) one
+dtype; the builder (`ir.build`) inserts `EXPAND` and `CAST` nodes to get there, so passes
+and lowering never re-derive broadcasting or promotion. Reductions always keep their
+reduced axes (size 1); dropping them is a `RESHAPE`.
+"""
+from enum import Enum, auto
+
+
+class Op(Enum):
+    # leaves
+    INPUT = auto()
+    CONST = auto()
+    # unary elementwise primitives
+    NEG = auto(); ABS = auto(); EXP = auto(); LOG = auto(); SQRT = auto(); TANH = auto()
+    ERF = auto(); SIN = auto(); COS = auto(); FLOOR = auto(); CEIL = auto()
+    LOGICAL_NOT = auto(); CAST = auto()
+    # unary composites (decomposed into primitives by passes.decompose)
+    RSQRT = auto(); RECIPROCAL = auto(); SIGMOID = auto(); RELU = auto(); GELU = auto()
+    SILU = auto(); HARDTANH = auto(); HARDSWISH = auto(); HARDSIGMOID = auto()
+    LEAKY_RELU = auto(); RELU6 = auto()
+    # binary elementwise
+    ADD = auto(); SUB = auto(); MUL = auto(); DIV = auto(); POW = auto()
+    MAXIMUM = auto(); MINIMUM = auto()
+    EQ = auto(); NE = auto(); LT = auto(); LE = auto(); GT = auto(); GE = auto()
+    LOGICAL_AND = auto(); LOGICAL_OR = auto()
+    # ternary
+    WHERE = auto()
+    # reductions (arg: sorted tuple of axes; the result keeps them with size 1)
+    SUM = auto(); PROD = auto(); MAX = auto(); MIN = auto(); ARGMAX = auto(); ARGMIN = auto()
+    MEAN = auto()
+    # views (no data movement: lowering turns them into index arithmetic)
+    RESHAPE = auto(); PERMUTE = auto(); EXPAND = auto(); SLICE = auto()
+    # contractions and row-wise composites
+    MATMUL = auto(); SOFTMAX = auto(); LOG_SOFTMAX = auto(); LAYER_NORM = auto()
+
+    def __repr__(self) -> str:
+        return self.name.lower()
+
+
+UNARY_PRIMITIVE = frozenset({Op.NEG, Op.ABS, Op.EXP, Op.LOG, Op.SQRT, Op.TANH, Op.ERF, Op.SIN,
+                             Op.COS, Op.FLOOR, Op.CEIL, Op.LOGICAL_NOT, Op.CAST})
+UNARY_COMPOSITE = frozenset({Op.RSQRT, Op.RECIPROCAL, Op.SIGMOID, Op.RELU, Op.GELU, Op.SILU,
+                             Op.HARDTANH, Op.HARDSWISH, Op.HARDSIGMOID, Op.LEAKY_RELU, Op.RELU6})
+UNARY = UNARY_PRIMITIVE | UNARY_COMPOSITE
+# unary ops whose result is always floating point (ints are converted first)
+FLOAT_UNARY = frozenset({Op.EXP, Op.LOG, Op.SQRT, Op.TANH, Op.ERF, Op.SIN, Op.COS, Op.RSQRT,
+                         Op.RECIPROCAL, Op.SIGMOID, Op.GELU, Op.SILU, Op.HARDSWISH,
+                         Op.HARDSIGMOID})
+ARITH_BINARY = frozenset({Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.POW, Op.MAXIMUM, Op.MINIMUM})
+COMPARE = frozenset({Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE})
+LOGICAL_BINARY = frozenset({Op.LOGICAL_AND, Op.LOGICAL_OR})
+BINARY = ARITH_BINARY | COMPARE | LOGICAL_BINARY
+ELEMENTWISE = UNARY | BINARY | {Op.WHERE}
+REDUCE = frozenset({Op.SUM, Op.PROD, Op.MAX, Op.MIN, Op.ARGMAX, Op.ARGMIN, Op.MEAN})
+INDEX_REDUCE = frozenset({Op.ARGMAX, Op.ARGMIN})
+VIEW = frozenset({Op.RESHAPE, Op.PERMUTE, Op.EXPAND, Op.SLICE})
+COMPOSITE = UNARY_COMPOSITE | {Op.MEAN, Op.MATMUL, Op.SOFTMAX, Op.LOG_SOFTMAX, Op.LAYER_NORM}
+LEAF = frozenset({Op.INPUT, Op.CONST})

@@ -1,0 +1,85 @@
+"""Shapes, broadcasting and axis normalization (numpy's rules), as pure functions of tuples."""
+from __future__ import annotations
+
+import math
+
+from .errors import ShapeError
+
+Shape = tuple
+
+
+def as_shape(shape) -> Shape:
+    """A tuple of non-negative ints from an int or an iterable of ints."""
+    if isinstance(shape, int):
+        shape = (shape,)
+    try:
+        out = tuple(int(d) for d in shape)
+    except TypeError:
+        raise ShapeError(f"not a shape: {shape!r}") from None
+    if any(d < 0 for d in out):
+        raise ShapeError(f"negative dimension in shape {out}")
+    return out
+
+
+def numel(shape: Shape) -> int:
+    return math.prod(shape)
+
+
+def broadcast_shapes(*shapes: Shape) -> Shape:
+    """numpy broadcasting of several shapes; ShapeError names them all when they do not fit."""
+    ndim = max((len(s) for s in shapes), default=0)
+    out = []
+    for i in range(-ndim, 0):
+        dims = {s[i] for s in shapes if len(s) >= -i} - {1}
+        if len(dims) > 1:
+            raise ShapeError("shapes " + ", ".join(str(tuple(s)) for s in shapes)
+                             + " cannot be broadcast together")
+        out.append(dims.pop() if dims else 1)
+    return tuple(out)
+
+
+def normalize_axis(axis: int, ndim: int, op: str = "op") -> int:
+    if not isinstance(axis, int) or isinstance(axis, bool):
+        raise ShapeError(f"{op}: axis must be an int, got {axis!r}")
+    if not -ndim <= axis < ndim:
+        raise ShapeError(f"{op}: axis {axis} is out of range for an array of rank {ndim}")
+    return axis % ndim
+
+
+def normalize_axes(axis, ndim: int, op: str = "op") -> tuple:
+    """None -> all axes; int or sequence -> sorted unique non-negative axes."""
+    if axis is None:
+        return tuple(range(ndim))
+    if isinstance(axis, int):
+        axis = (axis,)
+    axes = tuple(sorted(normalize_axis(a, ndim, op) for a in axis))
+    if len(set(axes)) != len(axes):
+        raise ShapeError(f"{op}: repeated axis in {axis}")
+    return axes
+
+
+def infer_reshape(src: Shape, shape) -> Shape:
+    """numpy's reshape with at most one -1."""
+    if isinstance(shape, int):
+        shape = (shape,)
+    shape = tuple(int(d) for d in shape)
+    n = numel(src)
+    if shape.count(-1) > 1:
+        raise ShapeError(f"reshape: can only specify one unknown dimension, got {shape}")
+    if -1 in shape:
+        known = numel(d for d in shape if d != -1)
+        if known == 0 or n % known:
+            raise ShapeError(f"reshape: cannot reshape array of shape {src} into {shape}")
+        shape = tuple(n // known if d == -1 else d for d in shape)
+    if any(d < 0 for d in shape) or numel(shape) != n:
+        raise ShapeError(f"reshape: cannot reshape array of shape {src} into {shape}")
+    return shape
+
+
+def contiguous_strides(shape: Shape) -> tuple:
+    """C-order strides in elements."""
+    strides, acc = [], 1
+    for d in reversed(shape):
+        strides.append(acc)
+        acc *= max(d, 1)
+    return tuple(reversed(strides))

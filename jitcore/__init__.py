@@ -1,0 +1,30 @@
+"""jitcore: an LLVM JIT kernel generator for tensor graphs on the CPU.
+
+    import jitcore as jc
+
+    @jc.jit
+    def f(a, b, c):
+        return jc.relu(a * b + c) * 0.5
+
+    y = f(a, b, c)                 # numpy arrays in, numpy arrays out
+    print(f.explain(a, b, c))      # kernels, vectorization, bytes, flops, compile time
+    print(f.llvm_ir(a, b, c))      # the optimized LLVM IR (f.asm for machine code)
+"""
+from ir.dtypes import bool_, float32, float64, int32, int64, uint8
+from ir.errors import CompileError, DTypeError, JitcoreError, ShapeError, TraceError
+
+from .api import Graph, JitFunction, compile, jit
+from .compiler import VERSION as __version__
+from .ops import (abs, add, amax, amin, argmax, argmin, astype, broadcast_to, ceil, cos, div,
+                  divide, equal, erf, exp, expand_dims, floor, gelu, greater, greater_equal,
+                  hardsigmoid, hardswish, hardtanh, layer_norm, leaky_relu, less, less_equal,
+                  log, log_softmax, logical_and, logical_not, logical_or, matmul, max, maximum,
+                  mean, min, minimum, mul, multiply, neg, negative, not_equal, pow, power, prod,
+                  reciprocal, relu, relu6, reshape, rsqrt, sigmoid, silu, sin, softmax, sqrt,
+                  squeeze, sub, subtract, sum, tanh, transpose, where)
+from .signature import Spec, spec
+from .targetinfo import target_info
+
+bool = bool_  # noqa: A001 -- jc.bool, as numpy's np.bool
+
+__all__ = [n for n in dir() if not n.startswith("_")]

@@ -1,0 +1,194 @@
+"""The public front: `jit`, `compile`, `Graph`, and the inspection methods of jitted functions."""
+from __future__ import annotations
+
+import functools
+import inspect
+import threading
+
+import numpy as np
+
+from ir import build as b
+from ir.errors import DTypeError, JitcoreError, ShapeError, TraceError
+from ir.graph import Graph as IRGraph
+
+from . import config
+from .callpath import CallPlan
+from .compiler import compile_graph
+from .llvm.target import Target, host_target
+from .signature import describe, signature_of, to_array
+from .tracer import Tracer, node_of
+
+
+def select_target(vector_width=None) -> Target:
+    """The host target at the requested width (argument, else JITCORE_VECTOR_WIDTH, else max)."""
+    target = host_target()
+    bits = vector_width if vector_width is not None else config.get().vector_width
+    return target.with_vector_bits(bits) if bits is not None else target
+
+
+def _input_names(fn, count: int) -> list:
+    try:
+        params = [p for p in inspect.signature(fn).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        params = []
+    names = [p.name for p in params[:count]]
+    names += [f"arg{i}" for i in range(len(names), count)]
+    return names
+
+
+def _outputs_of(result) -> list:
+    items = result if isinstance(result, (tuple, list)) else [result]
+    if not items:
+        raise TraceError("a jitted function must return at least one tensor")
+    return [node_of(x) for x in items]
+
+
+class JitFunction:
+    """A Python function traced and compiled once per input signature, then called natively."""
+
+    def __init__(self, fn, vector_width=None, num_threads=None, prepack_weights=True):
+        functools.update_wrapper(self, fn)
+        self._fn = fn
+        self._vector_width = vector_width
+        self.num_threads = num_threads
+        self.prepack_weights = prepack_weights
+        self._plans: dict = {}        # (type, shape, strides, dtype) per arg -> CallPlan
+        self._lock = threading.Lock()
+        if vector_width is not None:
+            select_target(vector_width)   # validate early
+
+    def _arg_names(self, count: int) -> list:
+        return _input_names(self._fn, count)
+
+    # -- calling --------------------------------------------------------------------------
+    def __call__(self, *args, out=None):
+        try:
+            key = tuple([(type(a), a.shape, a.strides, a.dtype) for a in args])
+            plan = self._plans[key]
+        except (AttributeError, KeyError, TypeError):
+            args = tuple(to_array(a, i, n) for i, (a, n) in
+                         enumerate(zip(args, self._arg_names(len(args)))))
+            plan = self._plan(args)
+        return plan(args, out)
+
+    def _plan(self, arrays: tuple) -> CallPlan:
+        compiled = self._compiled(arrays)
+        plan = CallPlan(compiled)
+        key = tuple((type(a), a.shape, a.strides, a.dtype) for a in arrays)
+        with self._lock:
+            self._plans[key] = plan
+        return plan
+
+    def _compiled(self, args: tuple):
+        names = self._arg_names(len(args))
+        sigs = [signature_of(a, i, n) for i, (a, n) in enumerate(zip(args, names))]
+        graph = self._trace(sigs, names)
+        strides = tuple(s[2] for s in sigs)
+        return compile_graph(graph, strides, select_target(self._vector_width))
+
+    def _trace(self, sigs: list, names: list) -> IRGraph:
+        inputs = [b.input_node(n, shape, dtype) for n, (shape, dtype, _) in zip(names, sigs)]
+        try:
+            result = self._fn(*[Tracer(i) for i in inputs])
+        except JitcoreError as e:      # say which signature the error belongs to
+            sig = ", ".join(f"{n}: {describe(s)}" for n, s in zip(names, sigs))
+            raise type(e)(f"{e} (while tracing {self.__name__}({sig}))").with_traceback(
+                e.__traceback__) from None
+        return IRGraph(self.__name__, inputs, _outputs_of(result))
+
+    # -- looking inside -------------------------------------------------------------------
+    def graph(self, *args) -> str:
+        """The traced tensor IR for these arguments (arrays or jc.spec(...)), as text."""
+        names = self._arg_names(len(args))
+        sigs = [signature_of(a, i, n) for i, (a, n) in enumerate(zip(args, names))]
+        return self._trace(sigs, names).text()
+
+    def kernels(self, *args) -> list:
+        """The fused kernels (KernelInfo records) that these arguments compile to."""
+        return list(self._compiled(args).kernels)
+
+    def llvm_ir(self, *args, optimized: bool = True) -> str:
+        """The LLVM IR of the compiled graph, after O3 (default) or as generated."""
+        compiled = self._compiled(args)
+        return compiled.optimized_ir if optimized else compiled.llvm_ir
+
+    def asm(self, *args) -> str:
+        """The machine code of the compiled graph, as assembly text."""
+        return self._compiled(args).asm()
+
+    def explain(self, *args) -> str:
+        """A report: graph, kernels, vectorization decisions, bytes, flops and compile time."""
+        from .explain import explain
+        return explain(self._compiled(args))
+
+    def __repr__(self):
+        return f"<jitcore.jit {self.__name__}: {len(self._plans)} compiled signature(s)>"
+
+
+def jit(fn=None, *, vector_width=None, num_threads=None, prepack_weights=True):
+    """Decorator: `@jc.jit` or `@jc.jit(vector_width=256)`."""
+    def wrap(f):
+        return JitFunction(f, vector_width=vector_width, num_threads=num_threads,
+                           prepack_weights=prepack_weights)
+    return wrap(fn) if fn is not None else wrap
+
+
+class Graph:
+    """Explicit graph builder: `g = jc.Graph(); x = g.input("x", (4, 8), jc.float32);
+    g.output(jc.exp(x)); fn = jc.compile(g)`."""
+
+    def __init__(self, name: str = "graph"):
+        self.name, self._inputs, self._outputs = name, [], []
+
+    def input(self, name: str, shape, dtype=np.float32) -> Tracer:
+        if any(i.arg == name for i in self._inputs):
+            raise ShapeError(f"graph {self.name}: input {name!r} declared twice")
+        if not name.isidentifier():
+            raise ValueError(f"input name must be an identifier, got {name!r}")
+        node = b.input_node(name, tuple(shape), dtype)
+        self._inputs.append(node)
+        return Tracer(node)
+
+    def output(self, *values) -> None:
+        self._outputs.extend(_outputs_of(list(values)))
+
+    def to_ir(self) -> IRGraph:
+        return IRGraph(self.name, list(self._inputs), list(self._outputs))
+
+    def text(self) -> str:
+        return self.to_ir().text()
+
+
+class CompiledFunction(JitFunction):
+    """A Graph compiled for its declared input shapes and dtypes."""
+
+    def __init__(self, graph: Graph, vector_width=None):
+        self._ir = graph.to_ir()
+
+        def fn(*args):
+            raise TraceError("a compiled Graph cannot be re-traced")
+        fn.__name__ = graph.name
+        super().__init__(fn, vector_width=vector_width)
+        self._names = [i.arg for i in self._ir.inputs]
+
+    def _arg_names(self, count: int) -> list:
+        return self._names[:count] + [f"arg{i}" for i in range(len(self._names), count)]
+
+    def _trace(self, sigs, names):
+        if len(sigs) != len(self._ir.inputs):
+            raise ShapeError(f"{self.__name__}: expects {len(self._ir.inputs)} inputs "
+                             f"({', '.join(i.arg for i in self._ir.inputs)}), got {len(sigs)}")
+        for i, ((shape, dtype, _), inp) in enumerate(zip(sigs, self._ir.inputs)):
+            if shape != inp.shape:
+                raise ShapeError(f"{self.__name__}: argument {i} (%{inp.arg}) expects "
+                                 f"{inp.dtype.name}{list(inp.shape)}, got {dtype.name}{list(shape)}")
+            if dtype != inp.dtype:
+                raise DTypeError(f"{self.__name__}: argument {i} (%{inp.arg}) expects "
+                                 f"{inp.dtype.name}{list(inp.shape)}, got {dtype.name}{list(shape)}")
+        return self._ir
+
+
+def compile(graph: Graph, vector_width=None) -> CompiledFunction:  # noqa: A001 (API name)
+    """Compile an explicit Graph; the result is called with arrays of the declared signature."""
+    return CompiledFunction(graph, vector_width=vector_width)

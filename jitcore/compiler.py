@@ -1,0 +1,126 @@
+"""The compile driver: graph + input layouts + target -> CompiledGraph, with the in-memory cache.
+
+Cache key (DESIGN.md): graph text, input strides, target CPU and features, vector width and
+library version. The key never includes the Python function: two functions that trace to
+the same graph share code.
+"""
+from __future__ import annotations
+
+import ctypes
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from ir.graph import Graph
+from passes.legality import bytes_moved, coverage, flops
+from passes.pipeline import run_pipeline
+
+from . import config
+from .llvm import engine
+from .llvm.codegen import build_module
+from .llvm.target import Target
+
+VERSION = "0.1.0"
+
+ENTRY_TYPE = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.py_object)
+RUN_TYPE = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.POINTER(ctypes.c_void_p))
+
+
+@dataclass(frozen=True)
+class KernelInfo:
+    """What `f.kernels(...)` returns for each fused kernel."""
+    name: str
+    kind: str
+    ops: tuple
+    loop_nest: str
+    vector_width: int
+    lanes: int
+    vectorized: bool
+    reason: str | None
+    bytes: int
+    flops: int
+
+    def __str__(self):
+        vec = f"vectorized x{self.lanes}" if self.vectorized else f"scalar ({self.reason})"
+        return (f"{self.name}: {self.kind} [{', '.join(self.ops)}] {vec}\n"
+                f"    {self.loop_nest}\n    {self.bytes} bytes, {self.flops} flops")
+
+
+class CompiledGraph:
+    """A graph compiled for one input layout and target: its kernels, IR and native code."""
+
+    def __init__(self, graph: Graph, lowered, target: Target, llvm_ir: str, library,
+                 run_name: str, entry_name: str, seconds: dict):
+        self.graph, self.lowered, self.target = graph, lowered, target
+        self.llvm_ir, self.library, self.seconds = llvm_ir, library, seconds
+        # ctypes function objects keep the library (and so the code) alive via self
+        self.entry = ENTRY_TYPE(library.addresses[entry_name])
+        self.run = RUN_TYPE(library.addresses[run_name])
+        self.kernels = [KernelInfo(k.name, k.kind, k.ops, k.loop_nest, k.vector_bits, k.lanes,
+                                   k.vectorized, k.reason, bytes_moved(k), flops(k))
+                        for k in lowered.kernels]
+
+    @property
+    def optimized_ir(self) -> str:
+        return self.library.optimized_ir
+
+    def asm(self) -> str:
+        return self.library.asm()
+
+    def coverage(self) -> tuple:
+        return coverage(self.lowered.kernels)
+
+
+_CACHE: OrderedDict = OrderedDict()
+_CACHE_LOCK = threading.Lock()
+_KEY_LOCKS: dict = {}
+STATS = {"compiles": 0, "hits": 0}
+
+
+def cache_key(graph: Graph, strides: tuple, target: Target) -> tuple:
+    return (graph.text(), strides, target.key(), VERSION)
+
+
+def compile_graph(graph: Graph, strides: tuple, target: Target) -> CompiledGraph:
+    """Compile (or fetch from the cache). `strides`: per input, strides in elements."""
+    key = cache_key(graph, strides, target)
+    with _CACHE_LOCK:
+        hit = _CACHE.get(key)
+        if hit is not None:
+            _CACHE.move_to_end(key)
+            STATS["hits"] += 1
+            return hit
+        key_lock = _KEY_LOCKS.setdefault(key, threading.Lock())
+    with key_lock:                       # one compile per key, even from many threads
+        with _CACHE_LOCK:
+            hit = _CACHE.get(key)
+        if hit is None:
+            hit = _compile(graph, strides, target)
+            with _CACHE_LOCK:
+                _CACHE[key] = hit
+                STATS["compiles"] += 1
+                while len(_CACHE) > config.get().cache_size:
+                    _CACHE.popitem(last=False)
+    with _CACHE_LOCK:
+        _KEY_LOCKS.pop(key, None)
+    return hit
+
+
+def _compile(graph: Graph, strides: tuple, target: Target) -> CompiledGraph:
+    t0 = time.perf_counter()
+    input_strides = {inp.arg: s for inp, s in zip(graph.inputs, strides)}
+    lowered = run_pipeline(graph, target.vector_bits, input_strides)
+    t1 = time.perf_counter()
+    mach = engine.machine(target)
+    text, run_name, entry_name = build_module(lowered, target.vector_bits, target.triple,
+                                              mach.data_layout)
+    t2 = time.perf_counter()
+    library = engine.compile_ir(text, [run_name, entry_name], target)
+    t3 = time.perf_counter()
+    seconds = {"passes": t1 - t0, "codegen": t2 - t1, "llvm": t3 - t2, "total": t3 - t0}
+    compiled = CompiledGraph(graph, lowered, target, text, library, run_name, entry_name, seconds)
+    if config.get().dump_dir:
+        from .dump import dump
+        dump(compiled, config.get().dump_dir)
+    return compiled

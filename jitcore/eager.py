@@ -1,0 +1,43 @@
+"""Eager calls: `jc.exp(array)` outside a jitted function jits the op for that signature."""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+_CACHE: dict = {}
+_LOCK = threading.Lock()
+
+
+def _is_tensor_arg(a) -> bool:
+    return isinstance(a, (np.ndarray, list, tuple, np.generic)) and not (
+        isinstance(a, tuple) and all(isinstance(x, int) for x in a))
+
+
+def run_eagerly(public, fn, args: tuple, kwargs: dict):
+    """Run `fn(*args, **kwargs)` compiled: array arguments become inputs; everything else
+    (Python scalars, axes, shapes, flags) is baked into the traced function."""
+    from .api import jit
+    positions = tuple(i for i, a in enumerate(args) if _is_tensor_arg(a))
+    static = tuple((i, a) for i, a in enumerate(args) if i not in positions)
+    try:
+        key = (public, positions, static, tuple(sorted(kwargs.items())))
+        hash(key)
+    except TypeError:
+        key = None
+    with _LOCK:
+        jitted = _CACHE.get(key) if key is not None else None
+    if jitted is None:
+        template = [None if i in positions else a for i, a in enumerate(args)]
+
+        def traced(*arrays):
+            full = list(template)
+            for p, a in zip(positions, arrays):
+                full[p] = a
+            return fn(*full, **kwargs)
+        traced.__name__ = fn.__name__
+        jitted = jit(traced)
+        if key is not None:
+            with _LOCK:
+                _CACHE[key] = jitted
+    return jitted(*[args[p] for p in positions])

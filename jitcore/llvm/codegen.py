@@ -1,0 +1,321 @@
+"""Kernels -> one LLVM module: a function per kernel, a `run` function, and the native entry.
+
+ABI (room for the parallel runtime: a kernel runs any sub-range of its first loop):
+    void  <graph>_k<i>(i64 start, i64 stop, i8** bufs)   kernel over [start, stop) of loop 0
+    i32   <graph>_run(i8** bufs)                          all kernels; allocates the temps
+    i32   <graph>_entry(PyTupleObject* arrays)           reads each ndarray's data pointer
+The entry lets Python make one call with a tuple of arrays: it reads `ob_item[i]` of the tuple
+and the `data` field of each ndarray at offsets that `jitcore.callpath` checks at import.
+Return codes: 0 ok, 1 out of memory.
+"""
+from __future__ import annotations
+
+from llvmlite import ir
+
+from ir.ops import Op
+from passes.kernel import Compute, Const, Kernel, Load
+from passes.symbolic import Div, Lin, Var
+
+from . import irutil as u
+from .opemit import cast, emit
+
+TUPLE_ITEMS_OFFSET = 24     # offsetof(PyTupleObject, ob_item) on 64-bit CPython
+ARRAY_DATA_OFFSET = 16      # offsetof(PyArrayObject_fields, data)
+
+
+def _reduce_identity(op: Op, dtype):
+    big = {8: 255, 32: 2**31 - 1, 64: 2**63 - 1}[dtype.bits] if dtype.is_int else None
+    if op == Op.SUM:
+        return 0.0 if dtype.is_float else 0
+    if op == Op.PROD:
+        return 1.0 if dtype.is_float else 1
+    if op in (Op.MAX, Op.ARGMAX):
+        if dtype.is_float:
+            return float("-inf")
+        return 0 if dtype.kind in "ub" else -big - 1
+    if dtype.is_float:
+        return float("inf")
+    return 1 if dtype.kind == "b" else big
+
+
+_COMBINE = {Op.SUM: Op.ADD, Op.PROD: Op.MUL, Op.MAX: Op.MAXIMUM, Op.MIN: Op.MINIMUM}
+
+
+class KernelEmitter:
+    """Emits one kernel function. Loop variables live in `self.env` (Var -> i64 value)."""
+
+    def __init__(self, module: ir.Module, kernel: Kernel, name: str):
+        self.kernel, self.module = kernel, module
+        fnty = ir.FunctionType(ir.VoidType(), [u.I64, u.I64, u.I8P.as_pointer()])
+        self.fn = ir.Function(module, fnty, name=name)
+        self.fn.linkage = "internal"
+        self.fn.attributes.add("nounwind")
+        self.start, self.stop, self.bufs = self.fn.args
+        self.b = ir.IRBuilder(self.fn.append_basic_block("entry"))
+        self.env, self.ptrs = {}, {}
+
+    # -- memory ---------------------------------------------------------------------------
+    def base_ptr(self, buf):
+        if buf.slot not in self.ptrs:
+            with self.b.goto_entry_block():
+                raw = self.b.load(self.b.gep(self.bufs, [u.I64(buf.slot)]), name=buf.name)
+                self.ptrs[buf.slot] = raw
+        return self.b.bitcast(self.ptrs[buf.slot], u.memory_type(buf.dtype).as_pointer())
+
+    def index(self, e: Lin):
+        acc = u.I64(e.const)
+        for atom, coeff in e.terms:
+            if isinstance(atom, Var):
+                v = self.env[atom]
+            else:
+                inner = self.index(atom.expr)
+                op = self.b.sdiv if isinstance(atom, Div) else self.b.srem
+                v = op(inner, u.I64(atom.d))
+            acc = self.b.add(acc, v if coeff == 1 else self.b.mul(v, u.I64(coeff)))
+        return acc
+
+    def load(self, node: Load, lanes: int):
+        ptr = self.b.gep(self.base_ptr(node.buffer), [self.index(node.offset)])
+        contiguous = lanes > 1 and node.offset.coeff(self.kernel.vector_var) == 1
+        if contiguous:
+            vty = ir.VectorType(u.memory_type(node.dtype), lanes)
+            val = self.b.load(self.b.bitcast(ptr, vty.as_pointer()), align=1)
+        else:
+            val = u.splat(self.b, self.b.load(ptr, align=1), lanes)
+        if node.dtype.name == "bool":
+            val = self.b.icmp_unsigned("!=", val, u.const(val.type, 0))
+        return val
+
+    def store(self, buf, offset: Lin, value, lanes: int):
+        ptr = self.b.gep(self.base_ptr(buf), [self.index(offset)])
+        if buf.dtype.name == "bool":
+            value = self.b.zext(value, ir.VectorType(u.I8, lanes) if lanes > 1 else u.I8)
+        if lanes > 1:
+            ptr = self.b.bitcast(ptr, value.type.as_pointer())
+        self.b.store(value, ptr, align=1)
+
+    # -- expressions ------------------------------------------------------------------------
+    def value(self, node, lanes: int, memo: dict):
+        if id(node) in memo:
+            return memo[id(node)]
+        if isinstance(node, Load):
+            out = self.load(node, lanes)
+        elif isinstance(node, Const):
+            out = u.const(u.value_type(node.dtype, lanes), node.value)
+        else:
+            args = [self.value(s, lanes, memo) for s in node.src]
+            in_dtype = node.src[-1].dtype if node.src else node.dtype
+            out = emit(self.b, node.op, node.dtype, in_dtype, args, node.arg)
+        memo[id(node)] = out
+        return out
+
+    # -- loops ----------------------------------------------------------------------------
+    def loop(self, lp, body, first: bool, step: int = 1):
+        """A scalar loop over one variable; the kernel's first loop covers [start, stop)."""
+        lo, hi = (self.start, self.stop) if first else (u.I64(0), u.I64(lp.var.extent))
+        with u.for_range(self.b, lo, hi, step, name=lp.var.name) as i:
+            self.env[lp.var] = i
+            body()
+
+    def nest(self, loops: list, body, first: bool):
+        if not loops:
+            return body()
+        self.loop(loops[0], lambda: self.nest(loops[1:], body, False), first)
+
+    def vector_loop(self, lp, body, first: bool):
+        """Vector body over full chunks of `lanes`, then a scalar tail; body(lanes)."""
+        lanes = self.kernel.lanes
+        lo, hi = (self.start, self.stop) if first else (u.I64(0), u.I64(lp.var.extent))
+        if lanes == 1:
+            return self.loop(lp, lambda: body(1), first)
+        with u.for_range(self.b, lo, hi, lanes, name=lp.var.name + "v") as i:
+            self.env[lp.var] = i
+            body(lanes)
+        n = self.b.sub(hi, lo)
+        tail_lo = self.b.add(lo, self.b.mul(self.b.sdiv(n, u.I64(lanes)), u.I64(lanes)))
+        with u.for_range(self.b, tail_lo, hi, 1, name=lp.var.name + "t") as i:
+            self.env[lp.var] = i
+            body(1)
+
+    # -- kernel shapes ----------------------------------------------------------------------
+    def emit(self):
+        k = self.kernel
+        if not k.loops:
+            self.emit_point()
+        elif k.kind == "pointwise":
+            self.nest(k.loops[:-1], lambda: self.vector_loop(k.loops[-1], self.emit_point,
+                                                             len(k.loops) == 1), True)
+        elif k.kind == "reduce_vertical":
+            self.nest([lp for lp in k.loops[:-1] if lp.kind == "parallel"], self.emit_vertical,
+                      True)
+        else:
+            outer = [lp for lp in k.loops if lp.kind == "parallel"]
+            self.nest(outer, self.emit_horizontal, True)
+        self.b.ret_void()
+
+    def emit_point(self, lanes: int = 1):
+        memo = {}
+        for st in self.kernel.stores:
+            self.store(st.buffer, st.offset, self.value(st.value, lanes, memo), lanes)
+
+    def _combine(self, acc, val):
+        red = self.kernel.reduction
+        return emit(self.b, _COMBINE[red.op], red.dtype, red.dtype, [acc, val])
+
+    def _reduced_value(self, lanes: int):
+        red, st = self.kernel.reduction, self.kernel.stores[0]
+        val = self.value(st.value, lanes, {})
+        return cast(self.b, red.dtype, st.value.dtype, val)
+
+    def emit_vertical(self):
+        """Accumulators across the reduce loops, one per lane of the inner parallel loop."""
+        k = self.kernel
+        reduce_loops = [lp for lp in k.loops if lp.kind == "reduce"]
+        first = not [lp for lp in k.loops[:-1] if lp.kind == "parallel"]
+        red, st = k.reduction, k.stores[0]
+
+        def chunk(lanes):
+            acc = u.alloca_once(self.b, u.value_type(red.dtype, lanes), name="acc")
+            self.b.store(u.const(acc.type.pointee, _reduce_identity(red.op, red.dtype)), acc)
+
+            def step():
+                self.b.store(self._combine(self.b.load(acc), self._reduced_value(lanes)), acc)
+            self.nest(reduce_loops, step, False)
+            self.store(st.buffer, st.offset, self.b.load(acc), lanes)
+        self.vector_loop(k.loops[-1], chunk, first and not reduce_loops)
+
+    def emit_horizontal(self):
+        k = self.kernel
+        red, st = k.reduction, k.stores[0]
+        reduce_loops = [lp for lp in k.loops if lp.kind == "reduce"]
+        if red.op in (Op.ARGMAX, Op.ARGMIN):
+            return self.emit_arg_reduction(reduce_loops)
+        lanes = k.lanes
+        identity = _reduce_identity(red.op, red.dtype)
+        vacc = u.alloca_once(self.b, u.value_type(red.dtype, lanes), name="vacc")
+        sacc = u.alloca_once(self.b, u.value_type(red.dtype), name="sacc")
+        self.b.store(u.const(vacc.type.pointee, identity), vacc)
+        self.b.store(u.const(sacc.type.pointee, identity), sacc)
+
+        def inner(n):
+            acc = vacc if n > 1 else sacc
+            self.b.store(self._combine(self.b.load(acc), self._reduced_value(n)), acc)
+        if reduce_loops:
+            self.nest(reduce_loops[:-1], lambda: self.vector_loop(reduce_loops[-1], inner, False),
+                      False)
+        else:
+            inner(1)
+        total = self._combine(self.horizontal(self.b.load(vacc)), self.b.load(sacc)) \
+            if lanes > 1 else self.b.load(sacc)
+        self.store(st.buffer, st.offset, total, 1)
+
+    def horizontal(self, vec):
+        """Tree-combine the lanes of a vector (fixed order: deterministic results)."""
+        n = u.lanes_of(vec)
+        while n > 1:
+            half = n // 2
+            lo = self.b.shuffle_vector(vec, vec, ir.Constant(ir.VectorType(u.I32, half),
+                                                             [u.I32(i) for i in range(half)]))
+            hi = self.b.shuffle_vector(vec, vec, ir.Constant(ir.VectorType(u.I32, half),
+                                                             [u.I32(i + half) for i in range(half)]))
+            vec, n = self._combine(lo, hi), half
+        return self.b.extract_element(vec, u.I32(0))
+
+    def emit_arg_reduction(self, reduce_loops):
+        """Scalar argmax/argmin with numpy's rules: first extremum wins, the first NaN wins."""
+        k, st = self.kernel, self.kernel.stores[0]
+        val_dtype = st.value.dtype
+        best = u.alloca_once(self.b, u.value_type(val_dtype), name="best")
+        where = u.alloca_once(self.b, u.I64, name="where")
+        self.b.store(u.const(best.type.pointee, _reduce_identity(k.reduction.op, val_dtype)), best)
+        self.b.store(u.I64(0), where)
+
+        def step():
+            v, cur = self.value(st.value, 1, {}), self.b.load(best)
+            better = emit(self.b, Op.GT if k.reduction.op == Op.ARGMAX else Op.LT,
+                          val_dtype, val_dtype, [v, cur])
+            if val_dtype.is_float:   # a NaN beats everything but an earlier NaN
+                v_nan = self.b.fcmp_unordered("uno", v, v)
+                cur_num = self.b.fcmp_ordered("ord", cur, cur)
+                better = self.b.or_(better, self.b.and_(v_nan, cur_num))
+            with self.b.if_then(better):
+                self.b.store(v, best)
+                self.b.store(self.env[reduce_loops[-1].var] if reduce_loops else u.I64(0), where)
+        self.nest(reduce_loops, step, False)
+        self.store(st.buffer, st.offset, self.b.load(where), 1)
+
+
+def build_module(lowered, vector_bits: int, triple: str, data_layout: str) -> tuple:
+    """Return (module text, run function name, entry function name)."""
+    module = ir.Module(name=lowered.name)
+    module.triple, module.data_layout = triple, data_layout
+    prefix = f"jc_{lowered.name}"
+    kernel_fns = []
+    for i, kernel in enumerate(lowered.kernels):
+        ke = KernelEmitter(module, kernel, f"{prefix}_k{i}")
+        ke.emit()
+        kernel_fns.append(ke.fn)
+    run = _emit_run(module, lowered, kernel_fns, f"{prefix}_run")
+    entry = _emit_entry(module, lowered, run, f"{prefix}_entry")
+    text = _with_vector_attributes(str(module), vector_bits)
+    return text, run.name, entry.name
+
+
+def _with_vector_attributes(text: str, vector_bits: int) -> str:
+    """llvmlite cannot set string attributes; tag every definition with group #0 in the text.
+    Without "min-legal-vector-width" the x86 backend may split 512-bit vectors in halves."""
+    lines = []
+    for line in text.splitlines():
+        if line.startswith("define "):
+            line = line.rstrip() + " #0" if not line.rstrip().endswith("{") else \
+                line.rstrip()[:-1].rstrip() + " #0 {"
+        lines.append(line)
+    lines.append(f'attributes #0 = {{ nounwind "min-legal-vector-width"="{vector_bits}" '
+                 f'"prefer-vector-width"="{vector_bits}" }}')
+    return "\n".join(lines) + "\n"
+
+
+def _emit_run(module, lowered, kernel_fns, name):
+    fn = ir.Function(module, ir.FunctionType(u.I32, [u.I8P.as_pointer()]), name=name)
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    given = fn.args[0]
+    nslots = len(lowered.buffers)
+    bufs = b.alloca(ir.ArrayType(u.I8P, max(nslots, 1)), name="bufs")
+    slots = b.bitcast(bufs, u.I8P.as_pointer())
+    aligned_alloc = ir.Function(module, ir.FunctionType(u.I8P, [u.I64, u.I64]), "aligned_alloc")
+    free = ir.Function(module, ir.FunctionType(ir.VoidType(), [u.I8P]), "free")
+    temps = []
+    for buf in lowered.buffers:
+        dst = b.gep(slots, [u.I64(buf.slot)])
+        if buf.kind == "temp":
+            size = max(-(-buf.nbytes // 64) * 64, 64)
+            p = b.call(aligned_alloc, [u.I64(64), u.I64(size)], name=buf.name)
+            fail = b.icmp_unsigned("==", p, ir.Constant(u.I8P, None))
+            with b.if_then(fail, likely=False):
+                for t in temps:
+                    b.call(free, [t])
+                b.ret(u.I32(1))
+            temps.append(p)
+            b.store(p, dst)
+        else:
+            b.store(b.load(b.gep(given, [u.I64(buf.slot)])), dst)
+    for kernel, kfn in zip(lowered.kernels, kernel_fns):
+        b.call(kfn, [u.I64(0), u.I64(kernel.range_extent), slots])
+    for t in temps:
+        b.call(free, [t])
+    b.ret(u.I32(0))
+    return fn
+
+
+def _emit_entry(module, lowered, run, name):
+    fn = ir.Function(module, ir.FunctionType(u.I32, [u.I8P]), name=name)
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    n_external = sum(1 for buf in lowered.buffers if buf.kind != "temp")
+    ptrs = b.alloca(ir.ArrayType(u.I8P, max(n_external, 1)), name="ptrs")
+    ptrs = b.bitcast(ptrs, u.I8P.as_pointer())
+    for slot in range(n_external):
+        item = b.load(u.gep_bytes(b, fn.args[0], TUPLE_ITEMS_OFFSET + 8 * slot, u.I8P))
+        data = b.load(u.gep_bytes(b, item, ARRAY_DATA_OFFSET, u.I8P))
+        b.store(data, b.gep(ptrs, [u.I64(slot)]))
+    b.ret(b.call(run, [ptrs]))
+    return fn

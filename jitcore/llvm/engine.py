@@ -1,0 +1,100 @@
+"""LLVM itself, behind one module: parse + verify, O3, machine code, and the in-process JIT.
+
+One target machine and one LLJIT serve the whole process (a second MCJIT engine on a shared
+target machine segfaulted; LLJIT with resource trackers did not). Each compiled graph is a
+JIT library whose `ResourceTracker` the owner keeps for as long as its code may run; dropping
+it frees the code. LLVM calls are serialized by a lock: compiles may come from many threads.
+"""
+from __future__ import annotations
+
+import itertools
+import threading
+
+import llvmlite.binding as llvm
+
+from ir.errors import CompileError
+
+from .target import Target
+
+_LOCK = threading.RLock()
+_LIB_IDS = itertools.count()
+
+
+class _Machine:
+    """The target machine and JIT for one Target (CPU + features)."""
+
+    def __init__(self, target: Target):
+        llvm.initialize_native_target()
+        llvm.initialize_native_asmprinter()
+        self.tm = llvm.Target.from_triple(target.triple).create_target_machine(
+            cpu=target.cpu, features=target.features, opt=3, jit=True)
+        self.jit = llvm.create_lljit_compiler(self.tm)
+        self.data_layout = str(self.tm.target_data)
+
+
+_MACHINES: dict = {}
+
+
+def machine(target: Target) -> _Machine:
+    key = (target.triple, target.cpu, target.features)
+    with _LOCK:
+        if key not in _MACHINES:
+            _MACHINES[key] = _Machine(target)
+        return _MACHINES[key]
+
+
+class Library:
+    """JIT-compiled code of one graph: exported addresses, kept alive by the tracker."""
+
+    def __init__(self, tracker, addresses: dict, optimized_ir: str, mach: _Machine):
+        self._tracker, self.addresses = tracker, addresses
+        self.optimized_ir, self._machine, self._asm = optimized_ir, mach, None
+
+    def asm(self) -> str:
+        if self._asm is None:
+            with _LOCK:
+                mod = llvm.parse_assembly(self.optimized_ir)
+                self._asm = self._machine.tm.emit_assembly(mod)
+        return self._asm
+
+
+def _optimize(mod, tm):
+    pto = llvm.create_pipeline_tuning_options(speed_level=3)
+    # kernels are vectorized explicitly by codegen; LLVM's vectorizers would only re-vectorize
+    # scalar tails and fallback loops, costing compile time and code size
+    pto.loop_vectorization = False
+    pto.slp_vectorization = False
+    pb = llvm.create_pass_builder(tm, pto)
+    pb.getModulePassManager().run(mod, pb)
+
+
+def compile_ir(text: str, exports: list, target: Target) -> Library:
+    """Parse, verify, optimize at O3, emit machine code and link it into the process."""
+    mach = machine(target)
+    with _LOCK:
+        try:
+            mod = llvm.parse_assembly(text)
+            mod.verify()
+        except RuntimeError as e:
+            raise CompileError(f"LLVM rejected the generated IR: {e}") from None
+        _optimize(mod, mach.tm)
+        optimized = str(mod)
+        obj = mach.tm.emit_object(mod)
+        builder = llvm.JITLibraryBuilder().add_object_img(obj).add_current_process()
+        for name in exports:
+            builder.export_symbol(name)
+        try:
+            tracker = builder.link(mach.jit, f"jitcore_lib{next(_LIB_IDS)}")
+        except RuntimeError as e:
+            raise CompileError(f"JIT link failed: {e}") from None
+    return Library(tracker, {n: tracker[n] for n in exports}, optimized, mach)
+
+
+def optimize_only(text: str, target: Target) -> str:
+    """The O3 IR of a module without linking it (for inspection)."""
+    mach = machine(target)
+    with _LOCK:
+        mod = llvm.parse_assembly(text)
+        mod.verify()
+        _optimize(mod, mach.tm)
+        return str(mod)

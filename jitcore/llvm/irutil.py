@@ -1,0 +1,112 @@
+"""Small llvmlite.ir helpers, each taking the builder first (after Numba's cgutils)."""
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+from llvmlite import ir
+
+from ir.dtypes import DType
+
+I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
+F32, F64 = ir.FloatType(), ir.DoubleType()
+I8P = I8.as_pointer()
+
+_SCALAR = {"bool": I1, "uint8": I8, "int32": I32, "int64": I64, "float32": F32, "float64": F64}
+
+
+def value_type(dtype: DType, lanes: int = 1) -> ir.Type:
+    """The register type of a dtype (bool is i1), a vector when lanes > 1."""
+    t = _SCALAR[dtype.name]
+    return ir.VectorType(t, lanes) if lanes > 1 else t
+
+
+def memory_type(dtype: DType) -> ir.Type:
+    """The in-memory element type (numpy stores bool as one byte)."""
+    return I8 if dtype.name == "bool" else _SCALAR[dtype.name]
+
+
+def lanes_of(value) -> int:
+    return value.type.count if isinstance(value.type, ir.VectorType) else 1
+
+
+def element_type(t: ir.Type) -> ir.Type:
+    return t.element if isinstance(t, ir.VectorType) else t
+
+
+def const(ty: ir.Type, value) -> ir.Constant:
+    """A constant of a scalar or vector type (vectors get the value in every lane)."""
+    if isinstance(ty, ir.VectorType):
+        return ir.Constant(ty, [ir.Constant(ty.element, value)] * ty.count)
+    return ir.Constant(ty, value)
+
+
+def splat(builder: ir.IRBuilder, value, lanes: int):
+    """Broadcast a scalar to a vector of `lanes` lanes (no-op for lanes == 1)."""
+    if lanes == 1:
+        return value
+    vty = ir.VectorType(value.type, lanes)
+    v = builder.insert_element(ir.Constant(vty, ir.Undefined), value, I32(0))
+    return builder.shuffle_vector(v, ir.Constant(vty, ir.Undefined),
+                                  ir.Constant(ir.VectorType(I32, lanes), [I32(0)] * lanes))
+
+
+def mangle(ty: ir.Type) -> str:
+    """LLVM's overload suffix of a type: f32, i64, v16f32, ..."""
+    if isinstance(ty, ir.VectorType):
+        return f"v{ty.count}{mangle(ty.element)}"
+    if isinstance(ty, ir.FloatType):
+        return "f32"
+    if isinstance(ty, ir.DoubleType):
+        return "f64"
+    return f"i{ty.width}"
+
+
+def declare_intrinsic(module: ir.Module, name: str, overloads: list, fnty: ir.FunctionType):
+    """Declare (once) `llvm.<name>.<suffixes>`, e.g. llvm.fptosi.sat.v16i64.v16f32."""
+    full = ".".join([f"llvm.{name}"] + [mangle(t) for t in overloads])
+    fn = module.globals.get(full)
+    return fn if fn is not None else ir.Function(module, fnty, name=full)
+
+
+def intrinsic(builder: ir.IRBuilder, name: str, args: list, ret_type=None):
+    """Call `llvm.<name>` overloaded on the first argument's type (e.g. llvm.sqrt.v16f32)."""
+    ty = args[0].type
+    fnty = ir.FunctionType(ret_type or ty, [a.type for a in args])
+    return builder.call(declare_intrinsic(builder.module, name, [ty], fnty), args)
+
+
+def alloca_once(builder: ir.IRBuilder, ty: ir.Type, name: str = ""):
+    """An alloca in the entry block, so mem2reg can promote it whatever block we are in."""
+    entry = builder.function.entry_basic_block
+    with builder.goto_block(entry):
+        if entry.instructions:
+            builder.position_before(entry.instructions[0])
+        return builder.alloca(ty, name=name)
+
+
+@contextmanager
+def for_range(builder: ir.IRBuilder, start, stop, step: int = 1, name: str = "i"):
+    """`for i in range(start, stop, step)` (i64, step > 0); yields i. The loop runs while
+    i + step <= stop, so a vector loop with step = lanes never reads past the end."""
+    fn = builder.function
+    counter = alloca_once(builder, I64, name=f"{name}.addr")
+    builder.store(start, counter)
+    cond_bb = fn.append_basic_block(f"{name}.cond")
+    body_bb = fn.append_basic_block(f"{name}.body")
+    end_bb = fn.append_basic_block(f"{name}.end")
+    builder.branch(cond_bb)
+    builder.position_at_end(cond_bb)
+    i = builder.load(counter, name=name)
+    last = builder.add(i, I64(step - 1)) if step > 1 else i
+    builder.cbranch(builder.icmp_signed("<", last, stop), body_bb, end_bb)
+    builder.position_at_end(body_bb)
+    yield i
+    builder.store(builder.add(i, I64(step)), counter)
+    builder.branch(cond_bb)
+    builder.position_at_end(end_bb)
+
+
+def gep_bytes(builder: ir.IRBuilder, ptr, offset: int, to_type: ir.Type):
+    """`(to_type*)((char*)ptr + offset)`."""
+    p = builder.gep(builder.bitcast(ptr, I8P), [I64(offset)])
+    return builder.bitcast(p, to_type.as_pointer())

@@ -1,0 +1,138 @@
+"""Elementwise op emitters: an `Op -> emitter` table with one signature.
+
+    emitter(builder, out_dtype, in_dtype, args, arg) -> value
+
+Every emitter works on scalars and on vectors alike (llvmlite builder ops and the overloaded
+intrinsics are lane-wise), so the same table serves the vector body and the scalar tail.
+NaN behaviour follows numpy: maximum/minimum propagate NaN, `!=` is true for NaN.
+"""
+from __future__ import annotations
+
+from llvmlite import ir
+
+from ir import dtypes as dt
+from ir.ops import Op
+
+from . import irutil as u
+
+
+def _math(name):
+    def emit(b, out, inp, args, arg):
+        from . import vecmath
+        if name in vecmath.SUPPORTED:
+            return vecmath.emit_math(b, name, args[0])
+        return u.intrinsic(b, name, args)
+    return emit
+
+
+def _neg(b, out, inp, args, arg):
+    return b.fneg(args[0]) if out.is_float else b.sub(u.const(args[0].type, 0), args[0])
+
+
+def _abs(b, out, inp, args, arg):
+    x = args[0]
+    if out.is_float:
+        return u.intrinsic(b, "fabs", [x])
+    if out.kind in "ub":
+        return x
+    return b.select(b.icmp_signed("<", x, u.const(x.type, 0)), b.neg(x), x)
+
+
+def _round(name):
+    def emit(b, out, inp, args, arg):
+        return u.intrinsic(b, name, args) if out.is_float else args[0]
+    return emit
+
+
+def _float_to_int(b, x, out: dt.DType, ty):
+    # saturating conversion: defined for NaN and out-of-range values (plain fptosi is poison)
+    wide = ir.VectorType(u.I64, u.lanes_of(x)) if u.lanes_of(x) > 1 else u.I64
+    fn = u.declare_intrinsic(b.module, "fptosi.sat", [wide, x.type],
+                             ir.FunctionType(wide, [x.type]))
+    return b.trunc(b.call(fn, [x]), ty) if out.bits < 64 else b.call(fn, [x])
+
+
+def cast(b, out: dt.DType, inp: dt.DType, x):
+    """Convert a value of dtype inp to dtype out as numpy's astype does."""
+    lanes = u.lanes_of(x)
+    ty = u.value_type(out, lanes)
+    if out == inp:
+        return x
+    if out == dt.bool_:
+        zero = u.const(x.type, 0.0 if inp.is_float else 0)
+        return b.fcmp_unordered("!=", x, zero) if inp.is_float else b.icmp_unsigned("!=", x, zero)
+    if out.is_float:
+        if inp.is_float:
+            return b.fpext(x, ty) if out.bits > inp.bits else b.fptrunc(x, ty)
+        return b.sitofp(x, ty) if inp.kind == "i" else b.uitofp(x, ty)
+    if inp.is_float:
+        return _float_to_int(b, x, out, ty)
+    if out.bits > inp.bits or inp == dt.bool_:
+        return b.sext(x, ty) if inp.kind == "i" else b.zext(x, ty)
+    return b.trunc(x, ty) if out.bits < inp.bits else x
+
+
+def _cast(b, out, inp, args, arg):
+    return cast(b, out, inp, args[0])
+
+
+def _arith(fop, iop, bool_op=None):
+    def emit(b, out, inp, args, arg):
+        if out.is_float:
+            return getattr(b, fop)(*args)
+        if out == dt.bool_ and bool_op:
+            return getattr(b, bool_op)(*args)
+        return getattr(b, iop)(*args)
+    return emit
+
+
+def _minmax(fname, signed_pred, bool_op):
+    def emit(b, out, inp, args, arg):
+        x, y = args
+        if out.is_float:
+            return u.intrinsic(b, fname, [x, y])
+        if out == dt.bool_:
+            return getattr(b, bool_op)(x, y)
+        cmp = b.icmp_signed if out.kind == "i" else b.icmp_unsigned
+        return b.select(cmp(signed_pred, x, y), x, y)
+    return emit
+
+
+def _compare(pred):
+    def emit(b, out, inp, args, arg):
+        if inp.is_float:
+            if pred == "!=":
+                return b.fcmp_unordered(pred, *args)
+            return b.fcmp_ordered(pred, *args)
+        if inp.kind == "i":
+            return b.icmp_signed(pred, *args)
+        return b.icmp_unsigned(pred, *args)
+    return emit
+
+
+def _pow(b, out, inp, args, arg):
+    return u.intrinsic(b, "pow", args)
+
+
+EMITTERS = {
+    Op.NEG: _neg, Op.ABS: _abs,
+    Op.EXP: _math("exp"), Op.LOG: _math("log"), Op.TANH: _math("tanh"), Op.ERF: _math("erf"),
+    Op.SIN: _math("sin"), Op.COS: _math("cos"),
+    Op.SQRT: lambda b, out, inp, args, arg: u.intrinsic(b, "sqrt", args),
+    Op.FLOOR: _round("floor"), Op.CEIL: _round("ceil"),
+    Op.LOGICAL_NOT: lambda b, out, inp, args, arg: b.not_(args[0]),
+    Op.CAST: _cast,
+    Op.ADD: _arith("fadd", "add", "or_"), Op.SUB: _arith("fsub", "sub"),
+    Op.MUL: _arith("fmul", "mul", "and_"), Op.DIV: _arith("fdiv", "sdiv"),
+    Op.POW: _pow,
+    Op.MAXIMUM: _minmax("maximum", ">", "or_"), Op.MINIMUM: _minmax("minimum", "<", "and_"),
+    Op.EQ: _compare("=="), Op.NE: _compare("!="), Op.LT: _compare("<"),
+    Op.LE: _compare("<="), Op.GT: _compare(">"), Op.GE: _compare(">="),
+    Op.LOGICAL_AND: lambda b, out, inp, args, arg: b.and_(*args),
+    Op.LOGICAL_OR: lambda b, out, inp, args, arg: b.or_(*args),
+    Op.WHERE: lambda b, out, inp, args, arg: b.select(*args),
+}
+
+
+def emit(builder, op: Op, out: dt.DType, inp: dt.DType, args: list, arg=None):
+    return EMITTERS[op](builder, out, inp, args, arg)

@@ -1,0 +1,275 @@
+"""The op namespace (`jc.exp`, `jc.sum`, ...), with numpy's names and semantics.
+
+Inside a jitted function these record IR nodes on Tracers. Called on plain arrays they run
+eagerly: the op is jitted once per signature and executed (see `jitcore.eager`).
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+
+from ir import build as b
+from ir import dtypes as dt
+from ir.errors import ShapeError, TraceError
+from ir.ops import Op
+from ir.shapes import as_shape, infer_reshape, normalize_axes, normalize_axis
+
+from .tracer import Tracer, node_of, wrap
+
+
+def op(fn):
+    """Make fn run eagerly (jitted) when none of its arguments is a Tracer."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        if any(isinstance(a, Tracer) for a in args) or \
+                any(isinstance(v, Tracer) for v in kwargs.values()):
+            return fn(*args, **kwargs)
+        from .eager import run_eagerly
+        return run_eagerly(wrapper, fn, args, kwargs)
+    return wrapper
+
+
+def _tensors(*xs):
+    """Nodes for the operands; Python scalars become weak constants next to a tensor."""
+    like = next((x.node for x in xs if isinstance(x, Tracer)), None)
+    if like is None:
+        like = next((node_of(x) for x in xs if not isinstance(x, (bool, int, float))), None)
+    return [node_of(x, like) for x in xs]
+
+
+def _elementwise(opcode: Op, *xs, arg=None):
+    return wrap(b.elementwise(opcode, *_tensors(*xs), arg=arg))
+
+
+def _unary_op(opcode: Op, doc: str):
+    def f(x):
+        return _elementwise(opcode, x)
+    f.__name__, f.__doc__ = opcode.name.lower(), doc
+    return op(f)
+
+
+def _binary_op(opcode: Op, name: str, doc: str):
+    def f(a, b_):
+        return _elementwise(opcode, a, b_)
+    f.__name__, f.__doc__ = name, doc
+    return op(f)
+
+
+exp = _unary_op(Op.EXP, "e**x, elementwise.")
+log = _unary_op(Op.LOG, "Natural logarithm, elementwise.")
+sqrt = _unary_op(Op.SQRT, "Square root, elementwise.")
+rsqrt = _unary_op(Op.RSQRT, "1 / sqrt(x), elementwise.")
+abs = _unary_op(Op.ABS, "Absolute value, elementwise.")        # noqa: A001 (numpy's name)
+neg = _unary_op(Op.NEG, "-x, elementwise.")
+negative = neg
+tanh = _unary_op(Op.TANH, "Hyperbolic tangent, elementwise.")
+sigmoid = _unary_op(Op.SIGMOID, "1 / (1 + exp(-x)), elementwise.")
+relu = _unary_op(Op.RELU, "max(x, 0), elementwise (NaN stays NaN).")
+erf = _unary_op(Op.ERF, "The error function, elementwise.")
+sin = _unary_op(Op.SIN, "Sine, elementwise.")
+cos = _unary_op(Op.COS, "Cosine, elementwise.")
+floor = _unary_op(Op.FLOOR, "Round towards -inf, elementwise.")
+ceil = _unary_op(Op.CEIL, "Round towards +inf, elementwise.")
+reciprocal = _unary_op(Op.RECIPROCAL, "1 / x, elementwise (float dtypes).")
+logical_not = _unary_op(Op.LOGICAL_NOT, "Logical not, elementwise (result bool).")
+silu = _unary_op(Op.SILU, "x * sigmoid(x), elementwise.")
+hardswish = _unary_op(Op.HARDSWISH, "x * relu6(x + 3) / 6, elementwise.")
+hardsigmoid = _unary_op(Op.HARDSIGMOID, "relu6(x + 3) / 6, elementwise.")
+relu6 = _unary_op(Op.RELU6, "min(max(x, 0), 6), elementwise.")
+
+add = _binary_op(Op.ADD, "add", "a + b with numpy broadcasting and promotion.")
+sub = _binary_op(Op.SUB, "sub", "a - b.")
+subtract = sub
+mul = _binary_op(Op.MUL, "mul", "a * b.")
+multiply = mul
+div = _binary_op(Op.DIV, "div", "a / b (true division: integers give float64, as numpy).")
+divide = div
+pow = _binary_op(Op.POW, "pow", "a ** b.")                      # noqa: A001 (numpy's name)
+power = pow
+maximum = _binary_op(Op.MAXIMUM, "maximum", "Elementwise maximum; NaN propagates.")
+minimum = _binary_op(Op.MINIMUM, "minimum", "Elementwise minimum; NaN propagates.")
+equal = _binary_op(Op.EQ, "equal", "a == b (bool).")
+not_equal = _binary_op(Op.NE, "not_equal", "a != b (bool).")
+less = _binary_op(Op.LT, "less", "a < b (bool).")
+less_equal = _binary_op(Op.LE, "less_equal", "a <= b (bool).")
+greater = _binary_op(Op.GT, "greater", "a > b (bool).")
+greater_equal = _binary_op(Op.GE, "greater_equal", "a >= b (bool).")
+logical_and = _binary_op(Op.LOGICAL_AND, "logical_and", "Logical and (bool).")
+logical_or = _binary_op(Op.LOGICAL_OR, "logical_or", "Logical or (bool).")
+
+
+@op
+def where(condition, x, y):
+    """x where condition is true, else y (numpy.where with three arguments)."""
+    c, a, b_ = _tensors(condition, x, y)
+    if isinstance(x, (bool, int, float)) and isinstance(y, (bool, int, float)):
+        a, b_ = node_of(x), node_of(y)
+    return wrap(b.elementwise(Op.WHERE, c, a, b_))
+
+
+@op
+def gelu(x, approximate: str = "none"):
+    """GELU: x * Phi(x) with the erf form, or the tanh approximation (approximate="tanh")."""
+    if approximate not in ("none", "tanh"):
+        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    return _elementwise(Op.GELU, x, arg=approximate)
+
+
+@op
+def leaky_relu(x, negative_slope: float = 0.01):
+    """x if x > 0 else negative_slope * x."""
+    return _elementwise(Op.LEAKY_RELU, x, arg=float(negative_slope))
+
+
+@op
+def hardtanh(x, min_val: float = -1.0, max_val: float = 1.0):
+    """Clamp to [min_val, max_val]."""
+    if min_val > max_val:
+        raise ValueError(f"hardtanh: min_val {min_val} > max_val {max_val}")
+    return _elementwise(Op.HARDTANH, x, arg=(float(min_val), float(max_val)))
+
+
+@op
+def astype(x, dtype):
+    """Convert to another dtype (as numpy's astype, unsafe casting)."""
+    return wrap(b.cast(node_of(x), dt.as_dtype(dtype)))
+
+
+# ---- reductions ------------------------------------------------------------------------------
+
+def _reduction(opcode: Op, name: str):
+    def f(x, axis=None, keepdims=False, **kw):
+        unsupported = set(kw) - {"dtype"}
+        if unsupported:
+            raise TraceError(f"{name}: arguments {sorted(unsupported)} are not supported")
+        node = node_of(x)
+        if kw.get("dtype") is not None:
+            node = b.cast(node, dt.as_dtype(kw["dtype"]))
+        axes = normalize_axes(axis, node.ndim, name)
+        if opcode in (Op.ARGMAX, Op.ARGMIN):
+            return _arg_reduction(opcode, node, axis, keepdims)
+        return wrap(b.reduce(opcode, node, axes, keepdims))
+    f.__name__ = name
+    f.__doc__ = f"numpy.{name} over `axis` (None: all axes), optionally keeping reduced axes."
+    return op(f)
+
+
+def _arg_reduction(opcode, node, axis, keepdims):
+    if axis is None:
+        flat = b.reshape(node, (math.prod(node.shape),))
+        out = b.reduce(opcode, flat, (0,), keepdims=False)
+        return wrap(b.reshape(out, (1,) * node.ndim) if keepdims else out)
+    ax = normalize_axis(axis, node.ndim, opcode.name.lower())
+    return wrap(b.reduce(opcode, node, (ax,), keepdims))
+
+
+sum = _reduction(Op.SUM, "sum")                                  # noqa: A001
+prod = _reduction(Op.PROD, "prod")
+max = _reduction(Op.MAX, "max")                                  # noqa: A001
+min = _reduction(Op.MIN, "min")                                  # noqa: A001
+mean = _reduction(Op.MEAN, "mean")
+argmax = _reduction(Op.ARGMAX, "argmax")
+argmin = _reduction(Op.ARGMIN, "argmin")
+amax, amin = max, min
+
+
+# ---- views -----------------------------------------------------------------------------------
+
+@op
+def reshape(x, shape):
+    """numpy.reshape (one -1 allowed); never copies."""
+    node = node_of(x)
+    return wrap(b.reshape(node, infer_reshape(node.shape, shape)))
+
+
+@op
+def transpose(x, axes=None):
+    """numpy.transpose: reverse the axes, or permute them as given."""
+    node = node_of(x)
+    if axes is None:
+        axes = tuple(reversed(range(node.ndim)))
+    axes = tuple(normalize_axis(a, node.ndim, "transpose") for a in axes)
+    if sorted(axes) != list(range(node.ndim)):
+        raise ShapeError(f"transpose: axes {axes} are not a permutation of {node.ndim} axes")
+    return wrap(b.node(Op.PERMUTE, node, arg=axes) if axes != tuple(range(node.ndim)) else node)
+
+
+@op
+def broadcast_to(x, shape):
+    """numpy.broadcast_to."""
+    return wrap(b.broadcast_to(node_of(x), as_shape(shape)))
+
+
+@op
+def expand_dims(x, axis):
+    """numpy.expand_dims (an int or a tuple of axes)."""
+    node = node_of(x)
+    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    ndim = node.ndim + len(axes)
+    axes = normalize_axes(axes, ndim, "expand_dims")
+    it = iter(node.shape)
+    return wrap(b.reshape(node, tuple(1 if i in axes else next(it) for i in range(ndim))))
+
+
+@op
+def squeeze(x, axis=None):
+    """numpy.squeeze: drop size-1 axes (all, or those given, which must have size 1)."""
+    node = node_of(x)
+    axes = tuple(i for i, d in enumerate(node.shape) if d == 1) if axis is None \
+        else normalize_axes(axis, node.ndim, "squeeze")
+    for a in axes:
+        if node.shape[a] != 1:
+            raise ShapeError(f"squeeze: axis {a} of shape {node.shape} does not have size 1")
+    return wrap(b.reshape(node, tuple(d for i, d in enumerate(node.shape) if i not in axes)))
+
+
+def getitem(x: Tracer, index) -> Tracer:
+    """Basic indexing: ints, slices (any step), None and Ellipsis. No copies."""
+    from .indexing import apply_index
+    return wrap(apply_index(x.node, index))
+
+
+# ---- contractions and row-wise composites ----------------------------------------------------
+
+@op
+def matmul(a, b_):
+    """numpy.matmul (1-D operands, batch broadcasting)."""
+    na, nb = _tensors(a, b_)
+    return wrap(b.matmul(na, nb))
+
+
+@op
+def softmax(x, axis: int = -1):
+    """exp(x - max) / sum(exp(x - max)) along axis."""
+    node = node_of(x)
+    node = b.cast(node, dt.float_result(node.dtype))
+    return wrap(b.node(Op.SOFTMAX, node, arg=normalize_axis(axis, node.ndim, "softmax")))
+
+
+@op
+def log_softmax(x, axis: int = -1):
+    """x - max - log(sum(exp(x - max))) along axis."""
+    node = node_of(x)
+    node = b.cast(node, dt.float_result(node.dtype))
+    return wrap(b.node(Op.LOG_SOFTMAX, node, arg=normalize_axis(axis, node.ndim, "log_softmax")))
+
+
+@op
+def layer_norm(x, weight=None, bias=None, eps: float = 1e-5):
+    """Normalize over the last axis to zero mean and unit variance, then * weight + bias."""
+    node = node_of(x)
+    node = b.cast(node, dt.float_result(node.dtype))
+    params = []
+    if weight is not None or bias is not None:
+        w = node_of(weight) if weight is not None else b.const_array(
+            np.ones(node.shape[-1], node.dtype.np))
+        params.append(b.cast(w, node.dtype))
+    if bias is not None:
+        params.append(b.cast(node_of(bias), node.dtype))
+    for p in params:
+        if p.shape != node.shape[-1:]:
+            raise ShapeError(f"layer_norm: weight/bias must have shape ({node.shape[-1]},), "
+                             f"got {p.shape}")
+    return wrap(b.node(Op.LAYER_NORM, node, *params, arg=float(eps)))

@@ -1,0 +1,90 @@
+"""Call signatures: turning user arguments into arrays we can hand to native code.
+
+`normalize(args)` makes every argument an aligned, native-byte-order ndarray of a supported
+dtype whose strides are whole elements (copying only when one of these fails), and returns
+its signature `(shape, dtype, strides in elements)`. `Spec` stands in for an array in the
+inspection APIs (`f.graph(jc.spec((4, 8), jc.float32))`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ir import dtypes as dt
+from ir.errors import DTypeError, ShapeError
+from ir.shapes import as_shape, contiguous_strides
+
+
+@dataclass(frozen=True)
+class Spec:
+    """A placeholder for an array of this shape and dtype (C-contiguous unless strides given)."""
+    shape: tuple
+    dtype: dt.DType
+    strides: tuple | None = None      # in elements
+
+
+def spec(shape, dtype=dt.float32, strides=None) -> Spec:
+    """An abstract argument for f.graph / f.kernels / f.llvm_ir / f.asm / f.explain."""
+    shape = as_shape(shape)
+    return Spec(shape, dt.as_dtype(dtype), tuple(strides) if strides else None)
+
+
+def to_array(x, position: int, name: str) -> np.ndarray:
+    """An ndarray the kernels can read in place, converting (copying) only when needed."""
+    if not isinstance(x, np.ndarray) or type(x) is not np.ndarray:
+        try:
+            x = np.asarray(x)
+        except Exception as e:
+            raise DTypeError(f"argument {position} ({name}): cannot convert "
+                             f"{type(x).__name__} to an array: {e}") from None
+    if x.dtype.kind in "OUSVMmc" or x.dtype.fields is not None:
+        raise DTypeError(f"argument {position} ({name}): dtype {x.dtype} is not supported; "
+                         f"supported: {dt.SUPPORTED_NAMES}")
+    if not x.dtype.isnative:
+        x = x.astype(x.dtype.newbyteorder("="))
+    try:
+        dt.as_dtype(x.dtype)
+    except DTypeError:
+        raise DTypeError(f"argument {position} ({name}): dtype {x.dtype} is not supported; "
+                         f"supported: {dt.SUPPORTED_NAMES}") from None
+    if not x.flags.aligned or any(s % x.itemsize for s in x.strides):
+        x = np.ascontiguousarray(x)
+    return x
+
+
+def array_signature(x: np.ndarray) -> tuple:
+    strides = tuple(s // x.itemsize for s in x.strides)
+    if strides == contiguous_strides(x.shape) or x.size <= 1:
+        strides = None               # the common case shares one compiled layout
+    return x.shape, dt.as_dtype(x.dtype), strides
+
+
+def signature_of(x, position: int, name: str) -> tuple:
+    """(shape, DType, strides or None) for an array, array-like or Spec."""
+    if isinstance(x, Spec):
+        return x.shape, x.dtype, x.strides
+    return array_signature(to_array(x, position, name))
+
+
+def describe(sig) -> str:
+    shape, dtype, strides = sig
+    s = f"{dtype.name}{list(shape)}"
+    return s + (f" strides={list(strides)}" if strides else "")
+
+
+def check_out(out, expected: list) -> list:
+    """Validate `out=` against the expected (shape, DType) of each output."""
+    outs = list(out) if isinstance(out, (tuple, list)) else [out]
+    if len(outs) != len(expected):
+        raise ShapeError(f"out= needs {len(expected)} array(s), got {len(outs)}")
+    for i, (o, (shape, dtype)) in enumerate(zip(outs, expected)):
+        if not isinstance(o, np.ndarray):
+            raise DTypeError(f"out[{i}] must be a numpy array, got {type(o).__name__}")
+        if o.shape != shape:
+            raise ShapeError(f"out[{i}] has shape {o.shape}, expected {shape}")
+        if o.dtype != dtype.np:
+            raise DTypeError(f"out[{i}] has dtype {o.dtype}, expected {dtype.name}")
+        if not o.flags.writeable:
+            raise ValueError(f"out[{i}] is read-only")
+    return outs

@@ -1,0 +1,180 @@
+"""Tracer values: what a jitted function sees instead of arrays while it is traced.
+
+A Tracer wraps one IR node. Operators, methods, indexing and numpy's protocols
+(`__array_ufunc__`, `__array_function__`) all record ops through `jitcore.ops`, so
+`np.exp(x)`, `x.sum(axis=1)` and `jc.exp(x)` build the same graph. Anything that would need
+a tensor's *value* at trace time (if/while on it, float(x), np.asarray(x)) raises TraceError.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ir import build as b
+from ir.errors import TraceError
+from ir.graph import Node
+
+
+class Tracer:
+    __slots__ = ("node",)
+    __array_priority__ = 1000          # numpy defers binary operators to us
+
+    def __init__(self, node: Node):
+        self.node = node
+
+    # -- static facts (known at trace time) -------------------------------------------------
+    @property
+    def shape(self) -> tuple:
+        return self.node.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.node.dtype.np
+
+    @property
+    def ndim(self) -> int:
+        return self.node.ndim
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.node.shape, dtype=np.int64))
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    def __repr__(self) -> str:
+        return f"Tracer({self.node.dtype.name}{list(self.shape)}, op={self.node.op.name.lower()})"
+
+    # -- values are unknown while tracing -------------------------------------------------------
+    def _no_value(self, what):
+        raise TraceError(
+            f"{what} of a traced tensor {self.node.dtype.name}{list(self.shape)}: its value is "
+            "not known while tracing. Use jc.where(...) instead of if/else on tensor values, "
+            "and return arrays instead of converting them.")
+
+    def __bool__(self):
+        self._no_value("truth value (if/while/and/or)")
+
+    def __float__(self):
+        self._no_value("float()")
+
+    def __int__(self):
+        self._no_value("int()")
+
+    def __index__(self):
+        self._no_value("use as an index")
+
+    def __array__(self, dtype=None, copy=None):
+        self._no_value("conversion to a numpy array")
+
+    def __iter__(self):
+        self._no_value("iteration")
+
+    def __hash__(self):
+        return id(self)
+
+    # -- numpy protocols ----------------------------------------------------------------------
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        from .numpy_compat import apply_ufunc
+        return apply_ufunc(ufunc, method, inputs, kwargs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        from .numpy_compat import apply_function
+        return apply_function(func, args, kwargs)
+
+    # -- methods ------------------------------------------------------------------------------
+    def sum(self, axis=None, keepdims=False, dtype=None):
+        return _ops().sum(self, axis, keepdims=keepdims, dtype=dtype)
+
+    def mean(self, axis=None, keepdims=False):
+        return _ops().mean(self, axis, keepdims=keepdims)
+
+    def prod(self, axis=None, keepdims=False):
+        return _ops().prod(self, axis, keepdims=keepdims)
+
+    def max(self, axis=None, keepdims=False):
+        return _ops().max(self, axis, keepdims=keepdims)
+
+    def min(self, axis=None, keepdims=False):
+        return _ops().min(self, axis, keepdims=keepdims)
+
+    def argmax(self, axis=None, keepdims=False):
+        return _ops().argmax(self, axis, keepdims=keepdims)
+
+    def argmin(self, axis=None, keepdims=False):
+        return _ops().argmin(self, axis, keepdims=keepdims)
+
+    def reshape(self, *shape):
+        return _ops().reshape(self, shape[0] if len(shape) == 1 else shape)
+
+    def transpose(self, *axes):
+        return _ops().transpose(self, (axes[0] if len(axes) == 1 else axes) or None)
+
+    @property
+    def T(self):
+        return _ops().transpose(self)
+
+    def astype(self, dtype):
+        return _ops().astype(self, dtype)
+
+    def broadcast_to(self, shape):
+        return _ops().broadcast_to(self, shape)
+
+    def __getitem__(self, index):
+        return _ops().getitem(self, index)
+
+    def __setitem__(self, index, value):
+        raise TraceError("in-place assignment to a traced tensor is not supported; "
+                         "use jc.where(mask, value, x) to build the updated tensor")
+
+
+def _ops():
+    from . import ops
+    return ops
+
+
+def _binary(name, reflected=False):
+    def method(self, other):
+        fn = getattr(_ops(), name)
+        return fn(other, self) if reflected else fn(self, other)
+    method.__name__ = f"__{'r' if reflected else ''}{name}__"
+    return method
+
+
+for _dunder, _fn in [("add", "add"), ("sub", "sub"), ("mul", "mul"), ("truediv", "div"),
+                     ("pow", "pow"), ("matmul", "matmul")]:
+    setattr(Tracer, f"__{_dunder}__", _binary(_fn))
+    setattr(Tracer, f"__r{_dunder}__", _binary(_fn, reflected=True))
+for _dunder, _fn in [("eq", "equal"), ("ne", "not_equal"), ("lt", "less"), ("le", "less_equal"),
+                     ("gt", "greater"), ("ge", "greater_equal"), ("and", "logical_and"),
+                     ("or", "logical_or")]:
+    setattr(Tracer, f"__{_dunder}__", _binary(_fn))
+Tracer.__rand__ = _binary("logical_and", reflected=True)
+Tracer.__ror__ = _binary("logical_or", reflected=True)
+Tracer.__neg__ = lambda self: _ops().neg(self)
+Tracer.__pos__ = lambda self: self
+Tracer.__abs__ = lambda self: _ops().abs(self)
+Tracer.__invert__ = lambda self: _ops().logical_not(self)
+
+
+def node_of(x, like: Node | None = None) -> Node:
+    """The IR node for an operand: a Tracer's node, or a constant.
+
+    Python scalars are weak (NEP 50): next to a tensor `like` they take its dtype when their
+    kind allows. numpy arrays and numpy scalars are strong constants.
+    """
+    if isinstance(x, Tracer):
+        return x.node
+    if isinstance(x, (bool, int, float)) and not isinstance(x, np.generic):
+        from ir import dtypes as dt
+        d = dt.promote_with_weak(like.dtype, x) if like is not None else dt.weak_scalar_dtype(x)
+        return b.const(x, d)
+    if isinstance(x, (np.ndarray, np.generic, list, tuple)):
+        arr = np.asarray(x)
+        return b.const_array(arr)
+    raise TraceError(f"cannot use {type(x).__name__} {x!r} as a tensor operand")
+
+
+def wrap(node: Node) -> Tracer:
+    return Tracer(node)

@@ -1,0 +1,121 @@
+"""Composite ops -> primitives. One function per composite, in an op -> rule table.
+
+Every rule builds with `ir.build`, so the result is typed and verified like user graphs.
+The composites stay visible in `f.graph(...)`; the kernels show what they became.
+"""
+from __future__ import annotations
+
+import math
+
+from ir import build as b
+from ir.graph import Node
+from ir.ops import Op
+
+from .rewrite import rewrite, table_rule
+
+
+def E(op: Op, *src: Node, arg=None) -> Node:
+    return b.elementwise(op, *src, arg=arg)
+
+
+def c(value, like: Node) -> Node:
+    return b.const(value, like.dtype)
+
+
+def _relu(x):
+    return E(Op.MAXIMUM, x, c(0, x))
+
+
+def _clamp(x, lo, hi):
+    return E(Op.MINIMUM, E(Op.MAXIMUM, x, c(lo, x)), c(hi, x))
+
+
+def _sigmoid(x):
+    return E(Op.DIV, c(1, x), E(Op.ADD, c(1, x), E(Op.EXP, E(Op.NEG, x))))
+
+
+def _gelu(n):
+    x = n.src[0]
+    half_x = E(Op.MUL, c(0.5, x), x)
+    if n.arg == "tanh":
+        cube = E(Op.MUL, E(Op.MUL, x, x), x)
+        inner = E(Op.MUL, c(math.sqrt(2 / math.pi), x), E(Op.ADD, x, E(Op.MUL, c(0.044715, x), cube)))
+        return E(Op.MUL, half_x, E(Op.ADD, c(1, x), E(Op.TANH, inner)))
+    return E(Op.MUL, half_x, E(Op.ADD, c(1, x), E(Op.ERF, E(Op.MUL, x, c(math.sqrt(0.5), x)))))
+
+
+def _hardsigmoid(x):
+    return E(Op.DIV, _clamp(E(Op.ADD, x, c(3, x)), 0, 6), c(6, x))
+
+
+def _mean(n):
+    x = b.cast(n.src[0], n.dtype)
+    count = math.prod(x.shape[a] for a in n.arg)
+    return E(Op.DIV, b.node(Op.SUM, x, arg=n.arg), c(count, x))
+
+
+def _shifted(n):
+    """x - max(x, axis) for softmax and log_softmax (keeps exp from overflowing)."""
+    x, axes = n.src[0], (n.arg,)
+    return E(Op.SUB, x, b.node(Op.MAX, x, arg=axes))
+
+
+def _softmax(n):
+    e = E(Op.EXP, _shifted(n))
+    return E(Op.DIV, e, b.node(Op.SUM, e, arg=(n.arg,)))
+
+
+def _log_softmax(n):
+    s = _shifted(n)
+    return E(Op.SUB, s, E(Op.LOG, b.node(Op.SUM, E(Op.EXP, s), arg=(n.arg,))))
+
+
+def _layer_norm(n):
+    x, params = n.src[0], n.src[1:]
+    axes = (x.ndim - 1,)
+    count = c(x.shape[-1], x)
+    centered = E(Op.SUB, x, E(Op.DIV, b.node(Op.SUM, x, arg=axes), count))
+    var = E(Op.DIV, b.node(Op.SUM, E(Op.MUL, centered, centered), arg=axes), count)
+    y = E(Op.DIV, centered, E(Op.SQRT, E(Op.ADD, var, c(n.arg, x))))
+    if len(params) >= 1:
+        y = E(Op.MUL, y, params[0])
+    if len(params) == 2:
+        y = E(Op.ADD, y, params[1])
+    return y
+
+
+def _matmul(n):
+    """(..., M, K) @ (..., K, N) = sum over K of the broadcast product (..., M, K, N)."""
+    a, w = n.src
+    m, k = a.shape[-2:]
+    batch, nn = a.shape[:-2], w.shape[-1]
+    prod_shape = batch + (m, k, nn)
+    lhs = b.broadcast_to(b.reshape(a, batch + (m, k, 1)), prod_shape)
+    rhs = b.broadcast_to(b.reshape(w, batch + (1, k, nn)), prod_shape)
+    summed = b.node(Op.SUM, E(Op.MUL, lhs, rhs), arg=(len(prod_shape) - 2,))
+    return b.reshape(summed, n.shape)
+
+
+RULES = {
+    Op.RSQRT: lambda n: E(Op.DIV, c(1, n.src[0]), E(Op.SQRT, n.src[0])),
+    Op.RECIPROCAL: lambda n: E(Op.DIV, c(1, n.src[0]), n.src[0]),
+    Op.SIGMOID: lambda n: _sigmoid(n.src[0]),
+    Op.RELU: lambda n: _relu(n.src[0]),
+    Op.RELU6: lambda n: _clamp(n.src[0], 0, 6),
+    Op.HARDTANH: lambda n: _clamp(n.src[0], *n.arg),
+    Op.LEAKY_RELU: lambda n: E(Op.WHERE, E(Op.GT, n.src[0], c(0, n.src[0])), n.src[0],
+                               E(Op.MUL, n.src[0], c(n.arg, n.src[0]))),
+    Op.SILU: lambda n: E(Op.MUL, n.src[0], _sigmoid(n.src[0])),
+    Op.HARDSIGMOID: lambda n: _hardsigmoid(n.src[0]),
+    Op.HARDSWISH: lambda n: E(Op.MUL, n.src[0], _hardsigmoid(n.src[0])),
+    Op.GELU: _gelu,
+    Op.MEAN: _mean,
+    Op.SOFTMAX: _softmax,
+    Op.LOG_SOFTMAX: _log_softmax,
+    Op.LAYER_NORM: _layer_norm,
+    Op.MATMUL: _matmul,
+}
+
+
+def decompose(graph):
+    return rewrite(graph, table_rule(RULES))

@@ -1,0 +1,164 @@
+"""Loop-level kernels: what lowering produces and codegen consumes.
+
+A kernel is a loop nest (outermost first) with one or more stores. Each stored value is an
+expression DAG of `Load`, `Const` and `Compute` nodes whose indices are symbolic in the loop
+variables. A reduction kernel carries a `Reduction`: its loops include the reduced variables,
+and each store writes the reduction of its value over them.
+
+Loop order encodes the kernel's shape:
+- pointwise:            parallel loops only; the last one is the vector loop.
+- horizontal reduction: parallel loops, then reduce loops; the last reduce loop is vectorized.
+- vertical reduction:   parallel loops, reduce loops, then one parallel loop that is vectorized
+                        (accumulators live across the reduce loops, one per vector lane).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ir.dtypes import DType
+from ir.ops import Op
+
+from .symbolic import Lin, Var
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """A memory region the compiled graph reads or writes.
+
+    kind: "input" (a user array), "const" (a captured array), "output" (allocated by the
+    caller), "temp" (allocated by the entry function). `slot` is the position in the entry
+    function's array list. Strides are in elements and may be negative or zero.
+    """
+    name: str
+    kind: str
+    dtype: DType
+    shape: tuple
+    strides: tuple
+    slot: int
+
+    @property
+    def nbytes(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n * self.dtype.itemsize
+
+
+@dataclass(frozen=True, eq=False)
+class Load:
+    buffer: Buffer
+    offset: Lin
+
+    @property
+    def dtype(self) -> DType:
+        return self.buffer.dtype
+
+
+@dataclass(frozen=True, eq=False)
+class Const:
+    value: object
+    dtype: DType
+
+
+@dataclass(frozen=True, eq=False)
+class Compute:
+    """An elementwise primitive (an `ir.ops.Op` of UNARY_PRIMITIVE, BINARY or WHERE)."""
+    op: Op
+    dtype: DType
+    src: tuple
+    arg: object = None
+
+
+@dataclass(frozen=True, eq=False)
+class Store:
+    buffer: Buffer
+    offset: Lin
+    value: object
+
+
+@dataclass(frozen=True)
+class Loop:
+    var: Var
+    kind: str            # "parallel" or "reduce"
+
+
+@dataclass(frozen=True)
+class Reduction:
+    op: Op               # SUM, PROD, MAX, MIN, ARGMAX, ARGMIN
+    dtype: DType         # accumulator dtype (= the stored dtype; int64 for arg-reductions)
+
+
+@dataclass
+class Kernel:
+    name: str
+    loops: list
+    stores: list
+    reduction: Reduction | None = None
+    ops: tuple = ()                  # the graph ops fused into this kernel, for inspection
+    # filled by the legality pass
+    vector_bits: int = 0
+    lanes: int = 1
+    vectorized: bool = False
+    reason: str | None = None
+    notes: dict = field(default_factory=dict)
+
+    @property
+    def kind(self) -> str:
+        if self.reduction is None:
+            return "pointwise"
+        return "reduce_vertical" if self.loops[-1].kind == "parallel" else "reduce_horizontal"
+
+    @property
+    def range_extent(self) -> int:
+        """Iterations of the loop that a kernel call's [start, stop) covers: the first loop
+        when it is parallel, else a single trip (1)."""
+        return self.loops[0].var.extent if self.loops and self.loops[0].kind == "parallel" else 1
+
+    @property
+    def vector_var(self) -> Var | None:
+        return self.loops[-1].var if self.loops else None
+
+    @property
+    def loop_nest(self) -> str:
+        """e.g. `for i0 in 0..4096 (parallel), i1 in 0..1024 (reduce, vector)`."""
+        parts = []
+        for i, lp in enumerate(self.loops):
+            tag = lp.kind + (", vector" if self.vectorized and i == len(self.loops) - 1 else "")
+            parts.append(f"{lp.var.name} in 0..{lp.var.extent} ({tag})")
+        return "for " + ", ".join(parts) if parts else "(no loops)"
+
+    def loads(self) -> list:
+        return [n for n in walk([s.value for s in self.stores]) if isinstance(n, Load)]
+
+    def buffers(self) -> list:
+        seen = {}
+        for b in [ld.buffer for ld in self.loads()] + [s.buffer for s in self.stores]:
+            seen.setdefault(b.name, b)
+        return list(seen.values())
+
+    def dtypes(self) -> set:
+        return {n.dtype for n in walk([s.value for s in self.stores])} | \
+            {s.buffer.dtype for s in self.stores}
+
+    def iterations(self) -> int:
+        n = 1
+        for lp in self.loops:
+            n *= lp.var.extent
+        return n
+
+
+def walk(roots) -> list:
+    """Every expression node reachable from roots, sources before users, each once."""
+    order, seen = [], set()
+
+    def visit(n):
+        if id(n) in seen:
+            return
+        seen.add(id(n))
+        for s in getattr(n, "src", ()):
+            visit(s)
+        order.append(n)
+
+    for r in roots:
+        visit(r)
+    return order

@@ -1,0 +1,82 @@
+"""Vectorization legality: a pure analysis that decides, per kernel, vector or scalar and why.
+
+The checks are a table of `(reason, predicate)` pairs tried in order; the first predicate that
+holds names the reason the kernel stays scalar. The vocabulary is fixed (REASONS), so tools and
+tests can count kernels by reason. The vector loop is always the kernel's last loop.
+"""
+from __future__ import annotations
+
+from ir.ops import INDEX_REDUCE
+
+from .kernel import Kernel, walk
+
+REASONS = (
+    "no_loops",               # a single element: nothing to vectorize
+    "unsupported_op:<op>",    # an op without a vector form (arg-reductions for now)
+    "non_contiguous_load",    # a load walks the vector loop with a stride other than 0 or 1
+    "non_contiguous_store",   # the store does not walk the vector loop with stride 1
+    "short_inner_loop",       # the vector loop has fewer iterations than one vector
+)
+
+
+def lanes_for(kernel: Kernel, vector_bits: int) -> int:
+    """Lanes per vector: the register width over the widest element type in the kernel."""
+    widest = max((d.bits for d in kernel.dtypes()), default=8)
+    return max(vector_bits // widest, 1)
+
+
+def _unsupported_op(kernel: Kernel):
+    if kernel.reduction is not None and kernel.reduction.op in INDEX_REDUCE:
+        return kernel.reduction.op.name.lower()
+    return None
+
+
+def _bad_load(kernel: Kernel) -> bool:
+    var = kernel.vector_var
+    return any(ld.offset.coeff(var) not in (0, 1) for ld in kernel.loads())
+
+
+def _bad_store(kernel: Kernel) -> bool:
+    var = kernel.vector_var
+    want = 0 if kernel.kind == "reduce_horizontal" else 1
+    return any(s.offset.coeff(var) != want for s in kernel.stores)
+
+
+CHECKS = (
+    ("no_loops", lambda k, lanes: not k.loops),
+    ("unsupported_op", lambda k, lanes: _unsupported_op(k)),
+    ("non_contiguous_load", lambda k, lanes: _bad_load(k)),
+    ("non_contiguous_store", lambda k, lanes: _bad_store(k)),
+    ("short_inner_loop", lambda k, lanes: k.vector_var.extent < lanes),
+)
+
+
+def check(kernel: Kernel, vector_bits: int) -> Kernel:
+    """Fill in the kernel's vector decision (lanes, vectorized, reason) and return it."""
+    lanes = lanes_for(kernel, vector_bits)
+    kernel.vector_bits, kernel.lanes = vector_bits, lanes
+    for reason, predicate in CHECKS:
+        hit = predicate(kernel, lanes)
+        if hit:
+            kernel.vectorized = False
+            kernel.reason = f"{reason}:{hit}" if isinstance(hit, str) else reason
+            kernel.lanes = 1
+            return kernel
+    kernel.vectorized, kernel.reason = True, None
+    return kernel
+
+
+def coverage(kernels: list) -> tuple:
+    """(vectorized kernels, all kernels)."""
+    return sum(k.vectorized for k in kernels), len(kernels)
+
+
+def flops(kernel: Kernel) -> int:
+    """Arithmetic ops per kernel run (each Compute counts one per iteration; reductions one more)."""
+    per_iter = sum(1 for n in walk([s.value for s in kernel.stores]) if hasattr(n, "op"))
+    return kernel.iterations() * (per_iter + (kernel.reduction is not None))
+
+
+def bytes_moved(kernel: Kernel) -> int:
+    """A lower bound on memory traffic: every buffer the kernel touches, read or written once."""
+    return sum(b.nbytes for b in kernel.buffers())

@@ -1,0 +1,288 @@
+"""Lowering: a primitive graph -> buffers and loop-nest kernels.
+
+Which nodes get memory (the fusion rule of this stage):
+  - graph outputs and reductions are always materialized;
+  - a computed node that a broadcast replicates (EXPAND by a factor > 1) is materialized,
+    so that e.g. `relu(a) @ w` or `exp(x)[:, None] + y` never recompute it per copy;
+  - everything else (elementwise ops, casts, views) is inlined into the kernel that reads it.
+A materialized node that a later kernel needs is loaded from its buffer, not recomputed.
+
+Views become index arithmetic: a kernel evaluates a node at a tuple of symbolic indices, and
+each view op maps its output indices to its source's. Loads then turn the indices into an
+offset with the buffer's strides (input strides come from the caller's arrays, so transposed
+or negatively strided inputs are read in place).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ir.errors import CompileError
+from ir.graph import Graph, Node
+from ir.ops import ELEMENTWISE, REDUCE, Op
+from ir.shapes import contiguous_strides, numel
+
+from .kernel import Buffer, Compute, Const, Kernel, Load, Loop, Reduction, Store
+from .symbolic import Lin, Var, floordiv, lin, mod, substitute
+
+VIEWS_THROUGH = (Op.RESHAPE, Op.PERMUTE, Op.EXPAND, Op.SLICE)
+
+
+@dataclass
+class LoweredGraph:
+    """Buffers by slot (inputs, consts, outputs, temps in that order) and kernels in run order."""
+    name: str
+    buffers: list
+    kernels: list
+    n_inputs: int
+    consts: list            # ConstArray per const slot, in slot order
+    outputs: list           # buffer slot of each graph output (repeats allowed)
+
+    def buffers_of_kind(self, kind: str) -> list:
+        return [b for b in self.buffers if b.kind == kind]
+
+
+def _strip_views(node: Node) -> Node:
+    while node.op in VIEWS_THROUGH:
+        node = node.src[0]
+    return node
+
+
+def materialized_nodes(graph: Graph) -> list:
+    """The nodes that get a buffer of their own, in topological order."""
+    chosen = {id(o) for o in graph.outputs}
+    for n in graph.nodes():
+        if n.op in REDUCE:
+            chosen.add(id(n))
+        if n.op == Op.EXPAND and numel(n.shape) > numel(n.src[0].shape):
+            base = _strip_views(n.src[0])
+            if base.op not in (Op.INPUT, Op.CONST):
+                chosen.add(id(base))
+        if n.op == Op.POW and n.dtype.is_int:
+            raise CompileError("pow: integer powers need a constant exponent of 0.5, 1, 2 or 3; "
+                               "cast the base to a float dtype for other exponents")
+    return [n for n in graph.nodes() if id(n) in chosen and n.op != Op.INPUT
+            or n.op == Op.INPUT and id(n) in {id(o) for o in graph.outputs}]
+
+
+def view_index(node: Node, idx: tuple) -> tuple:
+    """Map indices into a view's output to indices into its source."""
+    src = node.src[0]
+    if node.op == Op.PERMUTE:
+        out = [None] * len(idx)
+        for k, p in enumerate(node.arg):
+            out[p] = idx[k]
+        return tuple(out)
+    if node.op == Op.EXPAND:
+        return tuple(lin(0) if s == 1 and d != 1 else i
+                     for i, s, d in zip(idx, src.shape, node.shape))
+    if node.op == Op.SLICE:
+        return tuple(i * step + start for i, (start, _, step) in zip(idx, node.arg))
+    return _reshape_index(src.shape, node.shape, idx)
+
+
+def _reshape_index(src_shape, out_shape, idx):
+    if [d for d in src_shape if d != 1] == [d for d in out_shape if d != 1]:
+        it = iter(i for i, d in zip(idx, out_shape) if d != 1)   # only unit dims change
+        return tuple(lin(0) if d == 1 else next(it) for d in src_shape)
+    flat = lin(0)
+    for i, s in zip(idx, contiguous_strides(out_shape)):
+        flat = flat + i * s
+    return tuple(mod(floordiv(flat, s), d) for s, d in zip(contiguous_strides(src_shape), src_shape))
+
+
+class _KernelBuilder:
+    """Builds the expression of one materialized node, inlining what is not materialized."""
+
+    def __init__(self, lowering: "_Lowering", target: Node):
+        self.lowering, self.target, self.memo, self.ops = lowering, target, {}, []
+
+    def value(self, node: Node, idx: tuple):
+        key = (id(node), idx)
+        if key not in self.memo:
+            self.memo[key] = self._value(node, idx)
+        return self.memo[key]
+
+    def _value(self, node: Node, idx: tuple):
+        buf = self.lowering.read_buffer.get(id(node))
+        if buf is not None and (node is not self.target or node.op in (Op.INPUT, Op.CONST)):
+            return Load(buf, offset(buf, idx))
+        if node.op == Op.CONST:
+            return Const(node.arg, node.dtype)
+        if node.op in VIEWS_THROUGH:
+            return self.value(node.src[0], view_index(node, idx))
+        if node.op in ELEMENTWISE:
+            self.ops.append(node.op.name.lower())
+            return Compute(node.op, node.dtype, tuple(self.value(s, idx) for s in node.src),
+                           node.arg)
+        raise CompileError(f"lowering: {node.op.name.lower()} cannot be inlined here")
+
+
+def offset(buf: Buffer, idx: tuple) -> Lin:
+    out = lin(0)
+    for i, s in zip(idx, buf.strides):
+        if s:
+            out = out + lin(i) * s
+    return out
+
+
+class _Lowering:
+    def __init__(self, graph: Graph, input_strides: dict):
+        self.graph, self.buffers, self.read_buffer, self.consts = graph, [], {}, []
+        for node in graph.inputs:
+            strides = input_strides.get(node.arg) or contiguous_strides(node.shape)
+            self.read_buffer[id(node)] = self._buffer(node.arg, "input", node, strides)
+        for node in graph.nodes():
+            if node.op == Op.CONST and node.shape != ():
+                self.consts.append(node.arg)
+                self.read_buffer[id(node)] = self._buffer(f"const{len(self.consts) - 1}",
+                                                          "const", node)
+
+    def _buffer(self, name, kind, node, strides=None) -> Buffer:
+        buf = Buffer(name, kind, node.dtype, node.shape,
+                     tuple(strides or contiguous_strides(node.shape)), len(self.buffers))
+        self.buffers.append(buf)
+        return buf
+
+    def run(self) -> LoweredGraph:
+        mats = materialized_nodes(self.graph)
+        out_ids = [id(o) for o in self.graph.outputs]
+        write_buffer = {}
+        for node in mats:                                  # outputs first: fixed slot order
+            if id(node) in out_ids:
+                write_buffer[id(node)] = self._buffer(f"out{out_ids.index(id(node))}",
+                                                      "output", node)
+        mats = self._write_reshaped_outputs_in_place(mats, write_buffer)
+        for node in mats:
+            if id(node) not in write_buffer:
+                write_buffer[id(node)] = self._buffer(f"t{len(self.buffers)}", "temp", node)
+        kernels = []
+        for node in mats:
+            kernels.append(self._kernel(node, write_buffer[id(node)], len(kernels)))
+            if node.op not in (Op.INPUT, Op.CONST):
+                self.read_buffer[id(node)] = write_buffer[id(node)]
+        outputs = [write_buffer[i].slot for i in out_ids]
+        return LoweredGraph(self.graph.name, self.buffers, kernels, len(self.graph.inputs),
+                            self.consts, outputs)
+
+    def _write_reshaped_outputs_in_place(self, mats: list, write_buffer: dict) -> list:
+        """An output that only reshapes a materialized node (`x.sum(axis=1)` drops a kept axis)
+        needs no copy: the node is computed straight into the output's memory."""
+        mat_ids = {id(n) for n in mats}
+        aliased = set()
+        for out in self.graph.outputs:
+            src = out
+            while src.op == Op.RESHAPE:
+                src = src.src[0]
+            if src is out or id(src) not in mat_ids or id(src) in write_buffer \
+                    or src.op in (Op.INPUT, Op.CONST):
+                continue
+            buf = write_buffer[id(out)]
+            write_buffer[id(src)] = Buffer(buf.name, "output", src.dtype, src.shape,
+                                           contiguous_strides(src.shape), buf.slot)
+            aliased.add(id(out))
+        return [n for n in mats if id(n) not in aliased]
+
+    def _kernel(self, node: Node, out: Buffer, index: int) -> Kernel:
+        kb = _KernelBuilder(self, node)
+        if node.op in REDUCE:
+            src = node.src[0]
+            dims = [Var(f"i{k}", d) for k, d in enumerate(src.shape)]
+            value = kb.value(src, tuple(lin(v) for v in dims))
+            out_idx = tuple(lin(0) if k in node.arg else lin(v) for k, v in enumerate(dims))
+            kinds = ["reduce" if k in node.arg else "parallel" for k in range(len(dims))]
+            reduction = Reduction(node.op, node.dtype)
+            ops = tuple(kb.ops) + (node.op.name.lower(),)
+        else:
+            dims = [Var(f"i{k}", d) for k, d in enumerate(node.shape)]
+            value = kb.value(node, tuple(lin(v) for v in dims))
+            out_idx = tuple(lin(v) for v in dims)
+            kinds = ["parallel"] * len(dims)
+            reduction, ops = None, tuple(kb.ops) or ("copy",)
+        store = Store(out, offset(out, out_idx), value)
+        loops = [Loop(v, k) for v, k in zip(dims, kinds) if v.extent != 1]
+        kernel = Kernel(f"k{index}_{ops[-1]}", loops, [store], reduction, ops)
+        return order_and_collapse(kernel)
+
+
+# ---- loop order and dimension collapsing -----------------------------------------------------
+
+def _offsets(kernel: Kernel) -> list:
+    return [ld.offset for ld in kernel.loads()] + [s.offset for s in kernel.stores]
+
+
+def _vector_fitness(kernel: Kernel, var: Var) -> tuple:
+    """(no access gathers along var, bytes walked with stride 1 along var): higher is better."""
+    accesses = [(ld.offset, ld.buffer) for ld in kernel.loads()] + \
+        [(s.offset, s.buffer) for s in kernel.stores]
+    coeffs = [(off.coeff(var), buf) for off, buf in accesses]
+    legal = all(c in (0, 1) for c, _ in coeffs)
+    return legal, sum(buf.nbytes for c, buf in coeffs if c == 1)
+
+
+def _choose_order(kernel: Kernel) -> list:
+    """Reductions: vectorize the variable along which most bytes are walked with stride 1
+    (ties: the innermost), preferring variables that no access gathers along."""
+    loops = kernel.loops
+    if kernel.reduction is None or not loops:
+        return loops
+    best = max(reversed(loops), key=lambda lp: _vector_fitness(kernel, lp.var))
+    if kernel.reduction.op in (Op.ARGMAX, Op.ARGMIN):
+        best = [lp for lp in loops if lp.kind == "reduce"][-1]
+    rest = [lp for lp in loops if lp is not best]
+    parallel = [lp for lp in rest if lp.kind == "parallel"]
+    reduce = [lp for lp in rest if lp.kind == "reduce"]
+    return parallel + reduce + [best]
+
+
+def _mergeable(offsets: list, outer: Var, inner: Var) -> bool:
+    for off in offsets:
+        co, ci = off.coeff(outer), off.coeff(inner)
+        if co is None or ci is None or co != ci * inner.extent:
+            return False
+    return True
+
+
+def _rebuild(kernel: Kernel, loops: list, mapping: dict) -> Kernel:
+    """The same kernel over new loop variables; `mapping` gives old vars as expressions."""
+    memo = {}
+
+    def conv(n):
+        if id(n) in memo:
+            return memo[id(n)]
+        if isinstance(n, Load):
+            out = Load(n.buffer, substitute(n.offset, mapping))
+        elif isinstance(n, Compute):
+            out = Compute(n.op, n.dtype, tuple(conv(s) for s in n.src), n.arg)
+        else:
+            out = n
+        memo[id(n)] = out
+        return out
+
+    stores = [Store(s.buffer, substitute(s.offset, mapping), conv(s.value)) for s in kernel.stores]
+    return Kernel(kernel.name, loops, stores, kernel.reduction, kernel.ops)
+
+
+def order_and_collapse(kernel: Kernel) -> Kernel:
+    """Put the loops in codegen order and merge neighbours that walk memory as one loop."""
+    loops = _choose_order(kernel)
+    kernel = Kernel(kernel.name, loops, kernel.stores, kernel.reduction, kernel.ops)
+    changed = True
+    while changed:
+        changed = False
+        offsets = _offsets(kernel)
+        for a, b in zip(kernel.loops, kernel.loops[1:]):
+            if a.kind != b.kind or not _mergeable(offsets, a.var, b.var):
+                continue
+            merged = Var(f"{a.var.name}{b.var.name}", a.var.extent * b.var.extent)
+            mapping = {a.var: floordiv(lin(merged), b.var.extent),
+                       b.var: mod(lin(merged), b.var.extent)}
+            loops = [Loop(merged, a.kind) if lp is a else lp for lp in kernel.loops if lp is not b]
+            kernel = _rebuild(kernel, loops, mapping)
+            changed = True
+            break
+    return kernel
+
+
+def lower(graph: Graph, input_strides: dict | None = None) -> LoweredGraph:
+    """Lower a primitive graph. `input_strides` maps input names to strides in elements."""
+    return _Lowering(graph, input_strides or {}).run()

@@ -1,0 +1,21 @@
+"""The pass pipeline as one straight-line function of named stages, verifying between them."""
+from __future__ import annotations
+
+from ir.graph import Graph
+from ir.verifier import verify
+
+from .decompose import decompose
+from .legality import check
+from .lower import LoweredGraph, lower
+from .simplify import simplify
+
+
+def run_pipeline(graph: Graph, vector_bits: int, input_strides: dict | None = None) -> LoweredGraph:
+    """Graph -> verified primitive graph -> kernels with vectorization decisions."""
+    graph = verify(graph)
+    graph = verify(decompose(graph))
+    graph = verify(simplify(graph))
+    lowered = lower(graph, input_strides)
+    for kernel in lowered.kernels:
+        check(kernel, vector_bits)
+    return lowered

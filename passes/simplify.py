@@ -1,0 +1,91 @@
+"""Algebraic clean-up before lowering: constant folding, view chains, small powers.
+
+CSE happens in the rewrite driver itself; dead code disappears because graphs are walked
+from their outputs.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ir import build as b
+from ir.graph import Node
+from ir.ops import ELEMENTWISE, Op
+
+from .rewrite import rewrite
+
+# numpy functions that compute each primitive, for constant folding
+_NUMPY = {
+    Op.NEG: np.negative, Op.ABS: np.abs, Op.EXP: np.exp, Op.LOG: np.log, Op.SQRT: np.sqrt,
+    Op.TANH: np.tanh, Op.SIN: np.sin, Op.COS: np.cos, Op.FLOOR: np.floor, Op.CEIL: np.ceil,
+    Op.LOGICAL_NOT: np.logical_not, Op.ADD: np.add, Op.SUB: np.subtract, Op.MUL: np.multiply,
+    Op.DIV: np.divide, Op.POW: np.power, Op.MAXIMUM: np.maximum, Op.MINIMUM: np.minimum,
+    Op.EQ: np.equal, Op.NE: np.not_equal, Op.LT: np.less, Op.LE: np.less_equal,
+    Op.GT: np.greater, Op.GE: np.greater_equal, Op.LOGICAL_AND: np.logical_and,
+    Op.LOGICAL_OR: np.logical_or, Op.WHERE: np.where,
+}
+
+
+def scalar_value(node: Node):
+    """The value of a node that is a scalar constant seen through views, else None."""
+    while node.op in (Op.RESHAPE, Op.EXPAND):
+        node = node.src[0]
+    return node.arg if node.op == Op.CONST and node.shape == () else None
+
+
+def _fold(node: Node):
+    if node.op not in ELEMENTWISE or not node.src:
+        return None
+    values = [scalar_value(s) for s in node.src]
+    if any(v is None for v in values):
+        return None
+    if node.op == Op.CAST:
+        folded = node.dtype.np.type(values[0])
+    elif node.op in _NUMPY:
+        args = [np.asarray(v, dtype=s.dtype.np) for v, s in zip(values, node.src)]
+        with np.errstate(all="ignore"):
+            folded = _NUMPY[node.op](*args)
+    else:
+        return None
+    return b.broadcast_to(b.const(np.asarray(folded).astype(node.dtype.np).item(), node.dtype),
+                          node.shape)
+
+
+def _small_power(node: Node):
+    if node.op != Op.POW:
+        return None
+    x, p = node.src[0], scalar_value(node.src[1])
+    if p == 1:
+        return x
+    if p == 2:
+        return b.node(Op.MUL, x, x)
+    if p == 3:
+        return b.node(Op.MUL, b.node(Op.MUL, x, x), x)
+    if p == 0.5 and x.dtype.is_float:
+        return b.node(Op.SQRT, x)
+    return None
+
+
+def _views(node: Node):
+    if node.op == Op.RESHAPE:
+        src = node.src[0]
+        if src.shape == node.shape:
+            return src
+        if src.op == Op.RESHAPE:
+            return b.reshape(src.src[0], node.shape)
+    if node.op == Op.PERMUTE and node.arg == tuple(range(node.ndim)):
+        return node.src[0]
+    if node.op == Op.CAST and node.src[0].dtype == node.dtype:
+        return node.src[0]
+    return None
+
+
+def _rule(node: Node):
+    for rule in (_views, _fold, _small_power):
+        out = rule(node)
+        if out is not None and out is not node:
+            return out
+    return None
+
+
+def simplify(graph):
+    return rewrite(graph, _rule)

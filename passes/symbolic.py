@@ -1,0 +1,187 @@
+"""Integer index expressions over loop variables, simplified with the variables' ranges.
+
+An expression is linear: `const + sum(coeff * atom)`, where an atom is a loop variable or a
+floor-division / modulo of another expression by a positive constant (these come from
+reshapes). Construction simplifies with ranges, so `(6*i + j) // 6` with `0 <= j < 6` becomes
+`i`, and `6*(k // 6) + k % 6` becomes `k`: reshapes of contiguous data lower to plain strides.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Var:
+    """A loop variable ranging over [0, extent)."""
+    name: str
+    extent: int
+
+    def bounds(self):
+        return 0, max(self.extent - 1, 0)
+
+    def __repr__(self):
+        return self.name
+
+
+@dataclass(frozen=True)
+class Div:
+    expr: "Lin"
+    d: int
+
+    def bounds(self):
+        lo, hi = self.expr.bounds()
+        return lo // self.d, hi // self.d
+
+    def __repr__(self):
+        return f"({self.expr!r} // {self.d})"
+
+
+@dataclass(frozen=True)
+class Mod:
+    expr: "Lin"
+    d: int
+
+    def bounds(self):
+        lo, hi = self.expr.bounds()
+        return (lo, hi) if 0 <= lo and hi < self.d else (0, self.d - 1)
+
+    def __repr__(self):
+        return f"({self.expr!r} % {self.d})"
+
+
+@dataclass(frozen=True)
+class Lin:
+    """const + sum(coeff * atom); terms are sorted by repr so equal expressions compare equal."""
+    terms: tuple = ()        # ((atom, coeff), ...)
+    const: int = 0
+
+    def bounds(self):
+        lo = hi = self.const
+        for atom, c in self.terms:
+            alo, ahi = atom.bounds()
+            lo += c * (alo if c > 0 else ahi)
+            hi += c * (ahi if c > 0 else alo)
+        return lo, hi
+
+    def __add__(self, other) -> "Lin":
+        other = lin(other)
+        acc = dict(self.terms)
+        for atom, c in other.terms:
+            acc[atom] = acc.get(atom, 0) + c
+        return _make(acc, self.const + other.const)
+
+    __radd__ = __add__
+
+    def __mul__(self, k: int) -> "Lin":
+        return _make({a: c * k for a, c in self.terms}, self.const * k)
+
+    __rmul__ = __mul__
+
+    def __floordiv__(self, d: int) -> "Lin":
+        return floordiv(self, d)
+
+    def __mod__(self, d: int) -> "Lin":
+        return mod(self, d)
+
+    def coeff(self, var: Var):
+        """The coefficient of `var` if the expression is linear in it, else None."""
+        c = 0
+        for atom, k in self.terms:
+            if atom == var:
+                c = k
+            elif not isinstance(atom, Var) and var in atom_vars(atom):
+                return None
+        return c
+
+    def vars(self) -> set:
+        out = set()
+        for atom, _ in self.terms:
+            out |= atom_vars(atom)
+        return out
+
+    def __repr__(self):
+        parts = [repr(a) if c == 1 else f"{c}*{a!r}" for a, c in self.terms]
+        if self.const or not parts:
+            parts.append(str(self.const))
+        return " + ".join(parts)
+
+
+def atom_vars(atom) -> set:
+    return {atom} if isinstance(atom, Var) else atom.expr.vars()
+
+
+def lin(x) -> Lin:
+    if isinstance(x, Lin):
+        return x
+    if isinstance(x, int):
+        return Lin((), x)
+    return Lin(((x, 1),), 0)
+
+
+def _make(acc: dict, const: int) -> Lin:
+    acc = {a: c for a, c in acc.items() if c != 0 and not (isinstance(a, Var) and a.extent == 1)}
+    const += _fold_divmod_pairs(acc)
+    return Lin(tuple(sorted(acc.items(), key=lambda t: repr(t[0]))), const)
+
+
+def _fold_divmod_pairs(acc: dict) -> int:
+    """c*d*(e // d) + c*(e % d) == c*e: undo the split a reshape made. Returns the constant
+    part of the folded terms; `acc` is updated in place."""
+    extra = 0
+    for atom in list(acc):
+        if not isinstance(atom, Div) or atom not in acc:
+            continue
+        m = Mod(atom.expr, atom.d)
+        c = acc.get(m)
+        if c is not None and acc[atom] == c * atom.d:
+            del acc[atom], acc[m]
+            for a, k in atom.expr.terms:
+                acc[a] = acc.get(a, 0) + c * k
+            extra += c * atom.expr.const
+    for a in [a for a, c in acc.items() if c == 0]:
+        del acc[a]
+    return extra
+
+
+def _split(e: Lin, d: int):
+    """e = d*q + r, with q taking every term whose coefficient d divides."""
+    q = {a: c // d for a, c in e.terms if c % d == 0}
+    r = {a: c for a, c in e.terms if c % d != 0}
+    return _make(q, e.const // d), _make(r, e.const % d)
+
+
+def floordiv(e, d: int) -> Lin:
+    e = lin(e)
+    if d == 1:
+        return e
+    q, r = _split(e, d)
+    lo, hi = r.bounds()
+    if lo // d == hi // d:
+        return q + lo // d
+    return q + Lin(((Div(r, d), 1),), 0)
+
+
+def mod(e, d: int) -> Lin:
+    e = lin(e)
+    if d == 1:
+        return Lin()
+    _, r = _split(e, d)
+    lo, hi = r.bounds()
+    if 0 <= lo and hi < d:
+        return r
+    if lo // d == hi // d:
+        return r + (-(lo // d) * d)
+    return Lin(((Mod(r, d), 1),), 0)
+
+
+def substitute(e: Lin, mapping: dict) -> Lin:
+    """Replace variables by expressions (used to drop or merge loop dimensions)."""
+    out = lin(e.const)
+    for atom, c in e.terms:
+        if isinstance(atom, Var):
+            out = out + lin(mapping.get(atom, atom)) * c
+        elif isinstance(atom, Div):
+            out = out + floordiv(substitute(atom.expr, mapping), atom.d) * c
+        else:
+            out = out + mod(substitute(atom.expr, mapping), atom.d) * c
+    return out
