@@ -12,7 +12,7 @@ from ir.errors import DTypeError, JitcoreError, ShapeError, TraceError
 from ir.graph import Graph as IRGraph
 
 from . import config
-from .callpath import CallPlan
+from .callpath import MISMATCH, CallPlan
 from .compiler import compile_graph
 from .llvm.target import Target, host_target
 from .signature import describe, signature_of, to_array
@@ -37,6 +37,10 @@ def _input_names(fn, count: int) -> list:
     return names
 
 
+def _no_plan_yet(*args):
+    return MISMATCH
+
+
 def _outputs_of(result) -> list:
     items = result if isinstance(result, (tuple, list)) else [result]
     if not items:
@@ -53,7 +57,8 @@ class JitFunction:
         self._vector_width = vector_width
         self.num_threads = num_threads
         self.prepack_weights = prepack_weights
-        self._plans: dict = {}        # (type, shape, strides, dtype) per arg -> CallPlan
+        self._plans: dict = {}        # (shape, strides, dtype) per arg -> CallPlan
+        self._fast, self._fast_out = _no_plan_yet, _no_plan_yet
         self._lock = threading.Lock()
         if vector_width is not None:
             select_target(vector_width)   # validate early
@@ -63,22 +68,24 @@ class JitFunction:
 
     # -- calling --------------------------------------------------------------------------
     def __call__(self, *args, out=None):
-        try:
-            key = tuple([(type(a), a.shape, a.strides, a.dtype) for a in args])
-            plan = self._plans[key]
-        except (AttributeError, KeyError, TypeError):
-            args = tuple(to_array(a, i, n) for i, (a, n) in
-                         enumerate(zip(args, self._arg_names(len(args)))))
-            plan = self._plan(args)
-        return plan(args, out)
+        # the last signature's plan; the native entry checks that the arguments fit it
+        result = self._fast(args) if out is None else self._fast_out(args, out)
+        if result is not MISMATCH:
+            return result
+        return self._call_slow(args, out)
 
-    def _plan(self, arrays: tuple) -> CallPlan:
-        compiled = self._compiled(arrays)
-        plan = CallPlan(compiled)
-        key = tuple((type(a), a.shape, a.strides, a.dtype) for a in arrays)
-        with self._lock:
-            self._plans[key] = plan
-        return plan
+    def _call_slow(self, args: tuple, out):
+        """Normalize the arguments, find or build the plan for their signature, call it."""
+        args = tuple(to_array(a, i, n) for i, (a, n) in
+                     enumerate(zip(args, self._arg_names(len(args)))))
+        key = tuple((a.shape, a.strides, a.dtype) for a in args)
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = CallPlan(self._compiled(args))
+            with self._lock:
+                self._plans[key] = plan
+        self._fast, self._fast_out = plan.fast, plan.fast_out
+        return plan(args, out)
 
     def _compiled(self, args: tuple):
         names = self._arg_names(len(args))

@@ -1,11 +1,15 @@
-"""The per-call path: from a cached plan to one native call.
+"""The per-call path: from a plan to one native call.
 
-A `CallPlan` is everything one input signature needs at call time: the compiled entry, the
-constant arrays, the output shapes. Its `__call__` allocates outputs with `np.empty` (numpy's
-allocator asks for huge pages, which decides large-array speed), builds one tuple and makes
-one ctypes call; the native entry reads each array's data pointer itself. That pointer read
-relies on CPython's tuple layout and numpy's array struct; `NATIVE_LAYOUT_OK` checks both at
-import, and when it fails every call passes raw pointers to the `run` function instead.
+A `CallPlan` holds what one input signature needs at call time: the compiled entry, the
+constant arrays and the output shapes. Its `fast` closure allocates the outputs with
+`np.empty` (numpy's allocator asks for huge pages, which decides large-array speed), builds
+one tuple and makes one ctypes call. The native entry checks the inputs' signature itself
+(type, rank, shape, strides, dtype) and reads their data pointers, so the Python side does
+no signature lookup at all while the signature does not change.
+
+That relies on CPython's tuple layout and numpy's array struct; `NATIVE_LAYOUT_OK` checks
+every offset the entry uses at import. When it fails (another interpreter or numpy ABI),
+each call goes through the slow path, which passes raw data pointers to `run` instead.
 """
 from __future__ import annotations
 
@@ -14,19 +18,59 @@ import ctypes
 import numpy as np
 
 from .compiler import CompiledGraph
-from .llvm.codegen import ARRAY_DATA_OFFSET, TUPLE_ITEMS_OFFSET
+from .llvm import codegen as cg
 from .signature import check_out
 
 
+class _Mismatch:
+    """Returned by a fast call whose arguments do not have the plan's signature."""
+
+
+MISMATCH = _Mismatch()
+GIL_RELEASE_BYTES = 1 << 18      # calls that move more than this release the GIL
+
+
+def _peek(addr: int, ctype=ctypes.c_void_p):
+    return ctype.from_address(addr).value
+
+
 def _native_layout_ok() -> bool:
-    a = np.empty(3)
-    t = (a,)
-    item = ctypes.c_void_p.from_address(id(t) + TUPLE_ITEMS_OFFSET).value
-    data = ctypes.c_void_p.from_address(id(a) + ARRAY_DATA_OFFSET).value
-    return item == id(a) and data == a.ctypes.data
+    a = np.zeros((3, 5), np.float32)[:, ::2]
+    t = (a, a)
+    descr = id(a.dtype)
+    try:
+        return (_peek(id(t) + cg.TUPLE_ITEMS_OFFSET) == id(a)
+                and _peek(id(t) + cg.TUPLE_SIZE_OFFSET, ctypes.c_ssize_t) == 2
+                and _peek(id(a) + cg.OB_TYPE_OFFSET) == id(np.ndarray)
+                and _peek(id(a) + cg.ARRAY_DATA_OFFSET) == a.ctypes.data
+                and _peek(id(a) + cg.ARRAY_ND_OFFSET, ctypes.c_int) == 2
+                and _peek(_peek(id(a) + cg.ARRAY_DIMS_OFFSET) + 8, ctypes.c_int64) == 3
+                and _peek(_peek(id(a) + cg.ARRAY_STRIDES_OFFSET) + 8, ctypes.c_int64) == 8
+                and _peek(id(a) + cg.ARRAY_DESCR_OFFSET) == descr
+                and _peek(descr + cg.DESCR_TYPE_NUM_OFFSET, ctypes.c_int) == a.dtype.num
+                and _peek(descr + cg.DESCR_BYTEORDER_OFFSET, ctypes.c_char) == b"="
+                and _flags_ok())
+    except (ValueError, OSError):
+        return False
+
+
+def _flags_ok() -> bool:
+    a = np.zeros(2)
+    writeable = _peek(id(a) + cg.ARRAY_FLAGS_OFFSET, ctypes.c_int) & cg.NPY_ARRAY_WRITEABLE
+    a.flags.writeable = False
+    readonly = _peek(id(a) + cg.ARRAY_FLAGS_OFFSET, ctypes.c_int) & cg.NPY_ARRAY_WRITEABLE
+    return bool(writeable) and not readonly
 
 
 NATIVE_LAYOUT_OK = _native_layout_ok()
+NATIVE_IMPORTS = {cg.NDARRAY_TYPE_SYMBOL: id(np.ndarray)}
+
+
+def _entry_function(compiled: CompiledGraph):
+    """ctypes wrapper of the entry: big calls release the GIL, tiny ones skip that cost."""
+    moved = sum(k.bytes for k in compiled.kernels)
+    proto = ctypes.CFUNCTYPE if moved > GIL_RELEASE_BYTES else ctypes.PYFUNCTYPE
+    return proto(ctypes.c_int32, ctypes.py_object)(compiled.entry_address)
 
 
 class CallPlan:
@@ -39,11 +83,54 @@ class CallPlan:
         first_out = out_bufs[0].slot if out_bufs else 0
         self.out_index = [s - first_out for s in lowered.outputs]   # graph output -> buffer
         self.single = len(lowered.outputs) == 1
-        self.entry = compiled.entry if NATIVE_LAYOUT_OK else None
         self.expected = [(lowered.buffers[s].shape, lowered.buffers[s].dtype)
                          for s in lowered.outputs]
+        self.entry = _entry_function(compiled) if NATIVE_LAYOUT_OK else None
+        self.fast = self._make_fast() if NATIVE_LAYOUT_OK else (lambda args: MISMATCH)
+        self.fast_out = self._make_fast_out() if NATIVE_LAYOUT_OK else \
+            (lambda args, out: MISMATCH)
+
+    def _make_fast(self):
+        """A closure for the common call: arrays in, fresh outputs back."""
+        entry, consts, specs, index = self.entry, self.consts, self.out_specs, self.out_index
+        empty, status = np.empty, self._status
+        if self.single and len(specs) == 1 and not consts:
+            shape, dtype = specs[0]
+
+            def fast(args):
+                r = empty(shape, dtype)
+                rc = entry(args + (r,))
+                return r if rc == 0 else status(rc)
+            return fast
+
+        def fast_general(args):
+            bufs = tuple([empty(s, d) for s, d in specs])
+            rc = entry(args + consts + bufs)
+            if rc:
+                return status(rc)
+            return bufs[index[0]] if len(index) == 1 else tuple(bufs[i] for i in index)
+        return fast_general
+
+    def _make_fast_out(self):
+        """`out=` given: the entry itself checks shape, dtype, contiguity, writeability and
+        overlap with the inputs; anything unusual goes to the slow path."""
+        entry, consts, status = self.entry, self.consts, self._status
+        if not (self.single and len(self.out_specs) == 1):
+            return lambda args, out: MISMATCH
+
+        def fast_out(args, out):
+            rc = entry(args + consts + (out,))
+            return out if rc == 0 else status(rc)
+        return fast_out
+
+    @staticmethod
+    def _status(rc: int):
+        if rc == cg.SIGNATURE_MISMATCH:
+            return MISMATCH
+        raise MemoryError("jitcore: a kernel could not allocate its temporary buffers")
 
     def __call__(self, args: tuple, out=None):
+        """The checked call for normalized arguments (slow path, and `out=`)."""
         if out is not None:
             return self._call_with_out(args, out)
         bufs = [np.empty(shape, dtype) for shape, dtype in self.out_specs]
@@ -53,13 +140,15 @@ class CallPlan:
         return tuple(bufs[i] for i in self.out_index)
 
     def _invoke(self, arrays: tuple):
-        if self.entry is not None:
-            rc = self.entry(arrays)
-        else:
+        """Run via the entry when it accepts the arrays, else with raw data pointers."""
+        rc = self.entry(arrays) if self.entry is not None else cg.SIGNATURE_MISMATCH
+        if rc == cg.SIGNATURE_MISMATCH:
+            # e.g. int64 with typecode 'q', or unusual strides on size-1 axes: the arrays
+            # were validated in Python, so hand the pointers over directly
             ptrs = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
             rc = self.compiled.run(ptrs)
         if rc:
-            raise MemoryError("jitcore: a kernel could not allocate its temporary buffers")
+            self._status(rc)
 
     def _call_with_out(self, args: tuple, out):
         """Write into the user's arrays: directly when each is C-contiguous and overlaps no

@@ -12,18 +12,19 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
+import numpy as np
+
 from ir.graph import Graph
 from passes.legality import bytes_moved, coverage, flops
 from passes.pipeline import run_pipeline
 
 from . import config
 from .llvm import engine
-from .llvm.codegen import build_module
+from .llvm.codegen import NDARRAY_TYPE_SYMBOL, build_module
 from .llvm.target import Target
 
 VERSION = "0.1.0"
 
-ENTRY_TYPE = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.py_object)
 RUN_TYPE = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.POINTER(ctypes.c_void_p))
 
 
@@ -54,8 +55,8 @@ class CompiledGraph:
                  run_name: str, entry_name: str, seconds: dict):
         self.graph, self.lowered, self.target = graph, lowered, target
         self.llvm_ir, self.library, self.seconds = llvm_ir, library, seconds
-        # ctypes function objects keep the library (and so the code) alive via self
-        self.entry = ENTRY_TYPE(library.addresses[entry_name])
+        # the code lives as long as self.library; whoever calls these addresses holds self
+        self.entry_address = library.addresses[entry_name]
         self.run = RUN_TYPE(library.addresses[run_name])
         self.kernels = [KernelInfo(k.name, k.kind, k.ops, k.loop_nest, k.vector_bits, k.lanes,
                                    k.vectorized, k.reason, bytes_moved(k), flops(k))
@@ -116,7 +117,8 @@ def _compile(graph: Graph, strides: tuple, target: Target) -> CompiledGraph:
     text, run_name, entry_name = build_module(lowered, target.vector_bits, target.triple,
                                               mach.data_layout)
     t2 = time.perf_counter()
-    library = engine.compile_ir(text, [run_name, entry_name], target)
+    library = engine.compile_ir(text, [run_name, entry_name], target,
+                                imports={NDARRAY_TYPE_SYMBOL: id(np.ndarray)})
     t3 = time.perf_counter()
     seconds = {"passes": t1 - t0, "codegen": t2 - t1, "llvm": t3 - t2, "total": t3 - t0}
     compiled = CompiledGraph(graph, lowered, target, text, library, run_name, entry_name, seconds)

@@ -68,8 +68,9 @@ def _optimize(mod, tm):
     pb.getModulePassManager().run(mod, pb)
 
 
-def compile_ir(text: str, exports: list, target: Target) -> Library:
-    """Parse, verify, optimize at O3, emit machine code and link it into the process."""
+def compile_ir(text: str, exports: list, target: Target, imports: dict | None = None) -> Library:
+    """Parse, verify, optimize at O3, emit machine code and link it into the process.
+    `imports` binds external symbols of the module to addresses of this process."""
     mach = machine(target)
     with _LOCK:
         try:
@@ -83,6 +84,8 @@ def compile_ir(text: str, exports: list, target: Target) -> Library:
         builder = llvm.JITLibraryBuilder().add_object_img(obj).add_current_process()
         for name in exports:
             builder.export_symbol(name)
+        for name, address in (imports or {}).items():
+            builder.import_symbol(name, address)
         try:
             tracker = builder.link(mach.jit, f"jitcore_lib{next(_LIB_IDS)}")
         except RuntimeError as e:

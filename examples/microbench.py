@@ -1,0 +1,136 @@
+"""Microbenchmarks: jitcore vs numpy (and numexpr when installed), single-threaded.
+
+Prints compile time of a 10-op fused graph, the per-call cost of `a*b+c` on 1024 floats, and
+median times with ratios (peer time / jitcore time: > 1 means jitcore is faster) for an
+elementwise chain, a row softmax and a row sum at 1M-16M elements.
+
+    python examples/microbench.py [--quick] [--repeat N]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+import numpy as np
+
+import jitcore as jc
+
+try:
+    import numexpr
+    numexpr.set_num_threads(1)
+except ImportError:
+    numexpr = None
+
+
+def median_time(fn, repeat: int, min_time: float = 0.0) -> float:
+    """Median seconds per call over `repeat` samples (each sample loops until min_time)."""
+    fn()
+    samples = []
+    for _ in range(repeat):
+        n, t0 = 0, time.perf_counter()
+        while True:
+            fn()
+            n += 1
+            el = time.perf_counter() - t0
+            if el >= min_time:
+                break
+        samples.append(el / n)
+    return float(np.median(samples))
+
+
+def ten_op_graph(k: float):
+    def f(a, b, c):
+        x = a * b + c                  # 2
+        x = jc.maximum(x, k)           # 3
+        x = x * 0.5 - a                # 5
+        x = jc.abs(x) + b * c          # 8
+        return jc.minimum(x, 4.0) / 3.0   # 10
+    return f
+
+
+def bench_compile(repeat: int):
+    a = np.random.rand(4096).astype(np.float32)
+    times, llvm = [], []
+    for i in range(repeat):
+        f = jc.jit(ten_op_graph(0.001 * (i + 1)))      # a new constant: a new graph, no cache
+        t0 = time.perf_counter()
+        f(a, a, a)
+        times.append(time.perf_counter() - t0)
+        llvm.append(f.explain(a, a, a).rsplit("LLVM ", 1)[1].split(")")[0])
+    print(f"compile, 10-op fused elementwise graph (first call: trace + passes + LLVM + run): "
+          f"median {np.median(times) * 1e3:.1f} ms over {repeat} fresh graphs "
+          f"(LLVM part: {np.median([float(x) for x in llvm]):.1f} ms)")
+
+
+def bench_call_overhead(repeat: int):
+    a, b, c = (np.random.rand(1024).astype(np.float32) for _ in range(3))
+    f = jc.jit(lambda a, b, c: a * b + c)
+    out = np.empty_like(a)
+    t_jc = median_time(lambda: f(a, b, c), repeat, 0.02)
+    t_jc_out = median_time(lambda: f(a, b, c, out=out), repeat, 0.02)
+    t_np = median_time(lambda: a * b + c, repeat, 0.02)
+    print(f"per call, a*b+c on 1024 float32: jitcore {t_jc * 1e6:.2f} us "
+          f"(out=: {t_jc_out * 1e6:.2f} us), numpy {t_np * 1e6:.2f} us, "
+          f"jitcore/numpy = {t_jc / t_np:.2f}x (target <= 2x)")
+
+
+def _row(name, n, t_jc, peers):
+    cells = "  ".join(f"{p} {t * 1e3:8.3f} ms ({t / t_jc:5.2f}x)" for p, t in peers.items())
+    print(f"{name:10s} {n:>10,}  jitcore {t_jc * 1e3:8.3f} ms  {cells}")
+
+
+def bench_kernels(sizes, repeat: int):
+    print("\nmedian time per call; (x) = peer time / jitcore time, > 1 means jitcore is faster")
+
+    @jc.jit
+    def chain(a, b, c):
+        return jc.relu(a * b + c) * 0.5
+
+    @jc.jit
+    def softmax(x):
+        return jc.softmax(x, axis=-1)
+
+    @jc.jit
+    def rowsum(x):
+        return x.sum(axis=1)
+
+    def np_softmax(x):
+        e = np.exp(x - x.max(axis=-1, keepdims=True))
+        return e / e.sum(axis=-1, keepdims=True)
+
+    for n in sizes:
+        a, b, c = (np.random.rand(n).astype(np.float32) - 0.5 for _ in range(3))
+        peers = {"numpy": median_time(lambda: np.maximum(a * b + c, 0) * 0.5, repeat)}
+        if numexpr is not None:
+            peers["numexpr"] = median_time(
+                lambda: numexpr.evaluate("where(a*b+c > 0, a*b+c, 0) * 0.5",
+                                         local_dict={"a": a, "b": b, "c": c}), repeat)
+        _row("chain", n, median_time(lambda: chain(a, b, c), repeat), peers)
+
+        x = np.random.rand(n // 1024, 1024).astype(np.float32)
+        _row("softmax", n, median_time(lambda: softmax(x), repeat),
+             {"numpy": median_time(lambda: np_softmax(x), repeat)})
+        _row("row sum", n, median_time(lambda: rowsum(x), repeat),
+             {"numpy": median_time(lambda: x.sum(axis=1), repeat)})
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="1M only, fewer repeats")
+    ap.add_argument("--repeat", type=int, default=15)
+    args = ap.parse_args()
+    info = jc.target_info()
+    print(f"jitcore {jc.__version__}, {info['brand']} ({info['cpu']}), {info['isa']}, "
+          f"{info['vector_bits']}-bit vectors; numpy {np.__version__}; "
+          f"numexpr {'%s (1 thread)' % numexpr.__version__ if numexpr else 'not installed'}; "
+          f"{os.cpu_count()} cpus; all single-threaded")
+    repeat = 5 if args.quick else args.repeat
+    bench_compile(repeat)
+    bench_call_overhead(repeat)
+    sizes = [1 << 20] if args.quick else [1 << 20, 1 << 22, 1 << 24]
+    bench_kernels(sizes, repeat)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,93 @@
+"""Passes without LLVM: decomposition, simplification, lowering decisions, legality reasons."""
+import ir
+from ir import Op
+from ir import build as b
+from ir import dtypes as dt
+from ir.graph import Graph
+from passes import run_pipeline
+from passes.symbolic import Var, lin
+
+
+def _kernels(outputs, inputs, strides=None, bits=512):
+    return run_pipeline(Graph("t", inputs, outputs), bits, strides).kernels
+
+
+def test_symbolic_reshape_round_trip_simplifies_to_plain_index():
+    i, j, k = Var("i", 4), Var("j", 6), Var("k", 24)
+    e = lin(i) * 6 + lin(j)
+    assert repr(e // 6) == "i" and repr(e % 6) == "j"
+    assert repr((lin(k) // 6) * 6 + lin(k) % 6) == "k"
+
+
+def test_elementwise_chain_is_one_collapsed_vector_kernel():
+    x = b.input_node("x", (64, 100), dt.float32)
+    y = b.elementwise(Op.MUL, b.elementwise(Op.ADD, x, b.const(1.0, dt.float32)), x)
+    (k,) = _kernels([b.elementwise(Op.EXP, y)], [x])
+    assert k.kind == "pointwise" and len(k.loops) == 1 and k.loops[0].var.extent == 6400
+    assert k.vectorized and k.lanes == 16 and k.reason is None
+
+
+def test_lanes_follow_the_widest_dtype_and_the_width():
+    x = b.input_node("x", (1000,), dt.float64)
+    (k,) = _kernels([b.elementwise(Op.NEG, x)], [x])
+    assert k.lanes == 8
+    (k,) = _kernels([b.elementwise(Op.NEG, x)], [x], bits=256)
+    assert k.lanes == 4
+
+
+def test_transposed_input_falls_back_with_a_reason():
+    x = b.input_node("x", (64, 32), dt.float32)
+    (k,) = _kernels([b.elementwise(Op.EXP, x)], [x], {"x": (1, 64)})
+    assert not k.vectorized and k.reason == "non_contiguous_load"
+
+
+def test_column_sum_vectorizes_across_the_inner_axis():
+    x = b.input_node("x", (64, 32), dt.float32)
+    (k,) = _kernels([b.reduce(Op.SUM, x, (0,))], [x])
+    assert k.kind == "reduce_vertical" and k.vectorized
+
+
+def test_row_sum_is_horizontal_and_writes_the_output_directly():
+    x = b.input_node("x", (64, 32), dt.float32)
+    (k,) = _kernels([b.reduce(Op.SUM, x, (1,))], [x])
+    assert k.kind == "reduce_horizontal" and k.vectorized
+    assert k.stores[0].buffer.kind == "output"
+
+
+def test_softmax_decomposes_into_three_row_kernels():
+    x = b.input_node("x", (8, 1024), dt.float32)
+    ks = _kernels([b.node(Op.SOFTMAX, x, arg=1)], [x])
+    assert [k.kind for k in ks] == ["reduce_horizontal", "reduce_horizontal", "pointwise"]
+    assert all(k.vectorized for k in ks)
+
+
+def test_broadcast_expensive_producer_is_materialized_once():
+    x = b.input_node("x", (64,), dt.float32)
+    y = b.input_node("y", (32,), dt.float32)
+    ex = b.reshape(b.elementwise(Op.EXP, x), (64, 1))
+    out = b.elementwise(Op.ADD, ex, b.reshape(y, (1, 32)))
+    ks = _kernels([out], [x, y])
+    assert len(ks) == 2 and "exp" in ks[0].ops and "exp" not in ks[1].ops
+
+
+def test_argmax_says_why_it_is_scalar():
+    x = b.input_node("x", (8, 100), dt.float32)
+    (k,) = _kernels([b.reduce(Op.ARGMAX, x, (1,))], [x])
+    assert k.reason == "unsupported_op:argmax"
+
+
+def test_constant_folding_and_small_powers():
+    x = b.input_node("x", (100,), dt.float32)
+    two = b.elementwise(Op.ADD, b.const(1.0, dt.float32), b.const(1.0, dt.float32))
+    (k,) = _kernels([b.elementwise(Op.POW, x, two)], [x])
+    assert "pow" not in k.ops and "mul" in k.ops
+
+
+def test_integer_pow_with_tensor_exponent_is_a_clear_error():
+    x = b.input_node("x", (10,), dt.int32)
+    try:
+        _kernels([b.elementwise(Op.POW, x, x)], [x])
+    except ir.CompileError as e:
+        assert "constant exponent" in str(e)
+    else:
+        raise AssertionError("expected CompileError")
