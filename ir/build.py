@@ -15,8 +15,8 @@ from .ops import (ARITH_BINARY, COMPARE, FLOAT_UNARY, INDEX_REDUCE, LOGICAL_BINA
                   UNARY, Op)
 from .shapes import broadcast_shapes, numel
 
-_ANY_NUMERIC_UNARY = frozenset({Op.NEG, Op.ABS, Op.FLOOR, Op.CEIL, Op.RELU, Op.RELU6,
-                                Op.HARDTANH, Op.LEAKY_RELU})
+# numpy rejects these for bool (abs, floor and ceil of bool are bool)
+_ANY_NUMERIC_UNARY = frozenset({Op.NEG, Op.RELU, Op.RELU6})
 
 
 def _name(op: Op) -> str:
@@ -60,8 +60,8 @@ def _infer_binary(op, a, b):
         return dt.bool_, a.shape
     if op == Op.DIV:
         _require(a.dtype.is_float, DTypeError, "div: needs float sources")
-    elif op in (Op.ADD, Op.SUB, Op.MUL, Op.POW):
-        _require(a.dtype != dt.bool_ or op != Op.SUB, DTypeError, "sub: not defined for bool")
+    elif op in (Op.SUB, Op.POW):      # numpy: bool - bool is an error, bool ** bool is int8
+        _require(a.dtype != dt.bool_, DTypeError, f"{_name(op)}: not defined for bool")
     return a.dtype, a.shape
 
 
@@ -237,5 +237,5 @@ def matmul(a: Node, b: Node) -> Node:
     a2 = broadcast_to(cast(a2, common), batch + a2.shape[-2:])
     b2 = broadcast_to(cast(b2, common), batch + b2.shape[-2:])
     out = node(Op.MATMUL, a2, b2)
-    shape = batch + (a.shape[-2],) * (a.ndim > 1) + (b.shape[-1],) * (b.ndim > 1)
+    shape = batch + (a.shape[-2:-1] if a.ndim > 1 else ()) + (b.shape[-1:] if b.ndim > 1 else ())
     return reshape(out, shape)

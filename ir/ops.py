@@ -47,7 +47,7 @@ UNARY = UNARY_PRIMITIVE | UNARY_COMPOSITE
 # unary ops whose result is always floating point (ints are converted first)
 FLOAT_UNARY = frozenset({Op.EXP, Op.LOG, Op.SQRT, Op.TANH, Op.ERF, Op.SIN, Op.COS, Op.RSQRT,
                          Op.RECIPROCAL, Op.SIGMOID, Op.GELU, Op.SILU, Op.HARDSWISH,
-                         Op.HARDSIGMOID})
+                         Op.HARDSIGMOID, Op.HARDTANH, Op.LEAKY_RELU})
 ARITH_BINARY = frozenset({Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.POW, Op.MAXIMUM, Op.MINIMUM})
 COMPARE = frozenset({Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE})
 LOGICAL_BINARY = frozenset({Op.LOGICAL_AND, Op.LOGICAL_OR})

@@ -13,7 +13,7 @@ import numpy as np
 from ir import build as b
 from ir import dtypes as dt
 from ir.errors import ShapeError, TraceError
-from ir.ops import Op
+from ir.ops import COMPARE, Op
 from ir.shapes import as_shape, infer_reshape, normalize_axes, normalize_axis
 
 from .tracer import Tracer, node_of, wrap
@@ -50,8 +50,27 @@ def _unary_op(opcode: Op, doc: str):
     return op(f)
 
 
+def _fits(value: int, dtype: dt.DType) -> bool:
+    info = np.iinfo(dtype.np)
+    return info.min <= value <= info.max
+
+
+def _widen_for_comparison(a, b_):
+    """numpy compares an integer array with an out-of-range Python int exactly (uint8 < 300
+    is all True); do the same by comparing in int64 (or float64 beyond int64)."""
+    for x, y in ((a, b_), (b_, a)):
+        if isinstance(x, Tracer) and x.node.dtype.is_int and isinstance(y, int) \
+                and not isinstance(y, bool) and not _fits(y, x.node.dtype):
+            wide = dt.int64 if _fits(y, dt.int64) else dt.float64
+            pair = (b.cast(x.node, wide), b.const(y, wide))
+            return pair if x is a else pair[::-1]
+    return _tensors(a, b_)
+
+
 def _binary_op(opcode: Op, name: str, doc: str):
     def f(a, b_):
+        if opcode in COMPARE:
+            return wrap(b.elementwise(opcode, *_widen_for_comparison(a, b_)))
         return _elementwise(opcode, a, b_)
     f.__name__, f.__doc__ = name, doc
     return op(f)
@@ -103,10 +122,8 @@ logical_or = _binary_op(Op.LOGICAL_OR, "logical_or", "Logical or (bool).")
 @op
 def where(condition, x, y):
     """x where condition is true, else y (numpy.where with three arguments)."""
-    c, a, b_ = _tensors(condition, x, y)
-    if isinstance(x, (bool, int, float)) and isinstance(y, (bool, int, float)):
-        a, b_ = node_of(x), node_of(y)
-    return wrap(b.elementwise(Op.WHERE, c, a, b_))
+    a, b_ = _tensors(x, y)          # a Python scalar is weak next to the other branch
+    return wrap(b.elementwise(Op.WHERE, node_of(condition), a, b_))
 
 
 @op

@@ -13,7 +13,7 @@ Loop order encodes the kernel's shape:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ir.dtypes import DType
 from ir.ops import Op
@@ -100,13 +100,13 @@ class Kernel:
     lanes: int = 1
     vectorized: bool = False
     reason: str | None = None
-    notes: dict = field(default_factory=dict)
 
     @property
     def kind(self) -> str:
         if self.reduction is None:
             return "pointwise"
-        return "reduce_vertical" if self.loops[-1].kind == "parallel" else "reduce_horizontal"
+        vertical = self.loops and self.loops[-1].kind == "parallel"
+        return "reduce_vertical" if vertical else "reduce_horizontal"
 
     @property
     def range_extent(self) -> int:

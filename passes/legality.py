@@ -6,13 +6,13 @@ tests can count kernels by reason. The vector loop is always the kernel's last l
 """
 from __future__ import annotations
 
-from ir.ops import INDEX_REDUCE
+from ir.ops import INDEX_REDUCE, Op
 
 from .kernel import Kernel, walk
 
 REASONS = (
     "no_loops",               # a single element: nothing to vectorize
-    "unsupported_op:<op>",    # an op without a vector form (arg-reductions for now)
+    "unsupported_op:<op>",    # an op without a vector form (arg-reductions, integer pow)
     "non_contiguous_load",    # a load walks the vector loop with a stride other than 0 or 1
     "non_contiguous_store",   # the store does not walk the vector loop with stride 1
     "short_inner_loop",       # the vector loop has fewer iterations than one vector
@@ -28,6 +28,9 @@ def lanes_for(kernel: Kernel, vector_bits: int) -> int:
 def _unsupported_op(kernel: Kernel):
     if kernel.reduction is not None and kernel.reduction.op in INDEX_REDUCE:
         return kernel.reduction.op.name.lower()
+    for n in walk([s.value for s in kernel.stores]):
+        if getattr(n, "op", None) == Op.POW and n.dtype.is_int:
+            return "pow"          # integer power loops per element
     return None
 
 

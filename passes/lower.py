@@ -57,9 +57,6 @@ def materialized_nodes(graph: Graph) -> list:
             base = _strip_views(n.src[0])
             if base.op not in (Op.INPUT, Op.CONST):
                 chosen.add(id(base))
-        if n.op == Op.POW and n.dtype.is_int:
-            raise CompileError("pow: integer powers need a constant exponent of 0.5, 1, 2 or 3; "
-                               "cast the base to a float dtype for other exponents")
     return [n for n in graph.nodes() if id(n) in chosen and n.op != Op.INPUT
             or n.op == Op.INPUT and id(n) in {id(o) for o in graph.outputs}]
 

@@ -55,6 +55,7 @@ def _reduce_identity(op: Op, dtype):
     return 1 if dtype.kind == "b" else big
 
 
+ACCUMULATORS = 4       # vector accumulators per horizontal reduction (a power of two)
 _COMBINE = {Op.SUM: Op.ADD, Op.PROD: Op.MUL, Op.MAX: Op.MAXIMUM, Op.MIN: Op.MINIMUM}
 
 
@@ -138,25 +139,34 @@ class KernelEmitter:
             return body()
         self.loop(loops[0], lambda: self.nest(loops[1:], body, False), first)
 
-    def vector_loop(self, lp, body, first: bool):
-        """Vector body over full chunks of `lanes`, then a scalar tail; body(lanes)."""
+    def vector_loop(self, lp, body, first: bool, unroll: int = 1):
+        """body(lanes, part) over the loop: `unroll` vectors per trip (part 0..unroll-1), then
+        single vectors, then a scalar tail (lanes 1, part 0)."""
         lanes = self.kernel.lanes
         lo, hi = (self.start, self.stop) if first else (u.I64(0), u.I64(lp.var.extent))
         if lanes == 1:
-            return self.loop(lp, lambda: body(1), first)
-        with u.for_range(self.b, lo, hi, lanes, name=lp.var.name + "v") as i:
-            self.env[lp.var] = i
-            body(lanes)
+            return self.loop(lp, lambda: body(1, 0), first)
         n = self.b.sub(hi, lo)
-        tail_lo = self.b.add(lo, self.b.mul(self.b.sdiv(n, u.I64(lanes)), u.I64(lanes)))
-        with u.for_range(self.b, tail_lo, hi, 1, name=lp.var.name + "t") as i:
+        vec_end = self.b.add(lo, self.b.mul(self.b.sdiv(n, u.I64(lanes)), u.I64(lanes)))
+        start = lo
+        if unroll > 1:
+            block = lanes * unroll
+            start = self.b.add(lo, self.b.mul(self.b.sdiv(n, u.I64(block)), u.I64(block)))
+            with u.for_range(self.b, lo, start, block, name=lp.var.name + "u") as i:
+                for part in range(unroll):
+                    self.env[lp.var] = self.b.add(i, u.I64(part * lanes)) if part else i
+                    body(lanes, part)
+        with u.for_range(self.b, start, vec_end, lanes, name=lp.var.name + "v") as i:
             self.env[lp.var] = i
-            body(1)
+            body(lanes, 0)
+        with u.for_range(self.b, vec_end, hi, 1, name=lp.var.name + "t") as i:
+            self.env[lp.var] = i
+            body(1, 0)
 
     # -- kernel shapes ----------------------------------------------------------------------
     def emit(self):
         k = self.kernel
-        if not k.loops:
+        if k.kind == "pointwise" and not k.loops:
             self.emit_point()
         elif k.kind == "pointwise":
             self.nest(k.loops[:-1], lambda: self.vector_loop(k.loops[-1], self.emit_point,
@@ -169,7 +179,7 @@ class KernelEmitter:
             self.nest(outer, self.emit_horizontal, True)
         self.b.ret_void()
 
-    def emit_point(self, lanes: int = 1):
+    def emit_point(self, lanes: int = 1, part: int = 0):
         memo = {}
         for st in self.kernel.stores:
             self.store(st.buffer, st.offset, self.value(st.value, lanes, memo), lanes)
@@ -190,7 +200,7 @@ class KernelEmitter:
         first = not [lp for lp in k.loops[:-1] if lp.kind == "parallel"]
         red, st = k.reduction, k.stores[0]
 
-        def chunk(lanes):
+        def chunk(lanes, part):
             acc = u.alloca_once(self.b, u.value_type(red.dtype, lanes), name="acc")
             self.b.store(u.const(acc.type.pointee, _reduce_identity(red.op, red.dtype)), acc)
 
@@ -208,21 +218,28 @@ class KernelEmitter:
             return self.emit_arg_reduction(reduce_loops)
         lanes = k.lanes
         identity = _reduce_identity(red.op, red.dtype)
-        vacc = u.alloca_once(self.b, u.value_type(red.dtype, lanes), name="vacc")
+        # several vector accumulators hide the latency of the combine op (4 cycles for fadd)
+        accs = [u.alloca_once(self.b, u.value_type(red.dtype, lanes), name=f"vacc{i}")
+                for i in range(ACCUMULATORS)]
         sacc = u.alloca_once(self.b, u.value_type(red.dtype), name="sacc")
-        self.b.store(u.const(vacc.type.pointee, identity), vacc)
-        self.b.store(u.const(sacc.type.pointee, identity), sacc)
+        for acc in accs + [sacc]:
+            self.b.store(u.const(acc.type.pointee, identity), acc)
 
-        def inner(n):
-            acc = vacc if n > 1 else sacc
+        def inner(n, part):
+            acc = accs[part] if n > 1 else sacc
             self.b.store(self._combine(self.b.load(acc), self._reduced_value(n)), acc)
         if reduce_loops:
-            self.nest(reduce_loops[:-1], lambda: self.vector_loop(reduce_loops[-1], inner, False),
+            self.nest(reduce_loops[:-1],
+                      lambda: self.vector_loop(reduce_loops[-1], inner, False, ACCUMULATORS),
                       False)
         else:
-            inner(1)
-        total = self._combine(self.horizontal(self.b.load(vacc)), self.b.load(sacc)) \
-            if lanes > 1 else self.b.load(sacc)
+            inner(1, 0)
+        total = self.b.load(sacc)
+        if lanes > 1:        # fixed combine order: results do not depend on anything but n
+            vecs = [self.b.load(a) for a in accs]
+            while len(vecs) > 1:
+                vecs = [self._combine(x, y) for x, y in zip(vecs[::2], vecs[1::2])]
+            total = self._combine(self.horizontal(vecs[0]), total)
         self.store(st.buffer, st.offset, total, 1)
 
     def horizontal(self, vec):

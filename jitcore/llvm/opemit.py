@@ -111,7 +111,44 @@ def _compare(pred):
 
 
 def _pow(b, out, inp, args, arg):
-    return u.intrinsic(b, "pow", args)
+    if out.is_float:
+        return u.intrinsic(b, "pow", args)
+    return _int_pow(b, out, *args)
+
+
+def _int_pow(b, out, x, y):
+    """Integer power by squaring (scalar only: the legality pass keeps such kernels scalar).
+    Wraps on overflow like numpy. A negative exponent (numpy raises) gives the truncated
+    quotient: 1 for base 1, +-1 for base -1, else 0."""
+    ty = x.type
+    r, base, e = (u.alloca_once(b, ty, name=n) for n in ("pow.r", "pow.base", "pow.e"))
+    b.store(ir.Constant(ty, 1), r)
+    b.store(x, base)
+    b.store(y, e)
+    cond_bb, body_bb, end_bb = (b.append_basic_block(n) for n in ("pow.cond", "pow.body", "pow.end"))
+    b.branch(cond_bb)
+    b.position_at_end(cond_bb)
+    ev = b.load(e)
+    more = b.icmp_signed(">", ev, ir.Constant(ty, 0)) if out.kind == "i" else \
+        b.icmp_unsigned("!=", ev, ir.Constant(ty, 0))
+    b.cbranch(more, body_bb, end_bb)
+    b.position_at_end(body_bb)
+    bv, rv = b.load(base), b.load(r)
+    odd = b.trunc(ev, u.I1)
+    b.store(b.select(odd, b.mul(rv, bv), rv), r)
+    b.store(b.mul(bv, bv), base)
+    b.store(b.lshr(ev, ir.Constant(ty, 1)), e)
+    b.branch(cond_bb)
+    b.position_at_end(end_bb)
+    result = b.load(r)
+    if out.kind != "i":
+        return result
+    one, minus_one = ir.Constant(ty, 1), ir.Constant(ty, -1)
+    odd_y = b.trunc(y, u.I1)
+    negative = b.select(b.icmp_signed("==", x, one), one,
+                        b.select(b.icmp_signed("==", x, minus_one),
+                                 b.select(odd_y, minus_one, one), ir.Constant(ty, 0)))
+    return b.select(b.icmp_signed("<", y, ir.Constant(ty, 0)), negative, result)
 
 
 EMITTERS = {

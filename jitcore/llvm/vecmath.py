@@ -16,6 +16,7 @@ the coefficients to the target precision one at a time and refitting the rest).
 Public interface: :data:`SUPPORTED` and :func:`emit_math`.
 """
 
+import math
 from typing import Callable, Dict, NamedTuple, Sequence
 
 from llvmlite import ir
@@ -353,22 +354,37 @@ def _emit_erf(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     return _select(b, _isnan(b, x), x, y)
 
 
+def _reduce_pio2(b: ir.IRBuilder, x: ir.Value, k: ir.Value) -> ir.Value:
+    """x - k*pi/2 with a three-part pi/2 (Cody-Waite), one fmuladd per part."""
+    for part in _fmt(x.type).pio2:
+        x = _fmuladd(b, k, _fc(x, -part), x)
+    return x
+
+
 def _sincos_kernel(b: ir.IRBuilder, x: ir.Value, quadrant_shift: int) -> ir.Value:
     """sin(x + quadrant_shift*pi/2).
 
-    x = k*pi/2 + r with a three-part pi/2 (Cody-Waite).  With fused fmuladd each step is
-    exact up to one rounding, which keeps r accurate for |x| up to ~1e5 (float) /
-    ~1e9 (double) and beyond; without FMA large arguments lose accuracy.  Past 2^(mant-1)
-    quadrants, k is meaningless; r is clamped so the result still lies in [-1, 1].
+    x = k*pi/2 + r with a three-part pi/2 (Cody-Waite), then polynomials for sin r / cos r
+    on [-pi/4, pi/4] and the quadrant k mod 4 picks one and the sign.  With fused fmuladd
+    (FMA hardware) every reduction step is exact up to one rounding, so results stay
+    accurate for |x| < 2^(mant-1)*pi/2 (~6.5e6 float, ~3.5e15 double); without FMA large
+    arguments lose accuracy.  Beyond that the result is meaningless but within [-1, 1].
     """
     f = _fmt(x.type)
     k, ki = _round_to_int(b, b.fmul(x, _fc(x, f.two_over_pi)))
-    r = x
-    for part in f.pio2:
-        r = _fmuladd(b, k, _fc(x, -part), r)
-    lim = _fc(x, _SINCOS_RCLAMP)
-    r = _select(b, b.fcmp_ordered(">", r, lim), lim, r)  # NaN passes through
-    r = _select(b, b.fcmp_ordered("<", r, b.fneg(lim)), b.fneg(lim), r)
+    r = _reduce_pio2(b, x, k)
+    # For large |x| the rounded x*2/pi can pick the wrong k (r up to ~1.37): correct k by
+    # one and reduce again from x (exact integers; as accurate as a first-time-right k).
+    up = b.fcmp_ordered(">", r, _fc(x, math.pi / 4))
+    down = b.fcmp_ordered("<", r, _fc(x, -math.pi / 4))
+    adj = _select(b, up, _fc(x, 1.0), _select(b, down, _fc(x, -1.0), _fc(x, 0.0)))
+    r = _reduce_pio2(b, x, b.fadd(k, adj))
+    ki = b.add(ki, _select(b, up, _ic(x, 1), _select(b, down, _ic(x, -1), _ic(x, 0))))
+    # Past 2^(mant-1) quadrants k is meaningless and r can be huge: clamp so that the
+    # result stays in [-1, 1].  No-op otherwise; NaN passes through.
+    hi, lo = _fc(x, _SINCOS_RCLAMP), _fc(x, -_SINCOS_RCLAMP)
+    r = _select(b, b.fcmp_ordered(">", r, hi), hi, r)
+    r = _select(b, b.fcmp_ordered("<", r, lo), lo, r)
     z = b.fmul(r, r)
     sin_r = _fmuladd(b, b.fmul(r, z), _poly(b, z, f.coeffs["sin"]), r)
     cos_r = _poly(b, z, (1.0, -0.5) + tuple(f.coeffs["cos"]))
