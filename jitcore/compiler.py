@@ -111,11 +111,11 @@ def compile_graph(graph: Graph, strides: tuple, target: Target) -> CompiledGraph
 def _compile(graph: Graph, strides: tuple, target: Target) -> CompiledGraph:
     t0 = time.perf_counter()
     input_strides = {inp.arg: s for inp, s in zip(graph.inputs, strides)}
-    lowered = run_pipeline(graph, target.vector_bits, input_strides)
+    lowered = run_pipeline(graph, target.vector_bits, input_strides, target.masked_tails)
     t1 = time.perf_counter()
     mach = engine.machine(target)
     text, run_name, entry_name = build_module(lowered, target.vector_bits, target.triple,
-                                              mach.data_layout)
+                                              mach.data_layout, target.masked_tails)
     t2 = time.perf_counter()
     library = engine.compile_ir(text, [run_name, entry_name], target,
                                 imports={NDARRAY_TYPE_SYMBOL: id(np.ndarray)})

@@ -46,20 +46,22 @@ def _bad_store(kernel: Kernel) -> bool:
 
 
 CHECKS = (
-    ("no_loops", lambda k, lanes: not k.loops),
-    ("unsupported_op", lambda k, lanes: _unsupported_op(k)),
-    ("non_contiguous_load", lambda k, lanes: _bad_load(k)),
-    ("non_contiguous_store", lambda k, lanes: _bad_store(k)),
-    ("short_inner_loop", lambda k, lanes: k.vector_var.extent < lanes),
+    ("no_loops", lambda k, lanes, masked: not k.loops),
+    ("unsupported_op", lambda k, lanes, masked: _unsupported_op(k)),
+    ("non_contiguous_load", lambda k, lanes, masked: _bad_load(k)),
+    ("non_contiguous_store", lambda k, lanes, masked: _bad_store(k)),
+    ("short_inner_loop", lambda k, lanes, masked: k.vector_var.extent < lanes and not masked),
 )
 
 
-def check(kernel: Kernel, vector_bits: int) -> Kernel:
-    """Fill in the kernel's vector decision (lanes, vectorized, reason) and return it."""
+def check(kernel: Kernel, vector_bits: int, masked_tails: bool = False) -> Kernel:
+    """Fill in the kernel's vector decision (lanes, vectorized, reason) and return it.
+    With `masked_tails` (the target masks vector loads/stores) a loop shorter than a vector
+    is still vectorized: it runs as one masked iteration."""
     lanes = lanes_for(kernel, vector_bits)
     kernel.vector_bits, kernel.lanes = vector_bits, lanes
     for reason, predicate in CHECKS:
-        hit = predicate(kernel, lanes)
+        hit = predicate(kernel, lanes, masked_tails)
         if hit:
             kernel.vectorized = False
             kernel.reason = f"{reason}:{hit}" if isinstance(hit, str) else reason

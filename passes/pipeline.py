@@ -10,12 +10,13 @@ from .lower import LoweredGraph, lower
 from .simplify import simplify
 
 
-def run_pipeline(graph: Graph, vector_bits: int, input_strides: dict | None = None) -> LoweredGraph:
+def run_pipeline(graph: Graph, vector_bits: int, input_strides: dict | None = None,
+                 masked_tails: bool = False) -> LoweredGraph:
     """Graph -> verified primitive graph -> kernels with vectorization decisions."""
     graph = verify(graph)
     graph = verify(decompose(graph))
     graph = verify(simplify(graph))
     lowered = lower(graph, input_strides)
     for kernel in lowered.kernels:
-        check(kernel, vector_bits)
+        check(kernel, vector_bits, masked_tails)
     return lowered

@@ -15,7 +15,7 @@ from __future__ import annotations
 from llvmlite import ir
 
 from ir.ops import Op
-from passes.kernel import Compute, Const, Kernel, Load
+from passes.kernel import Compute, Const, Kernel, Load, walk
 from passes.symbolic import Div, Lin, Var
 from runtime import emit_parallel_for, kernel_type
 
@@ -56,13 +56,22 @@ def _reduce_identity(op: Op, dtype):
 
 
 ACCUMULATORS = 4       # vector accumulators per horizontal reduction (a power of two)
+CHEAP_BODY = 6         # ...when the reduced expression costs at most this (see _compute_cost);
+                       # a costlier body is throughput-bound and unrolling would only bloat it
+_MATH_COST = {Op.EXP: 20, Op.LOG: 20, Op.TANH: 25, Op.ERF: 30, Op.SIN: 25, Op.COS: 25,
+              Op.POW: 40}
+
+
+def _compute_cost(value) -> int:
+    """A rough instruction count of one evaluation of an expression."""
+    return sum(_MATH_COST.get(n.op, 1) for n in walk([value]) if isinstance(n, Compute))
 _COMBINE = {Op.SUM: Op.ADD, Op.PROD: Op.MUL, Op.MAX: Op.MAXIMUM, Op.MIN: Op.MINIMUM}
 
 
 class KernelEmitter:
     """Emits one kernel function. Loop variables live in `self.env` (Var -> i64 value)."""
 
-    def __init__(self, module: ir.Module, kernel: Kernel, name: str):
+    def __init__(self, module: ir.Module, kernel: Kernel, name: str, masked_tail: bool):
         self.kernel, self.module = kernel, module
         self.fn = ir.Function(module, kernel_type(), name=name)
         self.fn.linkage = "internal"
@@ -70,6 +79,8 @@ class KernelEmitter:
         self.start, self.stop, self.bufs = self.fn.args
         self.b = ir.IRBuilder(self.fn.append_basic_block("entry"))
         self.env, self.ptrs = {}, {}
+        # tails: one masked vector iteration (AVX-512 masks every element size) or scalar code
+        self.masked_tail, self.mask = masked_tail, None
 
     # -- memory ---------------------------------------------------------------------------
     def base_ptr(self, buf):
@@ -96,7 +107,9 @@ class KernelEmitter:
         contiguous = lanes > 1 and node.offset.coeff(self.kernel.vector_var) == 1
         if contiguous:
             vty = ir.VectorType(u.memory_type(node.dtype), lanes)
-            val = self.b.load(self.b.bitcast(ptr, vty.as_pointer()), align=1)
+            vptr = self.b.bitcast(ptr, vty.as_pointer())
+            val = self.b.load(vptr, align=1) if self.mask is None else \
+                u.masked_load(self.b, vptr, self.mask, vty)
         else:
             val = u.splat(self.b, self.b.load(ptr, align=1), lanes)
         if node.dtype.name == "bool":
@@ -109,6 +122,8 @@ class KernelEmitter:
             value = self.b.zext(value, ir.VectorType(u.I8, lanes) if lanes > 1 else u.I8)
         if lanes > 1:
             ptr = self.b.bitcast(ptr, value.type.as_pointer())
+            if self.mask is not None:
+                return u.masked_store(self.b, value, ptr, self.mask)
         self.b.store(value, ptr, align=1)
 
     # -- expressions ------------------------------------------------------------------------
@@ -141,7 +156,8 @@ class KernelEmitter:
 
     def vector_loop(self, lp, body, first: bool, unroll: int = 1):
         """body(lanes, part) over the loop: `unroll` vectors per trip (part 0..unroll-1), then
-        single vectors, then a scalar tail (lanes 1, part 0)."""
+        single vectors, then the tail: one masked vector (self.mask set), or scalar code
+        (lanes 1)."""
         lanes = self.kernel.lanes
         lo, hi = (self.start, self.stop) if first else (u.I64(0), u.I64(lp.var.extent))
         if lanes == 1:
@@ -159,6 +175,13 @@ class KernelEmitter:
         with u.for_range(self.b, start, vec_end, lanes, name=lp.var.name + "v") as i:
             self.env[lp.var] = i
             body(lanes, 0)
+        if self.masked_tail:
+            rest = self.b.sub(hi, vec_end)
+            with self.b.if_then(self.b.icmp_signed(">", rest, u.I64(0))):
+                self.env[lp.var], self.mask = vec_end, u.lane_mask(self.b, rest, lanes)
+                body(lanes, 0)
+                self.mask = None
+            return
         with u.for_range(self.b, vec_end, hi, 1, name=lp.var.name + "t") as i:
             self.env[lp.var] = i
             body(1, 0)
@@ -219,18 +242,23 @@ class KernelEmitter:
         lanes = k.lanes
         identity = _reduce_identity(red.op, red.dtype)
         # several vector accumulators hide the latency of the combine op (4 cycles for fadd)
+        n_acc = ACCUMULATORS if _compute_cost(st.value) <= CHEAP_BODY else 1
         accs = [u.alloca_once(self.b, u.value_type(red.dtype, lanes), name=f"vacc{i}")
-                for i in range(ACCUMULATORS)]
+                for i in range(n_acc)]
         sacc = u.alloca_once(self.b, u.value_type(red.dtype), name="sacc")
         for acc in accs + [sacc]:
             self.b.store(u.const(acc.type.pointee, identity), acc)
 
         def inner(n, part):
             acc = accs[part] if n > 1 else sacc
-            self.b.store(self._combine(self.b.load(acc), self._reduced_value(n)), acc)
+            old = self.b.load(acc)
+            new = self._combine(old, self._reduced_value(n))
+            if self.mask is not None:         # lanes past the end keep their accumulator
+                new = self.b.select(self.mask, new, old)
+            self.b.store(new, acc)
         if reduce_loops:
             self.nest(reduce_loops[:-1],
-                      lambda: self.vector_loop(reduce_loops[-1], inner, False, ACCUMULATORS),
+                      lambda: self.vector_loop(reduce_loops[-1], inner, False, n_acc),
                       False)
         else:
             inner(1, 0)
@@ -278,14 +306,15 @@ class KernelEmitter:
         self.store(st.buffer, st.offset, self.b.load(where), 1)
 
 
-def build_module(lowered, vector_bits: int, triple: str, data_layout: str) -> tuple:
+def build_module(lowered, vector_bits: int, triple: str, data_layout: str,
+                 masked_tails: bool = False) -> tuple:
     """Return (module text, run function name, entry function name)."""
     module = ir.Module(name=lowered.name)
     module.triple, module.data_layout = triple, data_layout
     prefix = f"jc_{lowered.name}"
     kernel_fns = []
     for i, kernel in enumerate(lowered.kernels):
-        ke = KernelEmitter(module, kernel, f"{prefix}_k{i}")
+        ke = KernelEmitter(module, kernel, f"{prefix}_k{i}", masked_tails)
         ke.emit()
         kernel_fns.append(ke.fn)
     run = _emit_run(module, lowered, kernel_fns, f"{prefix}_run")

@@ -51,7 +51,9 @@ def splat(builder: ir.IRBuilder, value, lanes: int):
 
 
 def mangle(ty: ir.Type) -> str:
-    """LLVM's overload suffix of a type: f32, i64, v16f32, ..."""
+    """LLVM's overload suffix of a type: f32, i64, v16f32, p0, ..."""
+    if isinstance(ty, ir.PointerType):
+        return "p0"
     if isinstance(ty, ir.VectorType):
         return f"v{ty.count}{mangle(ty.element)}"
     if isinstance(ty, ir.FloatType):
@@ -110,3 +112,23 @@ def gep_bytes(builder: ir.IRBuilder, ptr, offset: int, to_type: ir.Type):
     """`(to_type*)((char*)ptr + offset)`."""
     p = builder.gep(builder.bitcast(ptr, I8P), [I64(offset)])
     return builder.bitcast(p, to_type.as_pointer())
+
+
+def lane_mask(builder: ir.IRBuilder, count, lanes: int):
+    """<lanes x i1> with the first `count` (an i64 < lanes) lanes set."""
+    iota = ir.Constant(ir.VectorType(I32, lanes), [I32(i) for i in range(lanes)])
+    return builder.icmp_unsigned("<", iota, splat(builder, builder.trunc(count, I32), lanes))
+
+
+def masked_load(builder: ir.IRBuilder, ptr, mask, vty: ir.VectorType):
+    """llvm.masked.load: lanes off the mask read nothing and come back as zero."""
+    fnty = ir.FunctionType(vty, [ptr.type, I32, mask.type, vty])
+    fn = declare_intrinsic(builder.module, "masked.load", [vty, ptr.type], fnty)
+    return builder.call(fn, [ptr, I32(1), mask, const(vty, 0)])
+
+
+def masked_store(builder: ir.IRBuilder, value, ptr, mask):
+    """llvm.masked.store: lanes off the mask write nothing."""
+    fnty = ir.FunctionType(ir.VoidType(), [value.type, ptr.type, I32, mask.type])
+    fn = declare_intrinsic(builder.module, "masked.store", [value.type, ptr.type], fnty)
+    return builder.call(fn, [value, ptr, I32(1), mask])

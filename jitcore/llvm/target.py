@@ -34,6 +34,13 @@ class Target:
         return names[self.vector_bits] if self.triple.startswith("x86_64") else \
             f"{self.vector_bits}-bit SIMD"
 
+    @property
+    def masked_tails(self) -> bool:
+        """AVX-512 (with BW for byte lanes) masks loads and stores of every element size, so
+        vector tails are one masked iteration; elsewhere tails are scalar code."""
+        flags = set(self.features.split(","))
+        return "+avx512f" in flags and "+avx512bw" in flags and "+avx512vl" in flags
+
     def key(self) -> tuple:
         return (self.triple, self.cpu, self.features, self.vector_bits)
 
