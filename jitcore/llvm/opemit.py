@@ -14,11 +14,11 @@ from ir import dtypes as dt
 from ir.ops import Op
 
 from . import irutil as u
+from . import vecmath
 
 
 def _math(name):
     def emit(b, out, inp, args, arg):
-        from . import vecmath
         if name in vecmath.SUPPORTED:
             return vecmath.emit_math(b, name, args[0])
         return u.intrinsic(b, name, args)
