@@ -88,14 +88,6 @@ class Graph:
         seen = {id(n) for n in order}
         return [i for i in self.inputs if id(i) not in seen] + order
 
-    def users(self) -> dict:
-        """id(node) -> list of nodes that read it (an output counts as a user of None)."""
-        users = {}
-        for n in self.nodes():
-            for s in n.src:
-                users.setdefault(id(s), []).append(n)
-        return users
-
     def text(self) -> str:
         from .printer import print_graph
         return print_graph(self)

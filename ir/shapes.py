@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import operator
 
 from .errors import ShapeError
 
@@ -38,9 +39,18 @@ def broadcast_shapes(*shapes: Shape) -> Shape:
     return tuple(out)
 
 
-def normalize_axis(axis: int, ndim: int, op: str = "op") -> int:
-    if not isinstance(axis, int) or isinstance(axis, bool):
+def as_axis(axis, op: str = "op") -> int:
+    """An int from anything numpy accepts as an axis (int, np.int64, ... but not bool)."""
+    if isinstance(axis, bool):
         raise ShapeError(f"{op}: axis must be an int, got {axis!r}")
+    try:
+        return operator.index(axis)
+    except TypeError:
+        raise ShapeError(f"{op}: axis must be an int, got {axis!r}") from None
+
+
+def normalize_axis(axis, ndim: int, op: str = "op") -> int:
+    axis = as_axis(axis, op)
     if not -ndim <= axis < ndim:
         raise ShapeError(f"{op}: axis {axis} is out of range for an array of rank {ndim}")
     return axis % ndim
@@ -50,7 +60,7 @@ def normalize_axes(axis, ndim: int, op: str = "op") -> tuple:
     """None -> all axes; int or sequence -> sorted unique non-negative axes."""
     if axis is None:
         return tuple(range(ndim))
-    if isinstance(axis, int):
+    if not isinstance(axis, (tuple, list)):
         axis = (axis,)
     axes = tuple(sorted(normalize_axis(a, ndim, op) for a in axis))
     if len(set(axes)) != len(axes):

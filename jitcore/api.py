@@ -10,6 +10,7 @@ import numpy as np
 from ir import build as b
 from ir.errors import DTypeError, JitcoreError, ShapeError, TraceError
 from ir.graph import Graph as IRGraph
+from ir.ops import Op
 
 from . import config
 from .callpath import MISMATCH, CallPlan
@@ -46,6 +47,18 @@ def _outputs_of(result) -> list:
     if not items:
         raise TraceError("a jitted function must return at least one tensor")
     return [node_of(x) for x in items]
+
+
+def _checked(graph: IRGraph) -> IRGraph:
+    """Refuse graphs that use a tensor of another trace (a leaked tracer, another Graph's
+    input): its value would be unknown here."""
+    declared = {id(i) for i in graph.inputs}
+    for node in graph.nodes():
+        if node.op == Op.INPUT and id(node) not in declared:
+            raise TraceError(f"{graph.name}: uses tensor %{node.arg} of another trace (a tracer "
+                             "kept from an earlier call, or another Graph's input); pass it "
+                             "as an argument instead")
+    return graph
 
 
 class JitFunction:
@@ -102,7 +115,7 @@ class JitFunction:
             sig = ", ".join(f"{n}: {describe(s)}" for n, s in zip(names, sigs))
             raise type(e)(f"{e} (while tracing {self.__name__}({sig}))").with_traceback(
                 e.__traceback__) from None
-        return IRGraph(self.__name__, inputs, _outputs_of(result))
+        return _checked(IRGraph(self.__name__, inputs, _outputs_of(result)))
 
     # -- looking inside -------------------------------------------------------------------
     def graph(self, *args) -> str:
@@ -161,7 +174,7 @@ class Graph:
         self._outputs.extend(_outputs_of(list(values)))
 
     def to_ir(self) -> IRGraph:
-        return IRGraph(self.name, list(self._inputs), list(self._outputs))
+        return _checked(IRGraph(self.name, list(self._inputs), list(self._outputs)))
 
     def text(self) -> str:
         return self.to_ir().text()

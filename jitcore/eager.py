@@ -19,9 +19,11 @@ def run_eagerly(public, fn, args: tuple, kwargs: dict):
     (Python scalars, axes, shapes, flags) is baked into the traced function."""
     from .api import jit
     positions = tuple(i for i, a in enumerate(args) if _is_tensor_arg(a))
-    static = tuple((i, a) for i, a in enumerate(args) if i not in positions)
+    # types are part of the key: 1, 1.0 and True are equal but promote differently
+    static = tuple((i, type(a), a) for i, a in enumerate(args) if i not in positions)
     try:
-        key = (public, positions, static, tuple(sorted(kwargs.items())))
+        key = (public, positions, static,
+               tuple(sorted((k, type(v), v) for k, v in kwargs.items())))
         hash(key)
     except TypeError:
         key = None

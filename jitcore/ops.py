@@ -162,12 +162,15 @@ def _reduction(opcode: Op, name: str):
         if unsupported:
             raise TraceError(f"{name}: arguments {sorted(unsupported)} are not supported")
         node = node_of(x)
-        if kw.get("dtype") is not None:
-            node = b.cast(node, dt.as_dtype(kw["dtype"]))
+        want = dt.as_dtype(kw["dtype"]) if kw.get("dtype") is not None else None
+        if want is not None:
+            node = b.cast(node, want)
         axes = normalize_axes(axis, node.ndim, name)
         if opcode in (Op.ARGMAX, Op.ARGMIN):
             return _arg_reduction(opcode, node, axis, keepdims)
-        return wrap(b.reduce(opcode, node, axes, keepdims))
+        out = b.reduce(opcode, node, axes, keepdims)
+        # sum(dtype=int32) accumulates in int64 here; wrapping back gives numpy's int32 result
+        return wrap(b.cast(out, want) if want is not None else out)
     f.__name__ = name
     f.__doc__ = f"numpy.{name} over `axis` (None: all axes), optionally keeping reduced axes."
     return op(f)
@@ -223,7 +226,7 @@ def broadcast_to(x, shape):
 def expand_dims(x, axis):
     """numpy.expand_dims (an int or a tuple of axes)."""
     node = node_of(x)
-    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    axes = tuple(axis) if isinstance(axis, (tuple, list)) else (axis,)
     ndim = node.ndim + len(axes)
     axes = normalize_axes(axes, ndim, "expand_dims")
     it = iter(node.shape)

@@ -19,9 +19,29 @@ from . import vecmath
 
 def _math(name):
     def emit(b, out, inp, args, arg):
-        if name in vecmath.SUPPORTED:
-            return vecmath.emit_math(b, name, args[0])
-        return u.intrinsic(b, name, args)
+        return vecmath.emit_math(b, name, args[0])
+    return emit
+
+
+# vecmath's sin/cos reduce arguments exactly up to about these magnitudes (float, double)
+SINCOS_EXACT_BELOW = {32: 6.5e6, 64: 3.5e15}
+
+
+def _sincos(name):
+    """Vector sin/cos; lanes with huge arguments (rare) are redone by libm, whose
+    Payne-Hanek reduction is exact at any magnitude."""
+    def emit(b, out, inp, args, arg):
+        x = args[0]
+        fast = vecmath.emit_math(b, name, x)
+        limit = u.const(x.type, SINCOS_EXACT_BELOW[out.bits])
+        big = b.fcmp_ordered(">", u.intrinsic(b, "fabs", [x]), limit)
+        any_big = big if u.lanes_of(x) == 1 else u.intrinsic(b, "vector.reduce.or", [big],
+                                                             ret_type=u.I1)
+        result = u.alloca_once(b, x.type, name=f"{name}.res")
+        b.store(fast, result)
+        with b.if_then(any_big, likely=False):
+            b.store(b.select(big, u.intrinsic(b, name, [x]), fast), result)
+        return b.load(result)
     return emit
 
 
@@ -154,13 +174,14 @@ def _int_pow(b, out, x, y):
 EMITTERS = {
     Op.NEG: _neg, Op.ABS: _abs,
     Op.EXP: _math("exp"), Op.LOG: _math("log"), Op.TANH: _math("tanh"), Op.ERF: _math("erf"),
-    Op.SIN: _math("sin"), Op.COS: _math("cos"),
+    Op.SIN: _sincos("sin"), Op.COS: _sincos("cos"),
     Op.SQRT: lambda b, out, inp, args, arg: u.intrinsic(b, "sqrt", args),
     Op.FLOOR: _round("floor"), Op.CEIL: _round("ceil"),
     Op.LOGICAL_NOT: lambda b, out, inp, args, arg: b.not_(args[0]),
     Op.CAST: _cast,
     Op.ADD: _arith("fadd", "add", "or_"), Op.SUB: _arith("fsub", "sub"),
-    Op.MUL: _arith("fmul", "mul", "and_"), Op.DIV: _arith("fdiv", "sdiv"),
+    Op.MUL: _arith("fmul", "mul", "and_"),
+    Op.DIV: lambda b, out, inp, args, arg: b.fdiv(*args),      # the IR divides floats only
     Op.POW: _pow,
     Op.MAXIMUM: _minmax("maximum", ">", "or_"), Op.MINIMUM: _minmax("minimum", "<", "and_"),
     Op.EQ: _compare("=="), Op.NE: _compare("!="), Op.LT: _compare("<"),

@@ -1,0 +1,210 @@
+"""Shared test helpers: tolerances, a NaN-aware comparison against float64 references, and
+deterministic random inputs per dtype.
+
+Tolerances are stated once, per dtype, in `TOL`; reductions scale them with the reduced size
+(`reduction_tol`). References are computed by numpy on float64 copies of the inputs (or exactly
+on the original integer dtypes), and `assert_close` rounds the reference to the result dtype
+before comparing, so overflow to +-inf and underflow to 0 in float32 match.
+"""
+from __future__ import annotations
+
+import math
+import zlib
+
+import numpy as np
+
+import jitcore as jc
+
+F32 = np.dtype(np.float32)
+F64 = np.dtype(np.float64)
+I32 = np.dtype(np.int32)
+I64 = np.dtype(np.int64)
+U8 = np.dtype(np.uint8)
+BOOL = np.dtype(np.bool_)
+
+ALL_DTYPES = [F32, F64, I32, I64, U8, BOOL]
+FLOAT_DTYPES = [F32, F64]
+INT_DTYPES = [I32, I64, U8]
+NUMERIC_DTYPES = FLOAT_DTYPES + INT_DTYPES           # everything but bool
+SIZES = [1, 7, 1023, 4097]                            # scalar-ish, sub-vector, vector tails
+
+# (rtol, atol) per floating result dtype. float32: elementwise and transcendental ops are
+# expected within ~1e-5 relative (a few ulp plus polynomial error); float64 to ~1e-12.
+TOL = {
+    F32: (1e-5, 1e-6),
+    F64: (1e-12, 1e-14),
+}
+# unit roundoff
+EPS = {F32: float(np.finfo(np.float32).eps) / 2, F64: float(np.finfo(np.float64).eps) / 2}
+
+# The documented deviations from numpy's result dtypes (API.md, ir/dtypes.py):
+#   float16 (exp of uint8/bool, ...) -> float32: jitcore has no float16;
+#   uint64 (sum/prod of uint8)       -> int64.
+# Integer matmul returns float64: callers pass dtype=float64 for it.
+DTYPE_DEVIATIONS = {np.dtype(np.float16): F32, np.dtype(np.uint64): I64}
+
+
+def dtype_id(d) -> str:
+    return np.dtype(d).name
+
+
+def jit_dtype(numpy_dtype) -> np.dtype:
+    """numpy's result dtype mapped through jitcore's documented deviations."""
+    d = np.dtype(numpy_dtype)
+    return DTYPE_DEVIATIONS.get(d, d)
+
+
+def float_result(d) -> np.dtype:
+    """The dtype of exp/sqrt/... of d in jitcore (numpy's, with float16 -> float32)."""
+    with np.errstate(all="ignore"):
+        return jit_dtype(np.exp(np.zeros(1, np.dtype(d))).dtype)
+
+
+def reduction_tol(dtype, n: int, scale: float = 1.0) -> tuple:
+    """(rtol, atol) for a sum-like reduction of n terms of magnitude <= scale.
+
+    rtol grows with sqrt(n) * eps (random rounding errors of the accumulation), atol with
+    n * eps * scale (cancelling sums compared against a float64 reference)."""
+    d = np.dtype(dtype)
+    if d not in TOL:
+        return 0.0, 0.0
+    rtol, atol = TOL[d]
+    n = max(int(n), 1)
+    return rtol + 8 * EPS[d] * math.sqrt(n), atol + 4 * n * EPS[d] * max(scale, 1e-30)
+
+
+def _fmt_index(idx, shape):
+    return tuple(int(i) for i in np.unravel_index(idx, shape)) if shape else ()
+
+
+def assert_close(got, ref, dtype=None, *, rtol=None, atol=None, exact=False, msg=""):
+    """Compare a jitcore result with a reference.
+
+    got:   the array jitcore returned.
+    ref:   reference values (float64 or the exact integer/bool values).
+    dtype: numpy's result dtype for the operation; the documented deviations (DTYPE_DEVIATIONS)
+           are applied, then got.dtype must equal it. None: the dtype is not checked (values are
+           compared in ref's dtype kind).
+    Floats: NaN == NaN, infinities must match in sign, else |got - ref| <= atol + rtol*|ref|
+    with TOL[dtype] unless rtol/atol are given; exact=True requires equality.
+    Integers and bools: exact equality of values.
+    """
+    prefix = (msg + ": ") if msg else ""
+    assert isinstance(got, np.ndarray), f"{prefix}expected an ndarray, got {type(got).__name__}"
+    ref = np.asarray(ref)
+    assert got.shape == ref.shape, f"{prefix}shape {got.shape} != expected {ref.shape}"
+    if dtype is not None:
+        want = jit_dtype(dtype)
+        assert got.dtype == want, f"{prefix}dtype {got.dtype} != expected {want}"
+    kind_dtype = got.dtype
+    if got.size == 0:
+        return
+    if kind_dtype.kind != "f":
+        g = got.astype(np.int64) if kind_dtype.kind in "iub" else got
+        r = ref
+        if r.dtype.kind == "f":
+            # integer results compared against float references must be exact integers
+            bad = ~(g == r)
+        else:
+            bad = g != r.astype(np.int64) if r.dtype.kind in "iub" else g != r
+        if np.any(bad):
+            _fail(prefix + "values differ", got, ref, bad)
+        return
+    if rtol is None or atol is None:
+        d_rtol, d_atol = TOL.get(kind_dtype, TOL[F64])
+        rtol = d_rtol if rtol is None else rtol
+        atol = d_atol if atol is None else atol
+    if exact:
+        rtol, atol = 0.0, 0.0
+    with np.errstate(all="ignore"):
+        r = ref.astype(kind_dtype).astype(np.float64)   # round the reference to the result dtype
+        g = got.astype(np.float64)
+        nan_g, nan_r = np.isnan(g), np.isnan(r)
+        inf_g, inf_r = np.isinf(g), np.isinf(r)
+        both_nan = nan_g & nan_r
+        same_inf = inf_g & inf_r & (g == r)
+        err = np.abs(g - r)
+        ok = (err <= atol + rtol * np.abs(r)) | both_nan | same_inf
+        ok &= ~(nan_g ^ nan_r)
+        ok &= ~((inf_g | inf_r) & ~same_inf)
+    if not np.all(ok):
+        _fail(prefix + f"not close (rtol={rtol:g}, atol={atol:g})", got, ref, ~ok)
+
+
+def _fail(what, got, ref, bad):
+    bad = np.asarray(bad)
+    flat = np.flatnonzero(bad.reshape(-1))
+    lines = [f"{what}: {flat.size} of {bad.size} elements mismatch"]
+    g, r = got.reshape(-1), np.asarray(ref).reshape(-1)
+    for i in flat[:6]:
+        lines.append(f"  at {_fmt_index(i, got.shape)}: got {g[i]!r}, expected {r[i]!r}")
+    if got.dtype.kind == "f":
+        with np.errstate(all="ignore"):
+            err = np.abs(g.astype(np.float64) - r.astype(np.float64))
+            fin = np.isfinite(err)
+            if fin.any():
+                lines.append(f"  max abs error {np.max(err[fin]):.3g}")
+    raise AssertionError("\n".join(lines))
+
+
+# ---- random inputs ---------------------------------------------------------------------------
+
+def rng_for(*key) -> np.random.Generator:
+    """A generator seeded deterministically from a key (e.g. the op name, dtype and size)."""
+    return np.random.default_rng(zlib.crc32(repr(key).encode()))
+
+
+# safe integer ranges: products of two values do not overflow the dtype
+_INT_RANGE = {I32: (-1000, 1000), I64: (-100000, 100000), U8: (0, 255)}
+
+
+def make(shape, dtype, *, rng=None, low=None, high=None, positive=False, nonzero=False):
+    """A random array of `shape` and `dtype`.
+
+    floats: normal * 3 (negatives included) by default, or uniform in [low, high];
+            positive=True: uniform in [0.1, 10]; nonzero=True: |x| >= 0.1.
+    ints:   uniform in a safe range (whole range for uint8), or [low, high];
+            positive=True: [1, 100] (uint8: [1, 15]).
+    bool:   fair coin flips.
+    """
+    rng = rng if rng is not None else rng_for("make", shape, str(dtype))
+    d = np.dtype(dtype)
+    shape = tuple(shape) if not isinstance(shape, int) else (shape,)
+    if d == BOOL:
+        return rng.random(shape) < 0.5
+    if d.kind == "f":
+        if low is not None:
+            x = rng.uniform(low, high, shape)
+        elif positive:
+            x = rng.uniform(0.1, 10.0, shape)
+        else:
+            x = rng.standard_normal(shape) * 3.0
+        if nonzero:
+            x = np.where(np.abs(x) < 0.1, np.copysign(0.1, x) + x, x)
+        return x.astype(d)
+    if low is None:
+        if positive:
+            low, high = (1, 15) if d == U8 else (1, 100)
+        else:
+            low, high = _INT_RANGE[d]
+    x = rng.integers(low, high, shape, endpoint=True)
+    if nonzero:
+        x = np.where(x == 0, 1, x)
+    return x.astype(d)
+
+
+def f64(x):
+    """A float64 copy, for references."""
+    return np.asarray(x).astype(np.float64)
+
+
+def jc_dtype(d):
+    """The jitcore dtype constant for a numpy dtype."""
+    return {F32: jc.float32, F64: jc.float64, I32: jc.int32, I64: jc.int64, U8: jc.uint8,
+            BOOL: jc.bool}[np.dtype(d)]
+
+
+def erf64(x):
+    """The error function on float64 values (math.erf, vectorized)."""
+    x = np.asarray(x, np.float64)
+    return np.vectorize(math.erf, otypes=[np.float64])(x) if x.size else x.copy()
