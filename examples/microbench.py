@@ -1,4 +1,4 @@
-"""Microbenchmarks: jitcore vs numpy (and numexpr when installed), single-threaded.
+"""Microbenchmarks: jitcore vs numpy (and numexpr, torch when installed), single-threaded.
 
 Prints compile time of a 10-op fused graph, the per-call cost of `a*b+c` on 1024 floats, and
 median times with ratios (peer time / jitcore time: > 1 means jitcore is faster) for an
@@ -21,6 +21,11 @@ try:
     numexpr.set_num_threads(1)
 except ImportError:
     numexpr = None
+try:
+    import torch
+    torch.set_num_threads(1)
+except ImportError:
+    torch = None
 
 
 def median_time(fn, repeat: int, min_time: float = 0.0) -> float:
@@ -102,17 +107,26 @@ def bench_kernels(sizes, repeat: int):
     for n in sizes:
         a, b, c = (np.random.rand(n).astype(np.float32) - 0.5 for _ in range(3))
         peers = {"numpy": median_time(lambda: np.maximum(a * b + c, 0) * 0.5, repeat)}
-        if numexpr is not None:
+        if numexpr is not None:   # float32 constants, or numexpr computes in float64
+            env = {"a": a, "b": b, "c": c, "zero": np.float32(0), "half": np.float32(0.5)}
             peers["numexpr"] = median_time(
-                lambda: numexpr.evaluate("where(a*b+c > 0, a*b+c, 0) * 0.5",
-                                         local_dict={"a": a, "b": b, "c": c}), repeat)
+                lambda: numexpr.evaluate("where(a*b+c > zero, a*b+c, zero) * half",
+                                         local_dict=env), repeat)
+        if torch is not None:
+            ta, tb, tc = (torch.from_numpy(v) for v in (a, b, c))
+            peers["torch"] = median_time(lambda: torch.relu(ta * tb + tc) * 0.5, repeat)
         _row("chain", n, median_time(lambda: chain(a, b, c), repeat), peers)
 
         x = np.random.rand(n // 1024, 1024).astype(np.float32)
-        _row("softmax", n, median_time(lambda: softmax(x), repeat),
-             {"numpy": median_time(lambda: np_softmax(x), repeat)})
-        _row("row sum", n, median_time(lambda: rowsum(x), repeat),
-             {"numpy": median_time(lambda: x.sum(axis=1), repeat)})
+        peers = {"numpy": median_time(lambda: np_softmax(x), repeat)}
+        if torch is not None:
+            tx = torch.from_numpy(x)
+            peers["torch"] = median_time(lambda: torch.softmax(tx, dim=-1), repeat)
+        _row("softmax", n, median_time(lambda: softmax(x), repeat), peers)
+        peers = {"numpy": median_time(lambda: x.sum(axis=1), repeat)}
+        if torch is not None:
+            peers["torch"] = median_time(lambda: tx.sum(dim=1), repeat)
+        _row("row sum", n, median_time(lambda: rowsum(x), repeat), peers)
 
 
 def main():
@@ -124,6 +138,7 @@ def main():
     print(f"jitcore {jc.__version__}, {info['brand']} ({info['cpu']}), {info['isa']}, "
           f"{info['vector_bits']}-bit vectors; numpy {np.__version__}; "
           f"numexpr {'%s (1 thread)' % numexpr.__version__ if numexpr else 'not installed'}; "
+          f"torch {'%s (1 thread, eager)' % torch.__version__ if torch else 'not installed'}; "
           f"{os.cpu_count()} cpus; all single-threaded")
     repeat = 5 if args.quick else args.repeat
     bench_compile(repeat)
