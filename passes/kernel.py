@@ -148,17 +148,20 @@ class Kernel:
 
 
 def walk(roots) -> list:
-    """Every expression node reachable from roots, sources before users, each once."""
+    """Every expression node reachable from roots, sources before users, each once.
+    Iterative: expressions thousands of ops deep are fine."""
     order, seen = [], set()
-
-    def visit(n):
-        if id(n) in seen:
-            return
-        seen.add(id(n))
-        for s in getattr(n, "src", ()):
-            visit(s)
-        order.append(n)
-
-    for r in roots:
-        visit(r)
+    for root in roots:
+        stack = [(root, False)]
+        while stack:
+            node, expanded = stack.pop()
+            if expanded:
+                order.append(node)
+                continue
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            stack.append((node, True))
+            stack.extend((s, False) for s in reversed(getattr(node, "src", ()))
+                         if id(s) not in seen)
     return order

@@ -21,7 +21,7 @@ from ir.graph import Graph, Node
 from ir.ops import ELEMENTWISE, REDUCE, Op
 from ir.shapes import contiguous_strides, numel
 
-from .kernel import Buffer, Compute, Const, Kernel, Load, Loop, Reduction, Store
+from .kernel import Buffer, Compute, Const, Kernel, Load, Loop, Reduction, Store, walk
 from .symbolic import Lin, Var, floordiv, lin, mod, substitute
 
 VIEWS_THROUGH = (Op.RESHAPE, Op.PERMUTE, Op.EXPAND, Op.SLICE)
@@ -94,24 +94,46 @@ class _KernelBuilder:
         self.lowering, self.target, self.memo, self.ops = lowering, target, {}, []
 
     def value(self, node: Node, idx: tuple):
-        key = (id(node), idx)
-        if key not in self.memo:
-            self.memo[key] = self._value(node, idx)
-        return self.memo[key]
+        """The expression of `node` at indices `idx` (an explicit stack: graphs can be
+        thousands of ops deep)."""
+        stack = [(node, idx)]
+        while stack:
+            n, i = stack[-1]
+            if (id(n), i) in self.memo:
+                stack.pop()
+                continue
+            deps = self._deps(n, i)
+            missing = [d for d in deps if (id(d[0]), d[1]) not in self.memo]
+            if missing:
+                stack.extend(missing)
+                continue
+            stack.pop()
+            self.memo[(id(n), i)] = self._make(n, i, [self.memo[(id(s), j)] for s, j in deps])
+        return self.memo[(id(node), idx)]
 
-    def _value(self, node: Node, idx: tuple):
+    def _is_loaded(self, node: Node) -> bool:
         buf = self.lowering.read_buffer.get(id(node))
-        if buf is not None and (node is not self.target or node.op in (Op.INPUT, Op.CONST)):
+        return buf is not None and (node is not self.target or node.op in (Op.INPUT, Op.CONST))
+
+    def _deps(self, node: Node, idx: tuple) -> list:
+        if self._is_loaded(node) or node.op == Op.CONST:
+            return []
+        if node.op in VIEWS_THROUGH:
+            return [(node.src[0], view_index(node, idx))]
+        if node.op in ELEMENTWISE:
+            return [(s, idx) for s in node.src]
+        raise CompileError(f"lowering: {node.op.name.lower()} cannot be inlined here")
+
+    def _make(self, node: Node, idx: tuple, srcs: list):
+        if self._is_loaded(node):
+            buf = self.lowering.read_buffer[id(node)]
             return Load(buf, offset(buf, idx))
         if node.op == Op.CONST:
             return Const(node.arg, node.dtype)
         if node.op in VIEWS_THROUGH:
-            return self.value(node.src[0], view_index(node, idx))
-        if node.op in ELEMENTWISE:
-            self.ops.append(node.op.name.lower())
-            return Compute(node.op, node.dtype, tuple(self.value(s, idx) for s in node.src),
-                           node.arg)
-        raise CompileError(f"lowering: {node.op.name.lower()} cannot be inlined here")
+            return srcs[0]
+        self.ops.append(node.op.name.lower())
+        return Compute(node.op, node.dtype, tuple(srcs), node.arg)
 
 
 def offset(buf: Buffer, idx: tuple) -> Lin:
@@ -241,21 +263,16 @@ def _mergeable(offsets: list, outer: Var, inner: Var) -> bool:
 
 def _rebuild(kernel: Kernel, loops: list, mapping: dict) -> Kernel:
     """The same kernel over new loop variables; `mapping` gives old vars as expressions."""
-    memo = {}
-
-    def conv(n):
-        if id(n) in memo:
-            return memo[id(n)]
+    new = {}
+    for n in walk([s.value for s in kernel.stores]):
         if isinstance(n, Load):
-            out = Load(n.buffer, substitute(n.offset, mapping))
+            new[id(n)] = Load(n.buffer, substitute(n.offset, mapping))
         elif isinstance(n, Compute):
-            out = Compute(n.op, n.dtype, tuple(conv(s) for s in n.src), n.arg)
+            new[id(n)] = Compute(n.op, n.dtype, tuple(new[id(s)] for s in n.src), n.arg)
         else:
-            out = n
-        memo[id(n)] = out
-        return out
-
-    stores = [Store(s.buffer, substitute(s.offset, mapping), conv(s.value)) for s in kernel.stores]
+            new[id(n)] = n
+    stores = [Store(s.buffer, substitute(s.offset, mapping), new[id(s.value)])
+              for s in kernel.stores]
     return Kernel(kernel.name, loops, stores, kernel.reduction, kernel.ops)
 
 

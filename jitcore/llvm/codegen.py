@@ -127,19 +127,21 @@ class KernelEmitter:
         self.b.store(value, ptr, align=1)
 
     # -- expressions ------------------------------------------------------------------------
-    def value(self, node, lanes: int, memo: dict):
-        if id(node) in memo:
-            return memo[id(node)]
-        if isinstance(node, Load):
-            out = self.load(node, lanes)
-        elif isinstance(node, Const):
-            out = u.const(u.value_type(node.dtype, lanes), node.value)
-        else:
-            args = [self.value(s, lanes, memo) for s in node.src]
-            in_dtype = node.src[-1].dtype if node.src else node.dtype
-            out = emit(self.b, node.op, node.dtype, in_dtype, args, node.arg)
-        memo[id(node)] = out
-        return out
+    def value(self, root, lanes: int, memo: dict):
+        """Emit the expression `root` (sources first, each node once per memo)."""
+        for node in walk([root]):
+            if id(node) in memo:
+                continue
+            if isinstance(node, Load):
+                out = self.load(node, lanes)
+            elif isinstance(node, Const):
+                out = u.const(u.value_type(node.dtype, lanes), node.value)
+            else:
+                args = [memo[id(s)] for s in node.src]
+                in_dtype = node.src[-1].dtype if node.src else node.dtype
+                out = emit(self.b, node.op, node.dtype, in_dtype, args, node.arg)
+            memo[id(node)] = out
+        return memo[id(root)]
 
     # -- loops ----------------------------------------------------------------------------
     def loop(self, lp, body, first: bool, step: int = 1):
