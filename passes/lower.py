@@ -4,6 +4,9 @@ Which nodes get memory (the fusion rule of this stage):
   - graph outputs and reductions are always materialized;
   - a computed node that a broadcast replicates (EXPAND by a factor > 1) is materialized,
     so that e.g. `relu(a) @ w` or `exp(x)[:, None] + y` never recompute it per copy;
+  - a transcendental op (exp, log, tanh, erf, sin, cos, pow) that more than RECOMPUTE_LIMIT
+    kernels would inline is materialized: recomputing it costs more than a memory round trip
+    (softmax's exp, read by two kernels, is recomputed, as Inductor does);
   - everything else (elementwise ops, casts, views) is inlined into the kernel that reads it.
 A materialized node that a later kernel needs is loaded from its buffer, not recomputed.
 
@@ -47,18 +50,43 @@ def _strip_views(node: Node) -> Node:
     return node
 
 
+RECOMPUTE_LIMIT = 2
+EXPENSIVE = frozenset({Op.EXP, Op.LOG, Op.TANH, Op.ERF, Op.SIN, Op.COS, Op.POW})
+
+
+def _inlining_kernels(nodes: list, chosen: set) -> dict:
+    """id(node) -> ids of the materialized nodes whose kernels would inline it."""
+    readers = {}
+    for m in nodes:
+        if id(m) not in chosen:
+            continue
+        stack, seen = list(m.src), set()
+        while stack:
+            n = stack.pop()
+            if id(n) in seen or id(n) in chosen or n.op in (Op.INPUT, Op.CONST):
+                continue
+            seen.add(id(n))
+            readers.setdefault(id(n), set()).add(id(m))
+            stack.extend(n.src)
+    return readers
+
+
 def materialized_nodes(graph: Graph) -> list:
     """The nodes that get a buffer of their own, in topological order."""
+    nodes = graph.nodes()
     chosen = {id(o) for o in graph.outputs}
-    for n in graph.nodes():
+    for n in nodes:
         if n.op in REDUCE:
             chosen.add(id(n))
         if n.op == Op.EXPAND and numel(n.shape) > numel(n.src[0].shape):
             base = _strip_views(n.src[0])
             if base.op not in (Op.INPUT, Op.CONST):
                 chosen.add(id(base))
-    return [n for n in graph.nodes() if id(n) in chosen and n.op != Op.INPUT
-            or n.op == Op.INPUT and id(n) in {id(o) for o in graph.outputs}]
+    readers = _inlining_kernels(nodes, chosen)
+    chosen |= {id(n) for n in nodes
+               if n.op in EXPENSIVE and len(readers.get(id(n), ())) > RECOMPUTE_LIMIT}
+    outputs = {id(o) for o in graph.outputs}
+    return [n for n in nodes if id(n) in chosen and (n.op != Op.INPUT or id(n) in outputs)]
 
 
 def view_index(node: Node, idx: tuple) -> tuple:

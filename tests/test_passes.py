@@ -87,3 +87,16 @@ def test_integer_pow_with_tensor_exponent_stays_scalar_with_a_reason():
     x = b.input_node("x", (10,), dt.int32)
     (k,) = _kernels([b.elementwise(Op.POW, x, x)], [x])
     assert not k.vectorized and k.reason == "unsupported_op:pow"
+
+
+def test_expensive_producer_read_by_three_kernels_is_computed_once():
+    x = b.input_node("x", (8, 128), dt.float32)
+    g = b.elementwise(Op.ERF, x)
+    ks = _kernels([b.node(Op.SOFTMAX, g, arg=1)], [x])       # max, sum, div all read erf(x)
+    assert sum("erf" in k.ops for k in ks) == 1 and len(ks) == 4
+
+
+def test_softmax_exp_read_by_two_kernels_is_recomputed():
+    x = b.input_node("x", (8, 128), dt.float32)
+    ks = _kernels([b.node(Op.SOFTMAX, x, arg=1)], [x])
+    assert sum("exp" in k.ops for k in ks) == 2 and len(ks) == 3
