@@ -22,6 +22,9 @@ from .ops import (abs, add, amax, amin, argmax, argmin, astype, broadcast_to, ce
                   mean, min, minimum, mul, multiply, neg, negative, not_equal, pow, power, prod,
                   reciprocal, relu, relu6, reshape, rsqrt, sigmoid, silu, sin, softmax, sqrt,
                   squeeze, sub, subtract, sum, tanh, transpose, where)
+from .futures import Future, fork, wait
+from .parallel import (get_num_interop_threads, get_num_threads, parallel_info,
+                       set_num_interop_threads, set_num_threads)
 from .signature import Spec, spec
 from .targetinfo import target_info
 

@@ -22,6 +22,7 @@ from . import config
 from .llvm import engine
 from .llvm.codegen import NDARRAY_TYPE_SYMBOL, build_module
 from .llvm.target import Target
+from runtime import PARALLEL_FOR
 
 VERSION = "0.1.0"
 
@@ -117,8 +118,11 @@ def _compile(graph: Graph, strides: tuple, target: Target) -> CompiledGraph:
     text, run_name, entry_name = build_module(lowered, target.vector_bits, target.triple,
                                               mach.data_layout, target.masked_tails)
     t2 = time.perf_counter()
-    library = engine.compile_ir(text, [run_name, entry_name], target,
-                                imports={NDARRAY_TYPE_SYMBOL: id(np.ndarray)})
+    imports = {NDARRAY_TYPE_SYMBOL: id(np.ndarray)}
+    if PARALLEL_FOR in text:                       # some kernel is worth splitting
+        from .parallel import pool
+        imports[PARALLEL_FOR] = pool().parallel_for
+    library = engine.compile_ir(text, [run_name, entry_name], target, imports=imports)
     t3 = time.perf_counter()
     seconds = {"passes": t1 - t0, "codegen": t2 - t1, "llvm": t3 - t2, "total": t3 - t0}
     compiled = CompiledGraph(graph, lowered, target, text, library, run_name, entry_name, seconds)

@@ -1,11 +1,14 @@
-"""The runtime: how a compiled graph's kernels are run over their iteration space.
+"""The runtime: how a compiled graph's kernels run over their iteration space, on threads.
 
 It knows no tensors: a kernel is a function `void k(i64 start, i64 stop, i8** bufs)` that runs
-iterations [start, stop) of its outermost loop, and the runtime decides how that range is run.
-This version runs every kernel on the calling thread, in one call over its whole range; the
-native thread pool (chunked parallel-for, fork/wait futures) plugs in at `emit_parallel_for`
-without changing the kernel ABI or the compiled graph's entry point.
+iterations [start, stop) of its outermost loop. `pool_ir` emits the process-wide intra-op
+thread pool as LLVM IR (pthreads + futex, no C compiler), `parallel_for` emits the call that
+hands a kernel to it, and `settings` holds the thread settings with PyTorch's semantics.
 """
-from .parallel_for import KERNEL_ABI, emit_parallel_for, kernel_type
+from .parallel_for import KERNEL_ABI, PARALLEL_FOR, emit_parallel_for, kernel_type
+from .pool_ir import EXPORTS as POOL_EXPORTS
+from .pool_ir import build_pool_module
+from .settings import ThreadSettings, usable_cores
 
-__all__ = ["KERNEL_ABI", "emit_parallel_for", "kernel_type"]
+__all__ = ["KERNEL_ABI", "PARALLEL_FOR", "emit_parallel_for", "kernel_type", "POOL_EXPORTS",
+           "build_pool_module", "ThreadSettings", "usable_cores"]

@@ -12,9 +12,12 @@ Return codes: OK, OUT_OF_MEMORY, SIGNATURE_MISMATCH (below).
 """
 from __future__ import annotations
 
+import math
+
 from llvmlite import ir
 
 from ir.ops import Op
+from passes.legality import bytes_moved, flops
 from passes.kernel import Compute, Const, Kernel, Load, walk
 from passes.symbolic import Div, Lin, Var
 from runtime import emit_parallel_for, kernel_type
@@ -339,6 +342,15 @@ def _with_vector_attributes(text: str, vector_bits: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+MIN_CHUNK_WORK = 1 << 16    # bytes + flops in the smallest chunk worth a thread (~5-10 us)
+
+
+def grain(kernel: Kernel) -> int:
+    """Fewest iterations of the kernel's range loop per parallel chunk, from its cost."""
+    per_iteration = max((bytes_moved(kernel) + flops(kernel)) / max(kernel.range_extent, 1), 1)
+    return max(1, math.ceil(MIN_CHUNK_WORK / per_iteration))
+
+
 def _emit_run(module, lowered, kernel_fns, name):
     fn = ir.Function(module, ir.FunctionType(u.I32, [u.I8P.as_pointer()]), name=name)
     b = ir.IRBuilder(fn.append_basic_block("entry"))
@@ -364,7 +376,7 @@ def _emit_run(module, lowered, kernel_fns, name):
         else:
             b.store(b.load(b.gep(given, [u.I64(buf.slot)])), dst)
     for kernel, kfn in zip(lowered.kernels, kernel_fns):
-        emit_parallel_for(b, kfn, kernel.range_extent, slots)
+        emit_parallel_for(b, kfn, kernel.range_extent, slots, grain(kernel))
     for t in temps:
         b.call(free, [t])
     b.ret(u.I32(OK))

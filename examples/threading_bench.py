@@ -1,0 +1,102 @@
+"""Thread benchmarks (ratios in one run): pool fork/join latency, intra-op speedups, and
+the inter-op example of PyTorch's CPU threading note.
+
+    python examples/threading_bench.py [--threads N]
+
+1. Empty parallel region: fork/join cost of the native pool in microseconds (a region of
+   one empty chunk per thread, minus the cost of the same call without the pool).
+2. Intra-op speedup of N threads over 1: gelu (tanh form) on 16M floats (compute-bound) and
+   a*b+c on 16M floats (memory-bound).
+3. The note's example: `compute_z` forked while `y = x @ w_y` runs, then `y + z`, with 1
+   intra-op thread and 2 inter-op threads, against running both in sequence.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+import timeit
+
+import numpy as np
+
+import jitcore as jc
+from jitcore.parallel import pool
+
+
+def median(fn, repeat=9) -> float:
+    fn()
+    samples = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - t0)
+    return float(np.median(samples))
+
+
+def fork_join_latency(threads: int):
+    jc.set_num_threads(threads)
+    p = pool()
+    n = 20000
+    p.empty_region()
+    region = np.median([min(timeit.repeat(p.empty_region, number=n, repeat=3)) / n
+                        for _ in range(5)])
+    base = min(timeit.repeat(p.noop_call, number=n, repeat=3)) / n
+    print(f"empty parallel region, {threads} threads: {(region - base) * 1e6:.2f} us fork/join "
+          f"(target <= 5 us)")
+
+
+def speedups(threads: int):
+    rng = np.random.default_rng(0)
+    a, b, c = (rng.standard_normal(1 << 24).astype(np.float32) for _ in range(3))
+    gelu = jc.jit(lambda x: jc.gelu(x, approximate="tanh"))
+    triad = jc.jit(lambda a, b, c: a * b + c)
+    for name, f, args, goal in (("gelu 16M (compute-bound)", gelu, (a,), " (target >= 1.8x)"),
+                                ("a*b+c 16M (memory-bound)", triad, (a, b, c), "")):
+        out = f(*args)
+        times = {}
+        for n in (1, threads):
+            jc.set_num_threads(n)
+            times[n] = median(lambda: f(*args, out=out))
+        print(f"{name}: 1 thread {times[1] * 1e3:.2f} ms, {threads} threads "
+              f"{times[threads] * 1e3:.2f} ms, speedup {times[1] / times[threads]:.2f}x{goal}")
+
+
+def seed_example():
+    """PyTorch's example: fork compute_z, run y = x @ w_y meanwhile, then wait and add."""
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((256, 1024)).astype(np.float32)
+    w_y = rng.standard_normal((1024, 512)).astype(np.float32)
+    w_z = rng.standard_normal((1024, 512)).astype(np.float32)
+    compute_y = jc.jit(lambda x, w: x @ w)
+    compute_z = jc.jit(lambda x, w: x @ w)
+    add = jc.jit(lambda y, z: y + z)
+
+    def forward(x):
+        fut = jc.fork(compute_z, x, w_z)       # runs on an inter-op thread...
+        y = compute_y(x, w_y)                  # ...while this runs here
+        z = jc.wait(fut)
+        return add(y, z)
+
+    def sequential(x):
+        return add(compute_y(x, w_y), compute_z(x, w_z))
+
+    jc.set_num_threads(1)
+    np.testing.assert_allclose(forward(x), sequential(x), rtol=1e-5, atol=1e-3)
+    t_fork, t_seq = median(lambda: forward(x)), median(lambda: sequential(x))
+    print(f"seed example (x @ w_y with compute_z forked), 1 intra-op + "
+          f"{jc.get_num_interop_threads()} inter-op threads: fork {t_fork * 1e3:.2f} ms, "
+          f"sequential {t_seq * 1e3:.2f} ms, speedup {t_seq / t_fork:.2f}x (target >= 1.6x)")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    jc.set_num_interop_threads(2)
+    print(jc.parallel_info())
+    fork_join_latency(args.threads)
+    speedups(args.threads)
+    seed_example()
+
+
+if __name__ == "__main__":
+    main()

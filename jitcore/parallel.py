@@ -1,0 +1,109 @@
+"""Threads: the process-wide intra-op pool (compiled once from runtime.pool_ir) and its settings.
+
+`jc.set_num_threads`, `jc.get_num_threads`, `jc.set_num_interop_threads`,
+`jc.get_num_interop_threads` and `jc.parallel_info` live here. The pool's code is linked
+into every compiled graph that has a kernel worth splitting (`jc_parallel_for`).
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+
+from runtime import POOL_EXPORTS, ThreadSettings, build_pool_module
+
+SETTINGS = ThreadSettings()
+_LOCK = threading.Lock()
+_LIB = None
+
+
+class _PoolLibrary:
+    """The runtime's JIT library; never freed (worker threads run its code until exit)."""
+
+    def __init__(self):
+        from .api import select_target
+        from .llvm import engine
+        target = select_target()
+        mach = engine.machine(target)
+        text = build_pool_module(target.triple, mach.data_layout)
+        self.library = engine.compile_ir(text, list(POOL_EXPORTS), target)
+        # an extra reference each: at interpreter exit, module teardown must not unmap code
+        # that sleeping workers would return into
+        for obj in (self.library, mach):
+            ctypes.pythonapi.Py_IncRef(ctypes.py_object(obj))
+        addr = self.library.addresses
+        self.parallel_for = addr["jc_parallel_for"]
+        self.set_threads = ctypes.CFUNCTYPE(None, ctypes.c_int32)(addr["jc_set_num_threads"])
+        self.workers = ctypes.CFUNCTYPE(ctypes.c_int32)(addr["jc_pool_workers"])
+        self.after_fork = ctypes.CFUNCTYPE(None)(addr["jc_after_fork_child"])
+        self.empty_region = ctypes.CFUNCTYPE(None)(addr["jc_pool_empty_region"])
+        self.noop_call = ctypes.CFUNCTYPE(None)(addr["jc_pool_noop_call"])
+        self.set_threads(SETTINGS.intra)
+
+
+def pool() -> _PoolLibrary:
+    global _LIB
+    if _LIB is None:
+        with _LOCK:
+            if _LIB is None:
+                _LIB = _PoolLibrary()
+    return _LIB
+
+
+def _on_change(n: int):
+    if _LIB is not None:
+        _LIB.set_threads(n)
+
+
+SETTINGS.on_change = _on_change
+
+
+def _after_fork_in_child():
+    if _LIB is not None:
+        _LIB.after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def set_num_threads(n: int) -> None:
+    """Intra-op threads for the following calls (any time between calls)."""
+    SETTINGS.set_num_threads(n)
+
+
+def get_num_threads() -> int:
+    return SETTINGS.intra
+
+
+def set_num_interop_threads(n: int) -> None:
+    """Inter-op threads; once, and only before any inter-op work (else RuntimeError)."""
+    SETTINGS.set_num_interop_threads(n)
+
+
+def get_num_interop_threads() -> int:
+    return SETTINGS.interop
+
+
+def pool_workers() -> int:
+    """Worker threads the intra-op pool has created so far (they persist)."""
+    return pool().workers() if _LIB is not None else 0
+
+
+def parallel_info() -> str:
+    """The thread settings and where each came from, the pool backend, the CPU and ISA."""
+    from .targetinfo import target_info
+    info = target_info()
+    lines = [
+        f"jitcore parallel info",
+        f"  intra-op threads: {SETTINGS.intra} (from {SETTINGS.intra_source})",
+        f"  inter-op threads: {SETTINGS.interop} (from {SETTINGS.interop_source}"
+        f"{', fixed' if SETTINGS.interop_frozen else ''})",
+        f"  pool backend: native pthreads pool emitted as LLVM IR, futex sleep after a short "
+        f"spin; {pool_workers()} worker thread(s) created",
+        f"  environment: " + ", ".join(f"{k}={os.environ.get(k, '(unset)')}" for k in
+                                        ("JITCORE_NUM_THREADS", "MKL_NUM_THREADS",
+                                         "OMP_NUM_THREADS")),
+        f"  CPU: {info['brand']} ({info['cpu']}), {info['isa']}, {info['vector_bits']}-bit vectors",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,294 @@
+"""The intra-op thread pool, emitted as LLVM IR that calls pthreads (no C compiler needed).
+
+State machine (one process-wide pool, all state in the module's globals):
+  - workers are created lazily, once, by the first parallel region that needs them;
+  - a region publishes a job (kernel, bufs, extent, chunk size, chunk cursor), then writes the
+    new generation number into the `go` word of each worker it wants (release); such a worker
+    takes chunks from the cursor (atomic add) until none are left, then decrements `active`.
+    A worker that is not wanted sees nothing: a per-worker word, not a shared generation,
+    so a worker can never join a region it was not counted in;
+  - the caller takes chunks too, then waits until `active` is 0;
+  - waiting is a bounded spin (pause), then a futex sleep: on 2 cores, two runtimes that both
+    busy-wait halve each other, so workers yield the core soon after a region ends;
+  - a region entered while another runs (a nested call, another Python thread, a forked task)
+    never waits for the pool: it runs inline on its own thread (`busy` is taken by CAS).
+Kernel ABI: `void kernel(i64 start, i64 stop, i8** bufs)`.
+
+Exported: jc_parallel_for, jc_set_num_threads, jc_pool_workers, jc_after_fork_child.
+"""
+from __future__ import annotations
+
+import platform
+
+from llvmlite import ir
+
+I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
+I8P = ir.IntType(8).as_pointer()
+KERNEL_PTR = ir.FunctionType(ir.VoidType(), [I64, I64, I8P.as_pointer()]).as_pointer()
+
+SPIN_ITERATIONS = 4000       # ~50-100 us of `pause` before a waiter sleeps in the kernel
+FUTEX_WAIT_PRIVATE, FUTEX_WAKE_PRIVATE = 128, 129
+SYS_FUTEX = {"x86_64": 202, "AMD64": 202, "aarch64": 98, "arm64": 98}
+MAX_WORKERS = 256
+
+EXPORTS = ("jc_parallel_for", "jc_set_num_threads", "jc_pool_workers", "jc_after_fork_child",
+           "jc_pool_empty_region", "jc_pool_noop_call")
+
+
+class _Pool:
+    def __init__(self):
+        self.m = ir.Module(name="jitcore_runtime")
+        g = self._global
+        self.nthreads, self.nworkers, self.busy = g("nthreads", I32, 1), g("nworkers", I32), \
+            g("busy", I32)
+        self.gen, self.active = g("gen", I32), g("active", I32)
+        self.go = g("go", ir.ArrayType(I32, MAX_WORKERS))          # per worker: job to run
+        self.asleep = g("asleep", ir.ArrayType(I32, MAX_WORKERS))  # per worker: in futex wait
+        self.job_fn, self.job_bufs = g("job_fn", KERNEL_PTR), g("job_bufs", I8P.as_pointer())
+        self.job_extent, self.job_chunk = g("job_extent", I64), g("job_chunk", I64)
+        self.job_next = g("job_next", I64)
+        self.syscall = ir.Function(self.m, ir.FunctionType(I64, [I64], var_arg=True), "syscall")
+        self.pthread_create = ir.Function(self.m, ir.FunctionType(
+            I32, [I64.as_pointer(), I8P, ir.FunctionType(I8P, [I8P]).as_pointer(), I8P]),
+            "pthread_create")
+        self.pthread_detach = ir.Function(self.m, ir.FunctionType(I32, [I64]), "pthread_detach")
+        self.sys_futex = SYS_FUTEX.get(platform.machine(), 202)
+        self.x86 = platform.machine() in ("x86_64", "AMD64")
+
+    def _global(self, name, ty, init=0):
+        gv = ir.GlobalVariable(self.m, ty, f"jc_pool_{name}")
+        gv.linkage = "internal"
+        zero = None if isinstance(ty, (ir.PointerType, ir.ArrayType)) else init
+        gv.initializer = ir.Constant(ty, zero)
+        return gv
+
+    # -- primitives ---------------------------------------------------------------------------
+    def function(self, name, ret, args, internal=True):
+        fn = ir.Function(self.m, ir.FunctionType(ret, args), name)
+        if internal:
+            fn.linkage = "internal"
+        return fn, ir.IRBuilder(fn.append_basic_block("entry"))
+
+    def pause(self, b):
+        if self.x86:
+            fn = self.m.declare_intrinsic("llvm.x86.sse2.pause", fnty=ir.FunctionType(
+                ir.VoidType(), []))
+            b.call(fn, [])
+
+    def futex(self, b, addr, op, val):
+        b.call(self.syscall, [I64(self.sys_futex), addr, I32(op), val,
+                              ir.Constant(I8P, None)])
+
+    def load(self, b, gv, order="acquire"):
+        return b.load_atomic(gv, order, 4 if gv.type.pointee == I32 else 8)
+
+    @staticmethod
+    def alloca(b, ty):
+        with b.goto_entry_block():
+            return b.alloca(ty)
+
+    def slot(self, b, array, index):
+        return b.gep(array, [I32(0), index])
+
+    def wait_while_equal(self, b, word, value, asleep=None):
+        """Spin while *word == value, then sleep on the futex until it changes. `asleep`,
+        if given, is set while sleeping so that a waker knows a syscall is needed."""
+        fn = b.function
+        spins = self.alloca(b, I32)
+        b.store(I32(0), spins)
+        check, spin, sleep, done = (fn.append_basic_block(n) for n in
+                                    ("w.check", "w.spin", "w.sleep", "w.done"))
+        b.branch(check)
+        b.position_at_end(check)
+        cur = self.load(b, word)
+        b.cbranch(b.icmp_unsigned("!=", cur, value), done, spin)
+        b.position_at_end(spin)
+        n = b.load(spins)
+        with b.if_then(b.icmp_unsigned("<", n, I32(SPIN_ITERATIONS))):
+            b.store(b.add(n, I32(1)), spins)
+            self.pause(b)
+            b.branch(check)
+        b.branch(sleep)
+        b.position_at_end(sleep)
+        if asleep is not None:
+            b.store_atomic(I32(1), asleep, "seq_cst", 4)
+        self.futex(b, word, FUTEX_WAIT_PRIVATE, value)      # returns at once if changed
+        if asleep is not None:
+            b.store_atomic(I32(0), asleep, "seq_cst", 4)
+        b.branch(check)
+        b.position_at_end(done)
+        return cur
+
+    # -- functions ----------------------------------------------------------------------------
+    def run_chunks(self):
+        """Take chunks of the published job from the shared cursor until none are left."""
+        fn, b = self.function("jc_pool_run_chunks", ir.VoidType(), [])
+        loop, body, done = (fn.append_basic_block(n) for n in ("loop", "body", "done"))
+        b.branch(loop)
+        b.position_at_end(loop)
+        chunk, extent = b.load(self.job_chunk), b.load(self.job_extent)
+        start = b.atomic_rmw("add", self.job_next, chunk, "monotonic")
+        b.cbranch(b.icmp_signed("<", start, extent), body, done)
+        b.position_at_end(body)
+        end = b.add(start, chunk)
+        stop = b.select(b.icmp_signed("<", end, extent), end, extent)
+        b.call(b.load(self.job_fn), [start, stop, b.load(self.job_bufs)])
+        b.branch(loop)
+        b.position_at_end(done)
+        b.ret_void()
+        return fn
+
+    def worker(self, run_chunks):
+        """Thread body. arg = (its `go` word at creation << 32) | worker index."""
+        fn, b = self.function("jc_pool_worker", I8P, [I8P])
+        arg = b.ptrtoint(fn.args[0], I64)
+        index = b.trunc(arg, I32)
+        go, asleep = self.slot(b, self.go, index), self.slot(b, self.asleep, index)
+        seen = self.alloca(b, I32)
+        b.store(b.trunc(b.lshr(arg, I64(32)), I32), seen)
+        top = fn.append_basic_block("top")
+        b.branch(top)
+        b.position_at_end(top)
+        b.store(self.wait_while_equal(b, go, b.load(seen), asleep), seen)
+        b.call(run_chunks, [])
+        prev = b.atomic_rmw("sub", self.active, I32(1), "acq_rel")
+        with b.if_then(b.icmp_unsigned("==", prev, I32(1))):
+            self.futex(b, self.active, FUTEX_WAKE_PRIVATE, I32(1))
+        b.branch(top)
+        return fn
+
+    def ensure_workers(self, b, wanted, worker):
+        """Create workers up to `wanted` (once; detached). Returns how many exist."""
+        fn = b.function
+        tid = self.alloca(b, I64)
+        check, create, done = (fn.append_basic_block(n) for n in ("c.check", "c.create", "c.done"))
+        b.branch(check)
+        b.position_at_end(check)
+        have = b.load(self.nworkers)
+        b.cbranch(b.icmp_signed("<", have, wanted), create, done)
+        b.position_at_end(create)
+        current = b.zext(self.load(b, self.slot(b, self.go, have)), I64)
+        arg = b.inttoptr(b.or_(b.shl(current, I64(32)), b.zext(have, I64)), I8P)
+        rc = b.call(self.pthread_create, [tid, ir.Constant(I8P, None), worker, arg])
+        ok = fn.append_basic_block("c.ok")
+        b.cbranch(b.icmp_unsigned("==", rc, I32(0)), ok, done)   # no thread: use fewer
+        b.position_at_end(ok)
+        b.call(self.pthread_detach, [b.load(tid)])
+        b.store(b.add(have, I32(1)), self.nworkers)
+        b.branch(check)
+        b.position_at_end(done)
+        return b.load(self.nworkers)
+
+    def wake(self, b, parts):
+        """Give each of the first `parts` workers the new generation; wake those asleep."""
+        gen = b.add(b.atomic_rmw("add", self.gen, I32(1), "monotonic"), I32(1))
+        i = self.alloca(b, I32)
+        b.store(I32(0), i)
+        fn = b.function
+        check, body, done = (fn.append_basic_block(n) for n in ("g.check", "g.body", "g.done"))
+        b.branch(check)
+        b.position_at_end(check)
+        k = b.load(i)
+        b.cbranch(b.icmp_signed("<", k, parts), body, done)
+        b.position_at_end(body)
+        go = self.slot(b, self.go, k)
+        b.store_atomic(gen, go, "seq_cst", 4)                 # publishes the job (release)
+        with b.if_then(b.icmp_unsigned("!=", self.load(b, self.slot(b, self.asleep, k),
+                                                       "seq_cst"), I32(0))):
+            self.futex(b, go, FUTEX_WAKE_PRIVATE, I32(1))
+        b.store(b.add(k, I32(1)), i)
+        b.branch(check)
+        b.position_at_end(done)
+
+    def parallel_for(self, run_chunks, worker):
+        fn, b = self.function("jc_parallel_for", ir.VoidType(),
+                              [KERNEL_PTR, I64, I64, I8P.as_pointer()], internal=False)
+        kernel, extent, grain, bufs = fn.args
+        inline, pooled, solo = (fn.append_basic_block(n) for n in ("inline", "pooled", "solo"))
+        nt = self.load(b, self.nthreads, "monotonic")
+        small = b.or_(b.icmp_signed("<=", nt, I32(1)), b.icmp_signed("<=", extent, grain))
+        go = fn.append_basic_block("try")
+        b.cbranch(small, inline, go)
+        b.position_at_end(go)
+        took = b.extract_value(b.cmpxchg(self.busy, I32(0), I32(1), "acquire", "monotonic"), 1)
+        b.cbranch(took, pooled, inline)          # busy: nested or concurrent region -> inline
+
+        b.position_at_end(inline)
+        with b.if_then(b.icmp_signed(">", extent, I64(0))):
+            b.call(kernel, [I64(0), extent, bufs])
+        b.ret_void()
+
+        b.position_at_end(pooled)
+        have = self.ensure_workers(b, b.sub(nt, I32(1)), worker)
+        avail = b.select(b.icmp_signed("<", have, b.sub(nt, I32(1))), have, b.sub(nt, I32(1)))
+        threads = b.zext(b.add(avail, I32(1)), I64)
+        per = b.sdiv(b.add(extent, b.sub(b.mul(threads, I64(4)), I64(1))),
+                     b.mul(threads, I64(4)))        # ~4 chunks per thread for balance
+        chunk = b.select(b.icmp_signed("<", per, grain), grain, per)
+        chunk = b.select(b.icmp_signed("<", chunk, I64(1)), I64(1), chunk)
+        nchunks = b.sdiv(b.add(extent, b.sub(chunk, I64(1))), chunk)
+        extra = b.trunc(b.sub(nchunks, I64(1)), I32)
+        parts = b.select(b.icmp_signed("<", avail, extra), avail, extra)
+        publish = fn.append_basic_block("publish")
+        b.cbranch(b.icmp_signed("<=", parts, I32(0)), solo, publish)
+        b.position_at_end(publish)
+        for gv, v in ((self.job_fn, kernel), (self.job_bufs, bufs), (self.job_extent, extent),
+                      (self.job_chunk, chunk), (self.job_next, I64(0)), (self.active, parts)):
+            b.store(v, gv)
+        self.wake(b, parts)
+        b.call(run_chunks, [])
+        self._wait_for_zero(b, self.active)
+        b.store_atomic(I32(0), self.busy, "release", 4)
+        b.ret_void()
+
+        b.position_at_end(solo)                  # too few chunks to share: run it here
+        b.call(kernel, [I64(0), extent, bufs])
+        b.store_atomic(I32(0), self.busy, "release", 4)
+        b.ret_void()
+        return fn
+
+    def _wait_for_zero(self, b, word):
+        fn = b.function
+        check, wait, done = (fn.append_basic_block(n) for n in ("z.check", "z.wait", "z.done"))
+        b.branch(check)
+        b.position_at_end(check)
+        cur = self.load(b, word)
+        b.cbranch(b.icmp_unsigned("==", cur, I32(0)), done, wait)
+        b.position_at_end(wait)
+        self.wait_while_equal(b, word, cur)
+        b.branch(check)
+        b.position_at_end(done)
+
+    def small_exports(self):
+        fn, b = self.function("jc_set_num_threads", ir.VoidType(), [I32], internal=False)
+        b.store_atomic(fn.args[0], self.nthreads, "monotonic", 4)
+        b.ret_void()
+        fn, b = self.function("jc_pool_workers", I32, [], internal=False)
+        b.ret(b.load(self.nworkers))
+        # for the fork/join benchmark: a region of one empty iteration per thread
+        noop, nb = self.function("jc_pool_noop", ir.VoidType(), [I64, I64, I8P.as_pointer()])
+        nb.ret_void()
+        fn, b = self.function("jc_pool_empty_region", ir.VoidType(), [], internal=False)
+        nt = b.zext(self.load(b, self.nthreads, "monotonic"), I64)
+        b.call(self.m.get_global("jc_parallel_for"), [noop, nt, I64(1),
+                                                       ir.Constant(I8P.as_pointer(), None)])
+        b.ret_void()
+        fn, b = self.function("jc_pool_noop_call", ir.VoidType(), [], internal=False)
+        b.call(noop, [I64(0), I64(1), ir.Constant(I8P.as_pointer(), None)])   # the baseline
+        b.ret_void()
+        # in a child after fork() only the forking thread exists: forget the workers
+        fn, b = self.function("jc_after_fork_child", ir.VoidType(), [], internal=False)
+        for gv in (self.nworkers, self.busy, self.active):
+            b.store(I32(0), gv)
+        b.ret_void()
+
+
+def build_pool_module(triple: str, data_layout: str) -> str:
+    """The runtime's LLVM IR module (text)."""
+    pool = _Pool()
+    pool.m.triple, pool.m.data_layout = triple, data_layout
+    run_chunks = pool.run_chunks()
+    worker = pool.worker(run_chunks)
+    pool.parallel_for(run_chunks, worker)
+    pool.small_exports()
+    return str(pool.m)

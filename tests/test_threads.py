@@ -1,0 +1,216 @@
+"""The native intra-op pool, thread settings, inter-op futures and process life.
+
+Tests that depend on process-wide state (env precedence, the set-once rule, fork) run in a
+fresh interpreter; the others restore the thread count they change.
+"""
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+
+import numpy as np
+import pytest
+
+import jitcore as jc
+
+
+def _run(code: str, env=None, timeout=120) -> str:
+    full_env = dict(os.environ, **(env or {}))
+    for k in ("JITCORE_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS"):
+        if env is None or k not in env:
+            full_env.pop(k, None)
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=full_env,
+                         capture_output=True, text=True, timeout=timeout)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+@pytest.fixture
+def threads():
+    saved = jc.get_num_threads()
+    yield jc.set_num_threads
+    jc.set_num_threads(saved)
+
+
+def _workloads():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((512, 1031)).astype(np.float32)
+    v = rng.standard_normal(1 << 20).astype(np.float32)
+    return [
+        (jc.jit(lambda v: jc.gelu(v, approximate="tanh") * 2.0 + 1.0), (v,)),
+        (jc.jit(lambda x: jc.softmax(x, axis=-1)), (x,)),
+        (jc.jit(lambda x: (x.sum(axis=1), x.max(axis=1), x.sum(axis=0))), (x,)),
+        (jc.jit(lambda x: jc.layer_norm(x) @ x[:64].T), (x,)),
+        (jc.jit(lambda v: v.sum()), (v,)),
+    ]
+
+
+def test_results_are_bitwise_identical_for_1_to_4_threads(threads):
+    for f, args in _workloads():
+        results = []
+        for n in (1, 2, 3, 4):
+            threads(n)
+            out = f(*args)
+            results.append(out if isinstance(out, tuple) else (out,))
+        for other in results[1:]:
+            for a, b in zip(results[0], other):
+                np.testing.assert_array_equal(a, b)
+
+
+def test_set_num_threads_validates_and_reports(threads):
+    threads(3)
+    assert jc.get_num_threads() == 3
+    assert "intra-op threads: 3 (from set_num_threads())" in jc.parallel_info()
+    for bad in (0, -1, 1.5, "x", True, 10_000):
+        with pytest.raises(ValueError):
+            jc.set_num_threads(bad)
+
+
+def test_env_precedence_and_the_api_winning():
+    code = "import jitcore as jc; print(jc.get_num_threads())"
+    assert _run(code, {"JITCORE_NUM_THREADS": "3", "MKL_NUM_THREADS": "5",
+                       "OMP_NUM_THREADS": "7"}) == "3"
+    assert _run(code, {"MKL_NUM_THREADS": "5", "OMP_NUM_THREADS": "7"}) == "5"
+    assert _run(code, {"OMP_NUM_THREADS": "7"}) == "7"
+    cores = len(os.sched_getaffinity(0))
+    assert int(_run(code)) <= cores
+    assert _run("import jitcore as jc; jc.set_num_threads(2); print(jc.get_num_threads())",
+                {"JITCORE_NUM_THREADS": "3"}) == "2"
+    info = _run("import jitcore as jc; print(jc.parallel_info())", {"OMP_NUM_THREADS": "7"})
+    assert "environment variable OMP_NUM_THREADS" in info and "pool backend" in info
+
+
+def test_invalid_env_value_is_a_clear_error():
+    out = subprocess.run([sys.executable, "-c", "import jitcore"], capture_output=True,
+                         text=True, env=dict(os.environ, JITCORE_NUM_THREADS="lots"))
+    assert out.returncode != 0 and "JITCORE_NUM_THREADS" in out.stderr
+
+
+def test_interop_threads_are_set_once_and_before_work():
+    out = _run("""
+        import jitcore as jc
+        jc.set_num_interop_threads(3)
+        print(jc.get_num_interop_threads())
+        try:
+            jc.set_num_interop_threads(2)
+        except RuntimeError:
+            print("second call refused")
+    """)
+    assert out.splitlines() == ["3", "second call refused"]
+    out = _run("""
+        import jitcore as jc
+        jc.wait(jc.fork(lambda: 1))
+        try:
+            jc.set_num_interop_threads(2)
+        except RuntimeError:
+            print("refused after work")
+    """)
+    assert out == "refused after work"
+
+
+def test_os_thread_count_stays_bounded_under_concurrent_callers():
+    out = _run("""
+        import os, threading, numpy as np, jitcore as jc
+        jc.set_num_threads(2)
+        base = len(os.listdir("/proc/self/task"))
+        x = np.random.rand(1 << 20).astype(np.float32)
+        fs = [jc.jit(lambda x: jc.tanh(x) + 1.0), jc.jit(lambda x: jc.exp(x) * 2.0)]
+        peak = [0]
+        def caller(i):
+            for _ in range(20):
+                fs[i % 2](x)
+                jc.wait(jc.fork(fs[(i + 1) % 2], x))
+                peak[0] = max(peak[0], len(os.listdir("/proc/self/task")))
+        ts = [threading.Thread(target=caller, args=(i,)) for i in range(8)]
+        for t in ts: t.start()
+        for t in ts: t.join()
+        extra = peak[0] - base - 8          # minus the 8 Python threads themselves
+        print(extra, jc.get_num_threads() - 1 + jc.get_num_interop_threads())
+    """)
+    extra, allowed = map(int, out.split())
+    assert extra <= allowed
+
+
+def test_python_threads_get_correct_results_concurrently():
+    f = jc.jit(lambda x: jc.sigmoid(x) * x)
+    xs = [np.random.rand(1 << 18).astype(np.float32) + i for i in range(8)]
+    refs = [f(x) for x in xs]
+    errors = []
+
+    def check(i):
+        for _ in range(10):
+            if not np.array_equal(f(xs[i]), refs[i]):
+                errors.append(i)
+
+    ts = [threading.Thread(target=check, args=(i,)) for i in range(8)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(timeout=60)
+    assert not errors and not any(t.is_alive() for t in ts)
+
+
+def test_futures_results_errors_and_done():
+    f = jc.jit(lambda x: x * 2.0)
+    x = np.arange(10, dtype=np.float64)
+    fut = jc.fork(f, x)
+    np.testing.assert_array_equal(jc.wait(fut), x * 2)
+    assert fut.done()
+
+    def boom():
+        raise KeyError("inside the task")
+    with pytest.raises(KeyError, match="inside the task"):
+        jc.wait(jc.fork(boom))
+    with pytest.raises(TypeError):
+        jc.wait(42)
+
+
+def test_nested_forks_never_deadlock():
+    out = _run("""
+        import numpy as np, jitcore as jc
+        f = jc.jit(lambda x: jc.tanh(x) * 3.0)
+        x = np.random.rand(1 << 16).astype(np.float32)
+        def level(d):
+            if d == 0:
+                return float(f(x).sum())
+            futs = [jc.fork(level, d - 1) for _ in range(3)]
+            return sum(jc.wait(u) for u in futs)
+        print(level(4) > 0)
+    """, timeout=120)
+    assert out == "True"
+
+
+def test_fork_inside_a_jitted_function_says_it_is_not_supported():
+    with pytest.raises(jc.TraceError, match="not supported"):
+        jc.jit(lambda x: jc.wait(jc.fork(lambda y: y + 1, x)))(np.ones(3))
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_forked_child_uses_the_pool():
+    out = _run("""
+        import os, numpy as np, jitcore as jc
+        jc.set_num_threads(2)
+        f = jc.jit(lambda x: jc.exp(x) + 1.0)
+        x = np.random.rand(1 << 20).astype(np.float32)
+        ref = f(x)
+        pid = os.fork()
+        if pid == 0:                     # the child: same results, and a fresh compile works
+            g = jc.jit(lambda x: jc.exp(x) * 2.0)
+            ok = np.array_equal(f(x), ref) and np.allclose(g(x), np.exp(x) * 2.0, rtol=1e-6)
+            os._exit(0 if ok else 3)
+        _, status = os.waitpid(pid, 0)
+        print(os.waitstatus_to_exitcode(status))
+    """, timeout=60)
+    assert out == "0"
+
+
+def test_interpreter_exit_does_not_hang_with_busy_workers():
+    _run("""
+        import numpy as np, jitcore as jc
+        jc.set_num_threads(2)
+        f = jc.jit(lambda x: jc.tanh(x))
+        x = np.random.rand(1 << 20).astype(np.float32)
+        for _ in range(3):
+            f(x)
+    """, timeout=30)
