@@ -8,14 +8,18 @@ from .decompose import decompose
 from .legality import check
 from .lower import LoweredGraph, lower
 from .simplify import simplify
+from .split_reductions import split_reductions
 
 
 def run_pipeline(graph: Graph, vector_bits: int, input_strides: dict | None = None,
                  masked_tails: bool = False) -> LoweredGraph:
     """Graph -> verified primitive graph -> kernels with vectorization decisions."""
+    # stages: decompose composites, simplify (CSE, folding), split big full reductions into
+    # fixed blocks, lower to loop nests, decide vectorization per kernel
     graph = verify(graph)
     graph = verify(decompose(graph))
     graph = verify(simplify(graph))
+    graph = verify(split_reductions(graph))
     lowered = lower(graph, input_strides)
     for kernel in lowered.kernels:
         check(kernel, vector_bits, masked_tails)

@@ -100,3 +100,14 @@ def test_softmax_exp_read_by_two_kernels_is_recomputed():
     x = b.input_node("x", (8, 128), dt.float32)
     ks = _kernels([b.node(Op.SOFTMAX, x, arg=1)], [x])
     assert sum("exp" in k.ops for k in ks) == 2 and len(ks) == 3
+
+
+def test_large_full_reductions_split_into_fixed_parallel_blocks():
+    x = b.input_node("x", (100_003,), dt.float32)
+    ks = _kernels([b.reduce(Op.SUM, x, (0,))], [x])
+    assert ks[0].loops[0].kind == "parallel" and ks[0].range_extent == 100_003 // 16384
+    m = b.input_node("m", (512, 512), dt.float32)
+    ks = _kernels([b.reduce(Op.MAX, m, (0, 1))], [m])
+    assert [k.range_extent for k in ks] == [512, 1]
+    small = b.input_node("s", (1000,), dt.float32)
+    assert len(_kernels([b.reduce(Op.SUM, small, (0,))], [small])) == 1
