@@ -144,6 +144,10 @@ def infer(op: Op, src: tuple, arg) -> tuple:
         return src[0].dtype, src[0].shape
     if op == Op.LAYER_NORM:
         return _infer_layer_norm(src)
+    if op in (Op.FORKARG, Op.WAIT):
+        _require(isinstance(arg, int) and len(src) == 1, ShapeError,
+                 f"{_name(op)}: needs one source and a task number")
+        return src[0].dtype, src[0].shape
     raise ShapeError(f"no typing rule for {_name(op)}")
 
 

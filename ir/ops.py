@@ -34,6 +34,9 @@ class Op(Enum):
     RESHAPE = auto(); PERMUTE = auto(); EXPAND = auto(); SLICE = auto()
     # contractions and row-wise composites
     MATMUL = auto(); SOFTMAX = auto(); LOG_SOFTMAX = auto(); LAYER_NORM = auto()
+    # inter-op tasks (arg: task number): identities that mark where a forked sub-graph reads
+    # its arguments (FORKARG) and where the caller waits for its results (WAIT)
+    FORKARG = auto(); WAIT = auto()
 
     def __repr__(self) -> str:
         return self.name.lower()
@@ -58,3 +61,4 @@ INDEX_REDUCE = frozenset({Op.ARGMAX, Op.ARGMIN})
 VIEW = frozenset({Op.RESHAPE, Op.PERMUTE, Op.EXPAND, Op.SLICE})
 COMPOSITE = UNARY_COMPOSITE | {Op.MEAN, Op.MATMUL, Op.SOFTMAX, Op.LOG_SOFTMAX, Op.LAYER_NORM}
 LEAF = frozenset({Op.INPUT, Op.CONST})
+TASK_BOUNDARY = frozenset({Op.FORKARG, Op.WAIT})

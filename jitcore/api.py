@@ -17,7 +17,7 @@ from .callpath import MISMATCH, CallPlan
 from .compiler import compile_graph
 from .llvm.target import Target, host_target
 from .signature import describe, signature_of, to_array
-from .tracer import Tracer, node_of
+from .tracer import TRACE, Tracer, node_of
 
 
 def select_target(vector_width=None) -> Target:
@@ -109,12 +109,16 @@ class JitFunction:
 
     def _trace(self, sigs: list, names: list) -> IRGraph:
         inputs = [b.input_node(n, shape, dtype) for n, (shape, dtype, _) in zip(names, sigs)]
+        saved = TRACE.forks, TRACE.fork_depth
+        TRACE.forks, TRACE.fork_depth = 0, 0
         try:
             result = self._fn(*[Tracer(i) for i in inputs])
         except JitcoreError as e:      # say which signature the error belongs to
             sig = ", ".join(f"{n}: {describe(s)}" for n, s in zip(names, sigs))
             raise type(e)(f"{e} (while tracing {self.__name__}({sig}))").with_traceback(
                 e.__traceback__) from None
+        finally:
+            TRACE.forks, TRACE.fork_depth = saved
         return _checked(IRGraph(self.__name__, inputs, _outputs_of(result)))
 
     # -- looking inside -------------------------------------------------------------------

@@ -22,7 +22,7 @@ from . import config
 from .llvm import engine
 from .llvm.codegen import NDARRAY_TYPE_SYMBOL, build_module
 from .llvm.target import Target
-from runtime import PARALLEL_FOR
+from runtime import PARALLEL_FOR, TASK_SPAWN, TASK_WAIT
 
 VERSION = "0.1.0"
 
@@ -42,10 +42,12 @@ class KernelInfo:
     reason: str | None
     bytes: int
     flops: int
+    task: int | None = None      # the forked task that runs it (None: the main line)
 
     def __str__(self):
         vec = f"vectorized x{self.lanes}" if self.vectorized else f"scalar ({self.reason})"
-        return (f"{self.name}: {self.kind} [{', '.join(self.ops)}] {vec}\n"
+        where = f" in task {self.task}" if self.task is not None else ""
+        return (f"{self.name}: {self.kind} [{', '.join(self.ops)}] {vec}{where}\n"
                 f"    {self.loop_nest}\n    {self.bytes} bytes, {self.flops} flops")
 
 
@@ -60,7 +62,7 @@ class CompiledGraph:
         self.entry_address = library.addresses[entry_name]
         self.run = RUN_TYPE(library.addresses[run_name])
         self.kernels = [KernelInfo(k.name, k.kind, k.ops, k.loop_nest, k.vector_bits, k.lanes,
-                                   k.vectorized, k.reason, bytes_moved(k), flops(k))
+                                   k.vectorized, k.reason, bytes_moved(k), flops(k), k.task)
                         for k in lowered.kernels]
 
     @property
@@ -119,9 +121,11 @@ def _compile(graph: Graph, strides: tuple, target: Target) -> CompiledGraph:
                                               mach.data_layout, target.masked_tails)
     t2 = time.perf_counter()
     imports = {NDARRAY_TYPE_SYMBOL: id(np.ndarray)}
-    if PARALLEL_FOR in text:                       # some kernel is worth splitting
-        from .parallel import pool
-        imports[PARALLEL_FOR] = pool().parallel_for
+    for symbol in (PARALLEL_FOR, TASK_SPAWN, TASK_WAIT):   # runtime functions it calls
+        if symbol in text:
+            from .parallel import pool, start_interop
+            lib = start_interop() if symbol == TASK_SPAWN else pool()
+            imports[symbol] = lib.library.addresses[symbol]
     library = engine.compile_ir(text, [run_name, entry_name], target, imports=imports)
     t3 = time.perf_counter()
     seconds = {"passes": t1 - t0, "codegen": t2 - t1, "llvm": t3 - t2, "total": t3 - t0}

@@ -38,7 +38,20 @@ class _PoolLibrary:
         self.after_fork = ctypes.CFUNCTYPE(None)(addr["jc_after_fork_child"])
         self.empty_region = ctypes.CFUNCTYPE(None)(addr["jc_pool_empty_region"])
         self.noop_call = ctypes.CFUNCTYPE(None)(addr["jc_pool_noop_call"])
+        self.set_interop = ctypes.CFUNCTYPE(None, ctypes.c_int32)(addr["jc_set_interop_threads"])
+        self.task_workers = ctypes.CFUNCTYPE(ctypes.c_int32)(addr["jc_task_workers"])
+        self.task_spawn = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)(
+            addr["jc_task_spawn"])
+        self.task_wait = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(addr["jc_task_wait"])
         self.set_threads(SETTINGS.intra)
+
+
+def start_interop() -> _PoolLibrary:
+    """Inter-op work is about to start (a fork from Python, or a compiled graph with forked
+    tasks): the inter-op thread count is fixed from now on."""
+    lib = pool()
+    lib.set_interop(SETTINGS.freeze_interop())
+    return lib
 
 
 def pool() -> _PoolLibrary:
@@ -90,6 +103,11 @@ def pool_workers() -> int:
     return pool().workers() if _LIB is not None else 0
 
 
+def task_workers() -> int:
+    """Inter-op worker threads created so far."""
+    return pool().task_workers() if _LIB is not None else 0
+
+
 def parallel_info() -> str:
     """The thread settings and where each came from, the pool backend, the CPU and ISA."""
     from .targetinfo import target_info
@@ -99,8 +117,9 @@ def parallel_info() -> str:
         f"  intra-op threads: {SETTINGS.intra} (from {SETTINGS.intra_source})",
         f"  inter-op threads: {SETTINGS.interop} (from {SETTINGS.interop_source}"
         f"{', fixed' if SETTINGS.interop_frozen else ''})",
-        f"  pool backend: native pthreads pool emitted as LLVM IR, futex sleep after a short "
-        f"spin; {pool_workers()} worker thread(s) created",
+        f"  pool backend: native pthreads pools emitted as LLVM IR (futex sleep after a short "
+        f"spin): {pool_workers()} intra-op and {task_workers()} inter-op worker thread(s) "
+        f"created so far",
         f"  environment: " + ", ".join(f"{k}={os.environ.get(k, '(unset)')}" for k in
                                         ("JITCORE_NUM_THREADS", "MKL_NUM_THREADS",
                                          "OMP_NUM_THREADS")),

@@ -7,11 +7,24 @@ a tensor's *value* at trace time (if/while on it, float(x), np.asarray(x)) raise
 """
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from ir import build as b
 from ir.errors import TraceError
 from ir.graph import Node
+
+
+class TraceState(threading.local):
+    """Per-thread facts about the trace in progress (jc.fork numbers its tasks with it)."""
+
+    def __init__(self):
+        self.forks = 0           # tasks forked so far in this trace
+        self.fork_depth = 0      # > 0 while tracing the body of a forked function
+
+
+TRACE = TraceState()
 
 
 class Tracer:

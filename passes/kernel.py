@@ -100,6 +100,7 @@ class Kernel:
     lanes: int = 1
     vectorized: bool = False
     reason: str | None = None
+    task: int | None = None          # the inter-op task that runs it (None: the main line)
 
     @property
     def kind(self) -> str:

@@ -26,8 +26,9 @@ from ir.shapes import contiguous_strides, numel
 
 from .kernel import Buffer, Compute, Const, Kernel, Load, Loop, Reduction, Store, walk
 from .symbolic import Lin, Var, floordiv, lin, mod, substitute
+from .tasks import schedule, task_of_nodes
 
-VIEWS_THROUGH = (Op.RESHAPE, Op.PERMUTE, Op.EXPAND, Op.SLICE)
+VIEWS_THROUGH = (Op.RESHAPE, Op.PERMUTE, Op.EXPAND, Op.SLICE, Op.FORKARG, Op.WAIT)
 
 
 @dataclass
@@ -39,6 +40,7 @@ class LoweredGraph:
     n_inputs: int
     consts: list            # ConstArray per const slot, in slot order
     outputs: list           # buffer slot of each graph output (repeats allowed)
+    steps: list             # run order: ("kernel", i), ("spawn", task), ("wait", task)
 
     def buffers_of_kind(self, kind: str) -> list:
         return [b for b in self.buffers if b.kind == kind]
@@ -78,6 +80,9 @@ def materialized_nodes(graph: Graph) -> list:
     for n in nodes:
         if n.op in REDUCE:
             chosen.add(id(n))
+        if n.op == Op.WAIT:                 # a task's result lives in memory
+            base = _strip_views(n.src[0])
+            chosen.add(id(base) if base.op not in (Op.INPUT, Op.CONST) else id(n))
         if n.op == Op.EXPAND and numel(n.shape) > numel(n.src[0].shape):
             base = _strip_views(n.src[0])
             if base.op not in (Op.INPUT, Op.CONST):
@@ -92,6 +97,8 @@ def materialized_nodes(graph: Graph) -> list:
 def view_index(node: Node, idx: tuple) -> tuple:
     """Map indices into a view's output to indices into its source."""
     src = node.src[0]
+    if node.op in (Op.FORKARG, Op.WAIT):
+        return idx
     if node.op == Op.PERMUTE:
         out = [None] * len(idx)
         for k, p in enumerate(node.arg):
@@ -202,14 +209,15 @@ class _Lowering:
         for node in mats:
             if id(node) not in write_buffer:
                 write_buffer[id(node)] = self._buffer(f"t{len(self.buffers)}", "temp", node)
-        kernels = []
+        kernels, owner = [], task_of_nodes(self.graph)
         for node in mats:
             kernels.append(self._kernel(node, write_buffer[id(node)], len(kernels)))
+            kernels[-1].task = owner.get(id(node))
             if node.op not in (Op.INPUT, Op.CONST):
                 self.read_buffer[id(node)] = write_buffer[id(node)]
         outputs = [write_buffer[i].slot for i in out_ids]
         return LoweredGraph(self.graph.name, self.buffers, kernels, len(self.graph.inputs),
-                            self.consts, outputs)
+                            self.consts, outputs, schedule(kernels))
 
     def _write_reshaped_outputs_in_place(self, mats: list, write_buffer: dict) -> list:
         """An output that only reshapes a materialized node (`x.sum(axis=1)` drops a kept axis)
@@ -218,7 +226,7 @@ class _Lowering:
         aliased = set()
         for out in self.graph.outputs:
             src = out
-            while src.op == Op.RESHAPE:
+            while src.op in (Op.RESHAPE, Op.WAIT):
                 src = src.src[0]
             if src is out or id(src) not in mat_ids or id(src) in write_buffer \
                     or src.op in (Op.INPUT, Op.CONST):

@@ -10,6 +10,8 @@ I8PP = ir.IntType(8).as_pointer().as_pointer()
 
 KERNEL_ABI = "void kernel(i64 start, i64 stop, i8** bufs)"
 PARALLEL_FOR = "jc_parallel_for"       # void (kernel*, i64 extent, i64 grain, i8** bufs)
+TASK_SPAWN = "jc_task_spawn"           # i8* (void (i8**)*, i8** bufs): a task handle
+TASK_WAIT = "jc_task_wait"             # void (i8* handle)
 
 
 def kernel_type() -> ir.FunctionType:
@@ -33,3 +35,22 @@ def emit_parallel_for(builder: ir.IRBuilder, kernel: ir.Function, extent: int, b
     pfor = module.globals.get(PARALLEL_FOR) or ir.Function(
         module, ir.FunctionType(ir.VoidType(), [KERNEL_PTR, I64, I64, I8PP]), PARALLEL_FOR)
     builder.call(pfor, [kernel, I64(extent), I64(grain), bufs])
+
+
+def _declare(module: ir.Module, name: str, fnty: ir.FunctionType) -> ir.Function:
+    return module.globals.get(name) or ir.Function(module, fnty, name)
+
+
+def emit_spawn(builder: ir.IRBuilder, task: ir.Function, bufs):
+    """Start `task(bufs)` on the inter-op pool; returns the handle to wait on."""
+    i8p = ir.IntType(8).as_pointer()
+    spawn = _declare(builder.module, TASK_SPAWN,
+                     ir.FunctionType(i8p, [task.type, I8PP]))
+    return builder.call(spawn, [task, bufs])
+
+
+def emit_wait(builder: ir.IRBuilder, handle) -> None:
+    """Wait for a spawned task (running it here if no thread has started it)."""
+    wait = _declare(builder.module, TASK_WAIT,
+                    ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer()]))
+    builder.call(wait, [handle])

@@ -14,7 +14,8 @@ State machine (one process-wide pool, all state in the module's globals):
     never waits for the pool: it runs inline on its own thread (`busy` is taken by CAS).
 Kernel ABI: `void kernel(i64 start, i64 stop, i8** bufs)`.
 
-Exported: jc_parallel_for, jc_set_num_threads, jc_pool_workers, jc_after_fork_child.
+Exported: jc_parallel_for, jc_set_num_threads, jc_pool_workers, jc_after_fork_child (and the
+inter-op task pool of tasks_ir: jc_task_spawn, jc_task_wait, ...).
 """
 from __future__ import annotations
 
@@ -32,7 +33,8 @@ SYS_FUTEX = {"x86_64": 202, "AMD64": 202, "aarch64": 98, "arm64": 98}
 MAX_WORKERS = 256
 
 EXPORTS = ("jc_parallel_for", "jc_set_num_threads", "jc_pool_workers", "jc_after_fork_child",
-           "jc_pool_empty_region", "jc_pool_noop_call")
+           "jc_pool_empty_region", "jc_pool_noop_call",
+           "jc_task_spawn", "jc_task_wait", "jc_set_interop_threads", "jc_task_workers")
 
 
 class _Pool:
@@ -259,7 +261,7 @@ class _Pool:
         b.branch(check)
         b.position_at_end(done)
 
-    def small_exports(self):
+    def small_exports(self, tasks):
         fn, b = self.function("jc_set_num_threads", ir.VoidType(), [I32], internal=False)
         b.store_atomic(fn.args[0], self.nthreads, "monotonic", 4)
         b.ret_void()
@@ -280,6 +282,7 @@ class _Pool:
         fn, b = self.function("jc_after_fork_child", ir.VoidType(), [], internal=False)
         for gv in (self.nworkers, self.busy, self.active):
             b.store(I32(0), gv)
+        tasks.after_fork_child(b)
         b.ret_void()
 
 
@@ -290,5 +293,6 @@ def build_pool_module(triple: str, data_layout: str) -> str:
     run_chunks = pool.run_chunks()
     worker = pool.worker(run_chunks)
     pool.parallel_for(run_chunks, worker)
-    pool.small_exports()
+    from .tasks_ir import add_tasks
+    pool.small_exports(add_tasks(pool))
     return str(pool.m)

@@ -99,6 +99,13 @@ def test_interop_threads_are_set_once_and_before_work():
     """)
     assert out.splitlines() == ["3", "second call refused"]
     out = _run("""
+        import numpy as np, jitcore as jc
+        jc.jit(lambda x: jc.exp(x))(np.ones(1 << 20))      # intra-op work does not count
+        jc.set_num_interop_threads(2)
+        print(jc.get_num_interop_threads())
+    """)
+    assert out == "2"
+    out = _run("""
         import jitcore as jc
         jc.wait(jc.fork(lambda: 1))
         try:
@@ -107,6 +114,16 @@ def test_interop_threads_are_set_once_and_before_work():
             print("refused after work")
     """)
     assert out == "refused after work"
+    out = _run("""
+        import numpy as np, jitcore as jc
+        f = jc.jit(lambda x: jc.wait(jc.fork(lambda v: v * 2.0, x)))
+        f(np.ones(4))                                       # a compiled task is inter-op work
+        try:
+            jc.set_num_interop_threads(2)
+        except RuntimeError:
+            print("refused after compiled fork")
+    """)
+    assert out == "refused after compiled fork"
 
 
 def test_os_thread_count_stays_bounded_under_concurrent_callers():
@@ -116,11 +133,13 @@ def test_os_thread_count_stays_bounded_under_concurrent_callers():
         base = len(os.listdir("/proc/self/task"))
         x = np.random.rand(1 << 20).astype(np.float32)
         fs = [jc.jit(lambda x: jc.tanh(x) + 1.0), jc.jit(lambda x: jc.exp(x) * 2.0)]
+        forked = jc.jit(lambda x: jc.wait(jc.fork(lambda v: jc.exp(v), x)) + jc.sin(x))
         peak = [0]
         def caller(i):
             for _ in range(20):
                 fs[i % 2](x)
-                jc.wait(jc.fork(fs[(i + 1) % 2], x))
+                forked(x)                                   # a compiled graph's task
+                jc.wait(jc.fork(fs[(i + 1) % 2], x))        # a task from Python
                 peak[0] = max(peak[0], len(os.listdir("/proc/self/task")))
         ts = [threading.Thread(target=caller, args=(i,)) for i in range(8)]
         for t in ts: t.start()
@@ -181,9 +200,72 @@ def test_nested_forks_never_deadlock():
     assert out == "True"
 
 
-def test_fork_inside_a_jitted_function_says_it_is_not_supported():
-    with pytest.raises(jc.TraceError, match="not supported"):
-        jc.jit(lambda x: jc.wait(jc.fork(lambda y: y + 1, x)))(np.ones(3))
+def _mm(x, w):
+    return x @ w
+
+
+def test_fork_inside_jit_is_a_native_task_of_the_graph():
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((64, 128)).astype(np.float32)
+    w1, w2 = (rng.standard_normal((128, 32)).astype(np.float32) for _ in range(2))
+
+    @jc.jit
+    def forward(x, w1, w2):
+        fut = jc.fork(_mm, x, w2)
+        y = x @ w1
+        return y + jc.wait(fut)
+
+    ref = x.astype(np.float64) @ w1 + x.astype(np.float64) @ w2
+    np.testing.assert_allclose(forward(x, w1, w2), ref, rtol=1e-4, atol=1e-4)
+    text = forward.graph(x, w1, w2)
+    assert "forkarg" in text and "wait" in text
+    tasks = [k.task for k in forward.kernels(x, w1, w2)]
+    assert tasks.count(0) == 1 and tasks.count(None) == 2
+    assert "jc_task_spawn" in forward.llvm_ir(x, w1, w2, optimized=False)
+
+
+def test_several_forks_tuples_jitted_bodies_and_nesting(threads):
+    x = np.linspace(-2, 2, 4099, dtype=np.float64)
+    inner = jc.jit(lambda v: (jc.exp(v), v * 2.0))
+
+    def nested(v):                       # a fork inside a forked function runs inline
+        return jc.wait(jc.fork(lambda u: u + 1.0, v)) * 3.0
+
+    @jc.jit
+    def f(x):
+        a = jc.fork(inner, x)
+        b = jc.fork(nested, x)
+        c = jc.fork(lambda v: v.sum(), jc.wait(b))     # depends on b: runs after it
+        e, d = jc.wait(a)
+        return e + d, jc.wait(c), jc.wait(b)
+
+    r = f(x)
+    np.testing.assert_allclose(r[0], np.exp(x) + 2 * x, rtol=1e-12)
+    np.testing.assert_allclose(r[1], ((x + 1) * 3).sum(), rtol=1e-12)
+    np.testing.assert_allclose(r[2], (x + 1) * 3, rtol=1e-12)
+    for n in (1, 2, 3):                  # and identical for any thread count
+        threads(n)
+        for got, want in zip(f(x), r):
+            np.testing.assert_array_equal(got, want)
+
+
+def test_compiled_forks_from_many_python_threads():
+    f = jc.jit(lambda x: jc.wait(jc.fork(lambda v: jc.tanh(v) * 2.0, x)) + x)
+    xs = [np.random.rand(1 << 16).astype(np.float32) + i for i in range(8)]
+    refs = [f(x) for x in xs]
+    errors = []
+
+    def check(i):
+        for _ in range(20):
+            if not np.array_equal(f(xs[i]), refs[i]):
+                errors.append(i)
+
+    ts = [threading.Thread(target=check, args=(i,)) for i in range(8)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(timeout=60)
+    assert not errors and not any(t.is_alive() for t in ts)
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")

@@ -20,7 +20,7 @@ from ir.ops import Op
 from passes.legality import bytes_moved, flops
 from passes.kernel import Compute, Const, Kernel, Load, walk
 from passes.symbolic import Div, Lin, Var
-from runtime import emit_parallel_for, kernel_type
+from runtime import emit_parallel_for, emit_spawn, emit_wait, kernel_type
 
 from . import irutil as u
 from .opemit import cast, emit
@@ -351,6 +351,18 @@ def grain(kernel: Kernel) -> int:
     return max(1, math.ceil(MIN_CHUNK_WORK / per_iteration))
 
 
+def _emit_task(module, lowered, kernel_fns, task: int, name: str) -> ir.Function:
+    """`void task(i8** bufs)`: the kernels of one forked sub-graph, in order."""
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [u.I8P.as_pointer()]), name=name)
+    fn.linkage = "internal"
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    for kernel, kfn in zip(lowered.kernels, kernel_fns):
+        if kernel.task == task:
+            emit_parallel_for(b, kfn, kernel.range_extent, fn.args[0], grain(kernel))
+    b.ret_void()
+    return fn
+
+
 def _emit_run(module, lowered, kernel_fns, name):
     fn = ir.Function(module, ir.FunctionType(u.I32, [u.I8P.as_pointer()]), name=name)
     b = ir.IRBuilder(fn.append_basic_block("entry"))
@@ -375,8 +387,16 @@ def _emit_run(module, lowered, kernel_fns, name):
             b.store(p, dst)
         else:
             b.store(b.load(b.gep(given, [u.I64(buf.slot)])), dst)
-    for kernel, kfn in zip(lowered.kernels, kernel_fns):
-        emit_parallel_for(b, kfn, kernel.range_extent, slots, grain(kernel))
+    handles = {}
+    for step, arg in lowered.steps:
+        if step == "kernel":
+            kernel = lowered.kernels[arg]
+            emit_parallel_for(b, kernel_fns[arg], kernel.range_extent, slots, grain(kernel))
+        elif step == "spawn":
+            task_fn = _emit_task(module, lowered, kernel_fns, arg, f"{name}_task{arg}")
+            handles[arg] = emit_spawn(b, task_fn, slots)
+        else:
+            emit_wait(b, handles[arg])
     for t in temps:
         b.call(free, [t])
     b.ret(u.I32(OK))
