@@ -110,10 +110,20 @@ class Kernel:
         return "reduce_vertical" if vertical else "reduce_horizontal"
 
     @property
+    def range_loop(self):
+        """The loop a kernel call's [start, stop) covers: the first loop when it is parallel,
+        else the inner parallel loop of a vertical reduction (column sums split by columns),
+        else none (the kernel runs whole)."""
+        if self.loops and self.loops[0].kind == "parallel":
+            return self.loops[0]
+        if self.kind == "reduce_vertical":
+            return self.loops[-1]
+        return None
+
+    @property
     def range_extent(self) -> int:
-        """Iterations of the loop that a kernel call's [start, stop) covers: the first loop
-        when it is parallel, else a single trip (1)."""
-        return self.loops[0].var.extent if self.loops and self.loops[0].kind == "parallel" else 1
+        lp = self.range_loop
+        return lp.var.extent if lp is not None else 1
 
     @property
     def vector_var(self) -> Var | None:

@@ -59,6 +59,7 @@ def _reduce_identity(op: Op, dtype):
 
 
 ACCUMULATORS = 4       # vector accumulators per horizontal reduction (a power of two)
+VERTICAL_BLOCK = 8     # vectors of the inner axis per pass of a vertical reduction
 CHEAP_BODY = 6         # ...when the reduced expression costs at most this (see _compute_cost);
                        # a costlier body is throughput-bound and unrolling would only bloat it
 _MATH_COST = {Op.EXP: 20, Op.LOG: 20, Op.TANH: 25, Op.ERF: 30, Op.SIN: 25, Op.COS: 25,
@@ -159,10 +160,11 @@ class KernelEmitter:
             return body()
         self.loop(loops[0], lambda: self.nest(loops[1:], body, False), first)
 
-    def vector_loop(self, lp, body, first: bool, unroll: int = 1):
+    def vector_loop(self, lp, body, first: bool, unroll: int = 1, blocked: bool = False):
         """body(lanes, part) over the loop: `unroll` vectors per trip (part 0..unroll-1), then
         single vectors, then the tail: one masked vector (self.mask set), or scalar code
-        (lanes 1)."""
+        (lanes 1). With `blocked`, an unrolled trip is one call body(lanes, unroll) that
+        handles the `unroll` vectors from env[var] on itself."""
         lanes = self.kernel.lanes
         lo, hi = (self.start, self.stop) if first else (u.I64(0), u.I64(lp.var.extent))
         if lanes == 1:
@@ -174,22 +176,26 @@ class KernelEmitter:
             block = lanes * unroll
             start = self.b.add(lo, self.b.mul(self.b.sdiv(n, u.I64(block)), u.I64(block)))
             with u.for_range(self.b, lo, start, block, name=lp.var.name + "u") as i:
-                for part in range(unroll):
+                if blocked:
+                    self.env[lp.var] = i
+                    body(lanes, unroll)
+                for part in range(0 if blocked else unroll):
                     self.env[lp.var] = self.b.add(i, u.I64(part * lanes)) if part else i
                     body(lanes, part)
+        single = 1 if blocked else 0          # blocked bodies get a vector count, not a part
         with u.for_range(self.b, start, vec_end, lanes, name=lp.var.name + "v") as i:
             self.env[lp.var] = i
-            body(lanes, 0)
+            body(lanes, single)
         if self.masked_tail:
             rest = self.b.sub(hi, vec_end)
             with self.b.if_then(self.b.icmp_signed(">", rest, u.I64(0))):
                 self.env[lp.var], self.mask = vec_end, u.lane_mask(self.b, rest, lanes)
-                body(lanes, 0)
+                body(lanes, single)
                 self.mask = None
             return
         with u.for_range(self.b, vec_end, hi, 1, name=lp.var.name + "t") as i:
             self.env[lp.var] = i
-            body(1, 0)
+            body(1, single)
 
     # -- kernel shapes ----------------------------------------------------------------------
     def emit(self):
@@ -228,15 +234,33 @@ class KernelEmitter:
         first = not [lp for lp in k.loops[:-1] if lp.kind == "parallel"]
         red, st = k.reduction, k.stores[0]
 
-        def chunk(lanes, part):
-            acc = u.alloca_once(self.b, u.value_type(red.dtype, lanes), name="acc")
-            self.b.store(u.const(acc.type.pointee, _reduce_identity(red.op, red.dtype)), acc)
+        var = k.loops[-1].var
+        # a block of several vectors per pass over the reduced rows: each row is then read
+        # in runs of VERTICAL_BLOCK vectors, not one (column sums, the matmul's N axis)
+        width = VERTICAL_BLOCK if _compute_cost(st.value) <= CHEAP_BODY else 1
+
+        def block(lanes, count):
+            base = self.env[var]
+            identity = _reduce_identity(red.op, red.dtype)
+            accs = [u.alloca_once(self.b, u.value_type(red.dtype, lanes), name="acc")
+                    for _ in range(count)]
+            for acc in accs:
+                self.b.store(u.const(acc.type.pointee, identity), acc)
+
+            def at(p):
+                self.env[var] = self.b.add(base, u.I64(p * lanes)) if p else base
 
             def step():
-                self.b.store(self._combine(self.b.load(acc), self._reduced_value(lanes)), acc)
+                for p, acc in enumerate(accs):
+                    at(p)
+                    self.b.store(self._combine(self.b.load(acc), self._reduced_value(lanes)),
+                                 acc)
             self.nest(reduce_loops, step, False)
-            self.store(st.buffer, st.offset, self.b.load(acc), lanes)
-        self.vector_loop(k.loops[-1], chunk, first and not reduce_loops)
+            for p, acc in enumerate(accs):
+                at(p)
+                self.store(st.buffer, st.offset, self.b.load(acc), lanes)
+        # with no outer parallel loop, the inner one is the range a call covers
+        self.vector_loop(k.loops[-1], block, first, width, blocked=True)
 
     def emit_horizontal(self):
         k = self.kernel
