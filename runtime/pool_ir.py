@@ -54,6 +54,8 @@ class _Pool:
             I32, [I64.as_pointer(), I8P, ir.FunctionType(I8P, [I8P]).as_pointer(), I8P]),
             "pthread_create")
         self.pthread_detach = ir.Function(self.m, ir.FunctionType(I32, [I64]), "pthread_detach")
+        self.pthread_setname = ir.Function(self.m, ir.FunctionType(I32, [I64, I8P]),
+                                           "pthread_setname_np")
         self.sys_futex = SYS_FUTEX.get(platform.machine(), 202)
         self.x86 = platform.machine() in ("x86_64", "AMD64")
 
@@ -63,6 +65,15 @@ class _Pool:
         zero = None if isinstance(ty, (ir.PointerType, ir.ArrayType)) else init
         gv.initializer = ir.Constant(ty, zero)
         return gv
+
+    def name_thread(self, b, tid, name: str):
+        """Give a new thread a name that `top -H` and /proc/<pid>/task/*/comm show."""
+        data = bytearray(name.encode() + b"\0")
+        gv = ir.GlobalVariable(self.m, ir.ArrayType(ir.IntType(8), len(data)),
+                               f"jc_name_{name.replace('-', '_')}")
+        gv.linkage, gv.global_constant = "internal", True
+        gv.initializer = ir.Constant(gv.type.pointee, data)
+        b.call(self.pthread_setname, [tid, b.bitcast(gv, I8P)])
 
     # -- primitives ---------------------------------------------------------------------------
     def function(self, name, ret, args, internal=True):
@@ -175,6 +186,7 @@ class _Pool:
         ok = fn.append_basic_block("c.ok")
         b.cbranch(b.icmp_unsigned("==", rc, I32(0)), ok, done)   # no thread: use fewer
         b.position_at_end(ok)
+        self.name_thread(b, b.load(tid), "jitcore-intra")
         b.call(self.pthread_detach, [b.load(tid)])
         b.store(b.add(have, I32(1)), self.nworkers)
         b.branch(check)

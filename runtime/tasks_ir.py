@@ -81,23 +81,31 @@ class _Tasks:
         return fn
 
     def ensure_workers(self, b, worker):
+        """Create workers up to the limit. Spawns race each other, so a creator first
+        reserves its worker number with an atomic add (and gives it back if over)."""
         p = self.p
         fn = b.function
         tid = p.alloca(b, I64)
-        check, create, ok, done = (fn.append_basic_block(n) for n in
-                                   ("t.check", "t.create", "t.ok", "t.done"))
+        check, reserve, create, ok, undo, done = (fn.append_basic_block(n) for n in (
+            "t.check", "t.reserve", "t.create", "t.ok", "t.undo", "t.done"))
         b.branch(check)
         b.position_at_end(check)
-        have = b.load(self.nworkers)
-        b.cbranch(b.icmp_signed("<", have, p.load(b, self.limit, "monotonic")), create, done)
+        limit = p.load(b, self.limit, "monotonic")
+        b.cbranch(b.icmp_signed("<", p.load(b, self.nworkers), limit), reserve, done)
+        b.position_at_end(reserve)
+        mine = b.atomic_rmw("add", self.nworkers, I32(1), "acq_rel")
+        b.cbranch(b.icmp_signed("<", mine, limit), create, undo)
         b.position_at_end(create)
         rc = b.call(p.pthread_create, [tid, ir.Constant(I8P, None), worker,
                                        ir.Constant(I8P, None)])
-        b.cbranch(b.icmp_unsigned("==", rc, I32(0)), ok, done)
+        b.cbranch(b.icmp_unsigned("==", rc, I32(0)), ok, undo)
         b.position_at_end(ok)
+        p.name_thread(b, b.load(tid), "jitcore-interop")
         b.call(p.pthread_detach, [b.load(tid)])
-        b.store(b.add(have, I32(1)), self.nworkers)
         b.branch(check)
+        b.position_at_end(undo)                       # over the limit, or no thread
+        b.atomic_rmw("sub", self.nworkers, I32(1), "acq_rel")
+        b.branch(done)
         b.position_at_end(done)
 
     def spawn(self, worker):

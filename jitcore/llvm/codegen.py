@@ -167,8 +167,9 @@ class KernelEmitter:
         handles the `unroll` vectors from env[var] on itself."""
         lanes = self.kernel.lanes
         lo, hi = (self.start, self.stop) if first else (u.I64(0), u.I64(lp.var.extent))
+        single = 1 if blocked else 0          # blocked bodies get a vector count, not a part
         if lanes == 1:
-            return self.loop(lp, lambda: body(1, 0), first)
+            return self.loop(lp, lambda: body(1, single), first)
         n = self.b.sub(hi, lo)
         vec_end = self.b.add(lo, self.b.mul(self.b.sdiv(n, u.I64(lanes)), u.I64(lanes)))
         start = lo
@@ -182,7 +183,6 @@ class KernelEmitter:
                 for part in range(0 if blocked else unroll):
                     self.env[lp.var] = self.b.add(i, u.I64(part * lanes)) if part else i
                     body(lanes, part)
-        single = 1 if blocked else 0          # blocked bodies get a vector count, not a part
         with u.for_range(self.b, start, vec_end, lanes, name=lp.var.name + "v") as i:
             self.env[lp.var] = i
             body(lanes, single)
