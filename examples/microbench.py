@@ -1,10 +1,11 @@
-"""Microbenchmarks: jitcore vs numpy (and numexpr, torch when installed), single-threaded.
+"""Microbenchmarks: jitcore vs numpy (and numexpr, torch when installed), single-threaded
+(`--threads N` gives jitcore N intra-op threads; the peers stay at one).
 
 Prints compile time of a 10-op fused graph, the per-call cost of `a*b+c` on 1024 floats, and
 median times with ratios (peer time / jitcore time: > 1 means jitcore is faster) for an
 elementwise chain, a row softmax and a row sum at 1M-16M elements.
 
-    python examples/microbench.py [--quick] [--repeat N]
+    python examples/microbench.py [--quick] [--repeat N] [--threads N]
 """
 from __future__ import annotations
 
@@ -133,13 +134,16 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="1M only, fewer repeats")
     ap.add_argument("--repeat", type=int, default=15)
+    ap.add_argument("--threads", type=int, default=1, help="jitcore intra-op threads "
+                    "(peers stay single-threaded)")
     args = ap.parse_args()
+    jc.set_num_threads(args.threads)
     info = jc.target_info()
     print(f"jitcore {jc.__version__}, {info['brand']} ({info['cpu']}), {info['isa']}, "
           f"{info['vector_bits']}-bit vectors; numpy {np.__version__}; "
           f"numexpr {'%s (1 thread)' % numexpr.__version__ if numexpr else 'not installed'}; "
           f"torch {'%s (1 thread, eager)' % torch.__version__ if torch else 'not installed'}; "
-          f"{os.cpu_count()} cpus; all single-threaded")
+          f"{os.cpu_count()} cpus; jitcore {jc.get_num_threads()} thread(s), peers 1")
     repeat = 5 if args.quick else args.repeat
     bench_compile(repeat)
     bench_call_overhead(repeat)
