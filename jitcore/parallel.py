@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import sys
 import threading
 
 from runtime import POOL_EXPORTS, ThreadSettings, build_pool_module
@@ -15,6 +16,8 @@ from runtime import POOL_EXPORTS, ThreadSettings, build_pool_module
 SETTINGS = ThreadSettings()
 _LOCK = threading.Lock()
 _LIB = None
+# the pools sleep on Linux futexes; elsewhere kernels and tasks run on the calling thread
+THREADS_SUPPORTED = sys.platform.startswith("linux")
 
 
 class _PoolLibrary:
@@ -43,14 +46,16 @@ class _PoolLibrary:
         self.task_spawn = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)(
             addr["jc_task_spawn"])
         self.task_wait = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(addr["jc_task_wait"])
-        self.set_threads(SETTINGS.intra)
+        self.set_threads(SETTINGS.intra if THREADS_SUPPORTED else 1)
 
 
 def start_interop() -> _PoolLibrary:
     """Inter-op work is about to start (a fork from Python, or a compiled graph with forked
-    tasks): the inter-op thread count is fixed from now on."""
+    tasks): the inter-op thread count is fixed from now on. With no inter-op workers
+    (unsupported platform) a waiter takes every task back and runs it itself."""
     lib = pool()
-    lib.set_interop(SETTINGS.freeze_interop())
+    count = SETTINGS.freeze_interop()
+    lib.set_interop(count if THREADS_SUPPORTED else 0)
     return lib
 
 
@@ -64,7 +69,7 @@ def pool() -> _PoolLibrary:
 
 
 def _on_change(n: int):
-    if _LIB is not None:
+    if _LIB is not None and THREADS_SUPPORTED:
         _LIB.set_threads(n)
 
 
