@@ -15,6 +15,7 @@ from ir.errors import CompileError, DTypeError, JitcoreError, ShapeError, TraceE
 
 from .api import Graph, JitFunction, compile, jit
 from .compiler import VERSION as __version__
+from .compiler import cache_info
 from .ops import (abs, add, amax, amin, argmax, argmin, astype, broadcast_to, ceil, cos, div,
                   divide, equal, erf, exp, expand_dims, floor, gelu, greater, greater_equal,
                   hardsigmoid, hardswish, hardtanh, layer_norm, leaky_relu, less, less_equal,

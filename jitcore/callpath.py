@@ -63,7 +63,6 @@ def _flags_ok() -> bool:
 
 
 NATIVE_LAYOUT_OK = _native_layout_ok()
-NATIVE_IMPORTS = {cg.NDARRAY_TYPE_SYMBOL: id(np.ndarray)}
 
 
 def _entry_function(compiled: CompiledGraph):

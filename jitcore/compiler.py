@@ -82,6 +82,12 @@ _KEY_LOCKS: dict = {}
 STATS = {"compiles": 0, "hits": 0}
 
 
+def cache_info() -> dict:
+    """Compiles and cache hits so far, and the compiled graphs held now."""
+    with _CACHE_LOCK:
+        return {**STATS, "size": len(_CACHE), "max_size": config.get().cache_size}
+
+
 def cache_key(graph: Graph, strides: tuple, target: Target) -> tuple:
     return (graph.text(), strides, target.key(), VERSION)
 

@@ -37,7 +37,6 @@ class LoweredGraph:
     name: str
     buffers: list
     kernels: list
-    n_inputs: int
     consts: list            # ConstArray per const slot, in slot order
     outputs: list           # buffer slot of each graph output (repeats allowed)
     steps: list             # run order: ("kernel", i), ("spawn", task), ("wait", task)
@@ -216,8 +215,8 @@ class _Lowering:
             if node.op not in (Op.INPUT, Op.CONST):
                 self.read_buffer[id(node)] = write_buffer[id(node)]
         outputs = [write_buffer[i].slot for i in out_ids]
-        return LoweredGraph(self.graph.name, self.buffers, kernels, len(self.graph.inputs),
-                            self.consts, outputs, schedule(kernels))
+        return LoweredGraph(self.graph.name, self.buffers, kernels, self.consts, outputs,
+                            schedule(kernels))
 
     def _write_reshaped_outputs_in_place(self, mats: list, write_buffer: dict) -> list:
         """An output that only reshapes a materialized node (`x.sum(axis=1)` drops a kept axis)

@@ -694,3 +694,14 @@ def test_jit_keeps_the_function_name_and_doc():
     f = jc.jit(my_function)
     assert f.__name__ == "my_function" and f.__doc__ == "Doc."
     assert "my_function" in f.graph(jc.spec((2,)))
+
+
+def test_cache_info_counts_compiles_and_hits():
+    before = jc.cache_info()
+    f = jc.jit(lambda x: x * 41.0 + 1.0)
+    g = jc.jit(lambda x: x * 41.0 + 1.0)       # another function, the same graph
+    f(np.ones(5, np.float32))
+    g(np.ones(5, np.float32))
+    after = jc.cache_info()
+    assert after["compiles"] == before["compiles"] + 1
+    assert after["hits"] >= before["hits"] + 1 and after["size"] <= after["max_size"]

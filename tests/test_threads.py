@@ -151,14 +151,15 @@ def test_os_thread_count_stays_bounded_under_concurrent_callers():
     assert extra <= allowed
 
 
-def test_python_threads_get_correct_results_concurrently():
-    f = jc.jit(lambda x: jc.sigmoid(x) * x)
-    xs = [np.random.rand(1 << 18).astype(np.float32) + i for i in range(8)]
+def _same_results_from_8_threads(f, size: int, repeats: int):
+    """Eight Python threads call f on their own input; every result must equal the
+    single-threaded one, and every thread must finish within a minute."""
+    xs = [np.random.rand(size).astype(np.float32) + i for i in range(8)]
     refs = [f(x) for x in xs]
     errors = []
 
     def check(i):
-        for _ in range(10):
+        for _ in range(repeats):
             if not np.array_equal(f(xs[i]), refs[i]):
                 errors.append(i)
 
@@ -168,6 +169,10 @@ def test_python_threads_get_correct_results_concurrently():
     for t in ts:
         t.join(timeout=60)
     assert not errors and not any(t.is_alive() for t in ts)
+
+
+def test_python_threads_get_correct_results_concurrently():
+    _same_results_from_8_threads(jc.jit(lambda x: jc.sigmoid(x) * x), 1 << 18, 10)
 
 
 def test_futures_results_errors_and_done():
@@ -251,21 +256,7 @@ def test_several_forks_tuples_jitted_bodies_and_nesting(threads):
 
 def test_compiled_forks_from_many_python_threads():
     f = jc.jit(lambda x: jc.wait(jc.fork(lambda v: jc.tanh(v) * 2.0, x)) + x)
-    xs = [np.random.rand(1 << 16).astype(np.float32) + i for i in range(8)]
-    refs = [f(x) for x in xs]
-    errors = []
-
-    def check(i):
-        for _ in range(20):
-            if not np.array_equal(f(xs[i]), refs[i]):
-                errors.append(i)
-
-    ts = [threading.Thread(target=check, args=(i,)) for i in range(8)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join(timeout=60)
-    assert not errors and not any(t.is_alive() for t in ts)
+    _same_results_from_8_threads(f, 1 << 16, 20)
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")

@@ -91,13 +91,3 @@ def compile_ir(text: str, exports: list, target: Target, imports: dict | None = 
         except RuntimeError as e:
             raise CompileError(f"JIT link failed: {e}") from None
     return Library(tracker, {n: tracker[n] for n in exports}, optimized, mach)
-
-
-def optimize_only(text: str, target: Target) -> str:
-    """The O3 IR of a module without linking it (for inspection)."""
-    mach = machine(target)
-    with _LOCK:
-        mod = llvm.parse_assembly(text)
-        mod.verify()
-        _optimize(mod, mach.tm)
-        return str(mod)
