@@ -13,7 +13,7 @@ Loop order encodes the kernel's shape:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ir.dtypes import DType
 from ir.ops import Op
@@ -101,9 +101,12 @@ class Kernel:
     vectorized: bool = False
     reason: str | None = None
     task: int | None = None          # the inter-op task that runs it (None: the main line)
+    parts: list = field(default_factory=list)   # row fusion: kernels run in order per row
 
     @property
     def kind(self) -> str:
+        if self.parts:
+            return "rows"
         if self.reduction is None:
             return "pointwise"
         vertical = self.loops and self.loops[-1].kind == "parallel"
@@ -132,6 +135,11 @@ class Kernel:
     @property
     def loop_nest(self) -> str:
         """e.g. `for i0 in 0..4096 (parallel), i1 in 0..1024 (reduce, vector)`."""
+        if self.parts:
+            row = self.loops[0].var
+            inner = [p.loop_nest.split(", ", 1)[1] if len(p.loops) > 1 else "(one element)"
+                     for p in self.parts]
+            return f"for {row.name} in 0..{row.extent} (parallel): " + "; then ".join(inner)
         parts = []
         for i, lp in enumerate(self.loops):
             tag = lp.kind + (", vector" if self.vectorized and i == len(self.loops) - 1 else "")

@@ -78,6 +78,8 @@ def coverage(kernels: list) -> tuple:
 
 def flops(kernel: Kernel) -> int:
     """Arithmetic ops per kernel run (each Compute counts one per iteration; reductions one more)."""
+    if kernel.parts:
+        return sum(flops(p) for p in kernel.parts)
     per_iter = sum(1 for n in walk([s.value for s in kernel.stores]) if hasattr(n, "op"))
     return kernel.iterations() * (per_iter + (kernel.reduction is not None))
 

@@ -26,7 +26,7 @@ from ir.shapes import contiguous_strides, numel
 
 from .kernel import Buffer, Compute, Const, Kernel, Load, Loop, Reduction, Store, walk
 from .symbolic import Lin, Var, floordiv, lin, mod, substitute
-from .tasks import schedule, task_of_nodes
+from .tasks import task_of_nodes
 
 VIEWS_THROUGH = (Op.RESHAPE, Op.PERMUTE, Op.EXPAND, Op.SLICE, Op.FORKARG, Op.WAIT)
 
@@ -39,7 +39,8 @@ class LoweredGraph:
     kernels: list
     consts: list            # ConstArray per const slot, in slot order
     outputs: list           # buffer slot of each graph output (repeats allowed)
-    steps: list             # run order: ("kernel", i), ("spawn", task), ("wait", task)
+    steps: list             # run order: ("kernel", i), ("spawn", task), ("wait", task);
+                            # the pipeline fills it in after fusion (passes.tasks.schedule)
 
     def buffers_of_kind(self, kind: str) -> list:
         return [b for b in self.buffers if b.kind == kind]
@@ -216,7 +217,7 @@ class _Lowering:
                 self.read_buffer[id(node)] = write_buffer[id(node)]
         outputs = [write_buffer[i].slot for i in out_ids]
         return LoweredGraph(self.graph.name, self.buffers, kernels, self.consts, outputs,
-                            schedule(kernels))
+                            [("kernel", i) for i in range(len(kernels))])
 
     def _write_reshaped_outputs_in_place(self, mats: list, write_buffer: dict) -> list:
         """An output that only reshapes a materialized node (`x.sum(axis=1)` drops a kept axis)

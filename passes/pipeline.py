@@ -5,17 +5,20 @@ from ir.graph import Graph
 from ir.verifier import verify
 
 from .decompose import decompose
+from .fuse_rows import fuse_rows
 from .legality import check
 from .lower import LoweredGraph, lower
 from .simplify import simplify
 from .split_reductions import split_reductions
+from .tasks import schedule
 
 
 def run_pipeline(graph: Graph, vector_bits: int, input_strides: dict | None = None,
                  masked_tails: bool = False) -> LoweredGraph:
     """Graph -> verified primitive graph -> kernels with vectorization decisions."""
     # stages: decompose composites, simplify (CSE, folding), split big full reductions into
-    # fixed blocks, lower to loop nests, decide vectorization per kernel
+    # fixed blocks, lower to loop nests, decide vectorization per kernel, fuse kernels that
+    # share rows, order the kernels and forked tasks
     graph = verify(graph)
     graph = verify(decompose(graph))
     graph = verify(simplify(graph))
@@ -23,4 +26,6 @@ def run_pipeline(graph: Graph, vector_bits: int, input_strides: dict | None = No
     lowered = lower(graph, input_strides)
     for kernel in lowered.kernels:
         check(kernel, vector_bits, masked_tails)
+    lowered.kernels = fuse_rows(lowered.kernels)
+    lowered.steps = schedule(lowered.kernels)
     return lowered

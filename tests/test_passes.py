@@ -12,6 +12,11 @@ def _kernels(outputs, inputs, strides=None, bits=512):
     return run_pipeline(Graph("t", inputs, outputs), bits, strides).kernels
 
 
+def _parts(kernels):
+    """Kernels with row-fused ones expanded into their parts."""
+    return [p for k in kernels for p in (k.parts or [k])]
+
+
 def test_symbolic_reshape_round_trip_simplifies_to_plain_index():
     i, j, k = Var("i", 4), Var("j", 6), Var("k", 24)
     e = lin(i) * 6 + lin(j)
@@ -54,11 +59,25 @@ def test_row_sum_is_horizontal_and_writes_the_output_directly():
     assert k.stores[0].buffer.kind == "output"
 
 
-def test_softmax_decomposes_into_three_row_kernels():
+def test_softmax_is_one_row_kernel_of_three_vector_parts():
     x = b.input_node("x", (8, 1024), dt.float32)
-    ks = _kernels([b.node(Op.SOFTMAX, x, arg=1)], [x])
-    assert [k.kind for k in ks] == ["reduce_horizontal", "reduce_horizontal", "pointwise"]
-    assert all(k.vectorized for k in ks)
+    (k,) = _kernels([b.node(Op.SOFTMAX, x, arg=1)], [x])
+    assert k.kind == "rows" and k.vectorized and k.range_extent == 8
+    assert [p.kind for p in k.parts] == ["reduce_horizontal", "reduce_horizontal", "pointwise"]
+    assert all(p.vectorized for p in k.parts)
+
+
+def test_layer_norm_is_one_row_kernel():
+    x = b.input_node("x", (16, 768), dt.float32)
+    (k,) = _kernels([b.node(Op.LAYER_NORM, x, arg=1e-5)], [x])
+    assert k.kind == "rows" and k.vectorized
+
+
+def test_row_fusion_stops_at_a_vertical_reduction():
+    x = b.input_node("x", (64, 32), dt.float32)
+    col = b.reduce(Op.SUM, x, (0,), keepdims=True)
+    ks = _kernels([b.elementwise(Op.SUB, x, col)], [x])
+    assert [k.kind for k in ks] == ["reduce_vertical", "pointwise"]
 
 
 def test_broadcast_expensive_producer_is_materialized_once():
@@ -66,7 +85,7 @@ def test_broadcast_expensive_producer_is_materialized_once():
     y = b.input_node("y", (32,), dt.float32)
     ex = b.reshape(b.elementwise(Op.EXP, x), (64, 1))
     out = b.elementwise(Op.ADD, ex, b.reshape(y, (1, 32)))
-    ks = _kernels([out], [x, y])
+    ks = _parts(_kernels([out], [x, y]))
     assert len(ks) == 2 and "exp" in ks[0].ops and "exp" not in ks[1].ops
 
 
@@ -92,13 +111,13 @@ def test_integer_pow_with_tensor_exponent_stays_scalar_with_a_reason():
 def test_expensive_producer_read_by_three_kernels_is_computed_once():
     x = b.input_node("x", (8, 128), dt.float32)
     g = b.elementwise(Op.ERF, x)
-    ks = _kernels([b.node(Op.SOFTMAX, g, arg=1)], [x])       # max, sum, div all read erf(x)
+    ks = _parts(_kernels([b.node(Op.SOFTMAX, g, arg=1)], [x]))   # max, sum, div read erf(x)
     assert sum("erf" in k.ops for k in ks) == 1 and len(ks) == 4
 
 
 def test_softmax_exp_read_by_two_kernels_is_recomputed():
     x = b.input_node("x", (8, 128), dt.float32)
-    ks = _kernels([b.node(Op.SOFTMAX, x, arg=1)], [x])
+    ks = _parts(_kernels([b.node(Op.SOFTMAX, x, arg=1)], [x]))
     assert sum("exp" in k.ops for k in ks) == 2 and len(ks) == 3
 
 
@@ -111,3 +130,15 @@ def test_large_full_reductions_split_into_fixed_parallel_blocks():
     assert [k.range_extent for k in ks] == [512, 1]
     small = b.input_node("s", (1000,), dt.float32)
     assert len(_kernels([b.reduce(Op.SUM, small, (0,))], [small])) == 1
+
+
+def test_row_fusion_of_three_dimensional_parts_runs_every_inner_loop():
+    import numpy as np
+    import jitcore as jc
+    x = np.random.default_rng(5).standard_normal((6, 5, 33)).astype(np.float32)
+    f = jc.jit(lambda x: jc.softmax(x, axis=-1) * x.sum(axis=-1, keepdims=True))
+    (k,) = f.kernels(x)
+    assert k.kind == "rows"
+    e = np.exp(x - x.max(-1, keepdims=True))
+    ref = e / e.sum(-1, keepdims=True) * x.sum(-1, keepdims=True)
+    np.testing.assert_allclose(f(x), ref, rtol=2e-6, atol=1e-6)

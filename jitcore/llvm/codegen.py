@@ -200,6 +200,10 @@ class KernelEmitter:
     # -- kernel shapes ----------------------------------------------------------------------
     def emit(self):
         k = self.kernel
+        if k.parts:                              # row fusion: the parts, in order, per row
+            self.nest(k.loops, lambda: [self.emit_part(p) for p in k.parts], True)
+            self.b.ret_void()
+            return
         if k.kind == "pointwise" and not k.loops:
             self.emit_point()
         elif k.kind == "pointwise":
@@ -212,6 +216,19 @@ class KernelEmitter:
             outer = [lp for lp in k.loops if lp.kind == "parallel"]
             self.nest(outer, self.emit_horizontal, True)
         self.b.ret_void()
+
+    def emit_part(self, part: Kernel):
+        """One part of a row-fused kernel, inside the row loop (its first loop)."""
+        fused, self.kernel = self.kernel, part
+        inner = part.loops[1:]
+        if part.kind == "reduce_horizontal":
+            self.nest([lp for lp in inner if lp.kind == "parallel"], self.emit_horizontal, False)
+        elif not inner:
+            self.emit_point()
+        else:
+            self.nest(inner[:-1], lambda: self.vector_loop(inner[-1], self.emit_point, False),
+                      False)
+        self.kernel = fused
 
     def emit_point(self, lanes: int = 1, part: int = 0):
         memo = {}

@@ -1,0 +1,86 @@
+"""Row fusion: consecutive kernels over the same rows become one kernel with one row loop.
+
+softmax lowers to max(row) -> sum(exp(x - max)) -> exp(x - max) / sum; layer_norm to five
+such kernels. Each reads the previous ones' per-row results, so they can run row by row in
+one loop: for each row, the parts run in order while the row is hot in cache, and the row
+loop is what threads split.
+
+A run of kernels fuses when every kernel
+  - starts with the same parallel loop (the row variable: same name and extent),
+  - belongs to the same task,
+  - is pointwise or a horizontal reduction (a vertical one needs all rows first),
+  - reads what an earlier part wrote only at the very offset that part stored it, where
+    each row's stores are disjoint from the others' (so a part never needs another row's
+    result, and threads that split the rows never share memory).
+"""
+from __future__ import annotations
+
+from .kernel import Kernel, Loop
+from .symbolic import lin
+
+
+def _row_var(kernel: Kernel):
+    if kernel.kind not in ("pointwise", "reduce_horizontal") or not kernel.loops:
+        return None
+    first = kernel.loops[0]
+    return first.var if first.kind == "parallel" else None
+
+
+def _row_disjoint(offset, row) -> bool:
+    """Each row writes its own memory: offset = c*row + rest with 0 <= rest < c."""
+    c = offset.coeff(row)
+    if not c or c < 1:
+        return False
+    lo, hi = (offset + lin(row) * -c).bounds()
+    return 0 <= lo and hi < c
+
+
+def _reads_fit(kernel: Kernel, written: dict, row) -> bool:
+    """Loads of buffers written earlier in the group read exactly what the same row stored
+    (the earlier part finished the whole row before this part starts on it)."""
+    for ld in kernel.loads():
+        store = written.get(ld.buffer.slot)
+        if store is None:
+            continue
+        if ld.offset != store.offset or not _row_disjoint(store.offset, row):
+            return False
+    return True
+
+
+def _fused(group: list) -> Kernel:
+    row = group[0].loops[0]
+    stores = [s for k in group for s in k.stores]
+    ops = tuple(op for k in group for op in k.ops)
+    fused = Kernel("+".join(k.name for k in group), [Loop(row.var, "parallel")], stores,
+                   None, ops, task=group[0].task, parts=list(group))
+    inner = [k for k in group if len(k.loops) > 1]
+    fused.vector_bits = group[0].vector_bits
+    fused.lanes = max(k.lanes for k in group)
+    fused.vectorized = bool(inner) and all(k.vectorized for k in inner)
+    fused.reason = next((k.reason for k in inner if not k.vectorized), None)
+    return fused
+
+
+def fuse_rows(kernels: list) -> list:
+    """Merge runs of row-compatible kernels; others pass through unchanged."""
+    out, group, written = [], [], {}
+
+    def flush():
+        if group:
+            out.append(_fused(group) if len(group) > 1 else group[0])
+        group.clear()
+        written.clear()
+
+    for k in kernels:
+        row = _row_var(k)
+        fits = (group and row is not None and row == _row_var(group[0])
+                and k.task == group[0].task and _reads_fit(k, written, row))
+        if not fits:
+            flush()
+        if row is None:
+            out.append(k)
+            continue
+        group.append(k)
+        written.update({s.buffer.slot: s for s in k.stores})
+    flush()
+    return out
