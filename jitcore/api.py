@@ -11,6 +11,7 @@ from ir import build as b
 from ir.errors import DTypeError, JitcoreError, ShapeError, TraceError
 from ir.graph import Graph as IRGraph
 from ir.ops import Op
+from runtime.settings import validate_count
 
 from . import config
 from .callpath import MISMATCH, CallPlan
@@ -68,7 +69,10 @@ class JitFunction:
         functools.update_wrapper(self, fn)
         self._fn = fn
         self._vector_width = vector_width
-        self.num_threads = num_threads
+        # intra-op threads for this function's kernels (None: jc.set_num_threads' setting)
+        self.num_threads = None if num_threads is None else \
+            validate_count(num_threads, "jit(num_threads=)")
+        # weight prepacking belongs to the GEMM kernels; recorded here for them
         self.prepack_weights = prepack_weights
         self._plans: dict = {}        # (shape, strides, dtype) per arg -> CallPlan
         self._fast, self._fast_out = _no_plan_yet, _no_plan_yet
@@ -105,7 +109,8 @@ class JitFunction:
         sigs = [signature_of(a, i, n) for i, (a, n) in enumerate(zip(args, names))]
         graph = self._trace(sigs, names)
         strides = tuple(s[2] for s in sigs)
-        return compile_graph(graph, strides, select_target(self._vector_width))
+        return compile_graph(graph, strides, select_target(self._vector_width),
+                             self.num_threads or 0)
 
     def _trace(self, sigs: list, names: list) -> IRGraph:
         inputs = [b.input_node(n, shape, dtype) for n, (shape, dtype, _) in zip(names, sigs)]

@@ -88,13 +88,15 @@ def cache_info() -> dict:
         return {**STATS, "size": len(_CACHE), "max_size": config.get().cache_size}
 
 
-def cache_key(graph: Graph, strides: tuple, target: Target) -> tuple:
-    return (graph.text(), strides, target.key(), VERSION)
+def cache_key(graph: Graph, strides: tuple, target: Target, threads: int) -> tuple:
+    return (graph.text(), strides, target.key(), threads, VERSION)
 
 
-def compile_graph(graph: Graph, strides: tuple, target: Target) -> CompiledGraph:
-    """Compile (or fetch from the cache). `strides`: per input, strides in elements."""
-    key = cache_key(graph, strides, target)
+def compile_graph(graph: Graph, strides: tuple, target: Target, threads: int = 0
+                  ) -> CompiledGraph:
+    """Compile (or fetch from the cache). `strides`: per input, strides in elements;
+    `threads`: intra-op threads for this graph (0: the process-wide setting)."""
+    key = cache_key(graph, strides, target, threads)
     with _CACHE_LOCK:
         hit = _CACHE.get(key)
         if hit is not None:
@@ -106,7 +108,7 @@ def compile_graph(graph: Graph, strides: tuple, target: Target) -> CompiledGraph
         with _CACHE_LOCK:
             hit = _CACHE.get(key)
         if hit is None:
-            hit = _compile(graph, strides, target)
+            hit = _compile(graph, strides, target, threads)
             with _CACHE_LOCK:
                 _CACHE[key] = hit
                 STATS["compiles"] += 1
@@ -117,14 +119,14 @@ def compile_graph(graph: Graph, strides: tuple, target: Target) -> CompiledGraph
     return hit
 
 
-def _compile(graph: Graph, strides: tuple, target: Target) -> CompiledGraph:
+def _compile(graph: Graph, strides: tuple, target: Target, threads: int) -> CompiledGraph:
     t0 = time.perf_counter()
     input_strides = {inp.arg: s for inp, s in zip(graph.inputs, strides)}
     lowered = run_pipeline(graph, target.vector_bits, input_strides, target.masked_tails)
     t1 = time.perf_counter()
     mach = engine.machine(target)
     text, run_name, entry_name = build_module(lowered, target.vector_bits, target.triple,
-                                              mach.data_layout, target.masked_tails)
+                                              mach.data_layout, target.masked_tails, threads)
     t2 = time.perf_counter()
     imports = {NDARRAY_TYPE_SYMBOL: id(np.ndarray)}
     for symbol in (PARALLEL_FOR, TASK_SPAWN, TASK_WAIT):   # runtime functions it calls

@@ -9,7 +9,8 @@ I32, I64 = ir.IntType(32), ir.IntType(64)
 I8PP = ir.IntType(8).as_pointer().as_pointer()
 
 KERNEL_ABI = "void kernel(i64 start, i64 stop, i8** bufs)"
-PARALLEL_FOR = "jc_parallel_for"       # void (kernel*, i64 extent, i64 grain, i8** bufs)
+PARALLEL_FOR = "jc_parallel_for"       # void (kernel*, i64 extent, i64 grain, i8** bufs,
+                                       #       i32 threads: 0 = the process-wide setting)
 TASK_SPAWN = "jc_task_spawn"           # i8* (void (i8**)*, i8** bufs): a task handle
 TASK_WAIT = "jc_task_wait"             # void (i8* handle)
 
@@ -20,21 +21,22 @@ def kernel_type() -> ir.FunctionType:
 
 
 def emit_parallel_for(builder: ir.IRBuilder, kernel: ir.Function, extent: int, bufs,
-                      grain: int) -> None:
-    """Run `kernel` over [0, extent) in chunks of at least `grain` iterations.
+                      grain: int, threads: int = 0) -> None:
+    """Run `kernel` over [0, extent) in chunks of at least `grain` iterations, on `threads`
+    threads (0: the process-wide setting; 1: always on the calling thread).
 
     Work that fits in one chunk is a direct call: no pool, no wake-up. Larger work goes to
     the runtime's `jc_parallel_for` (linked in from the runtime library).
     """
     if extent <= 0:
         return
-    if extent <= grain:
+    if extent <= grain or threads == 1:
         builder.call(kernel, [I64(0), I64(extent), bufs])
         return
     module = builder.module
     pfor = module.globals.get(PARALLEL_FOR) or ir.Function(
-        module, ir.FunctionType(ir.VoidType(), [KERNEL_PTR, I64, I64, I8PP]), PARALLEL_FOR)
-    builder.call(pfor, [kernel, I64(extent), I64(grain), bufs])
+        module, ir.FunctionType(ir.VoidType(), [KERNEL_PTR, I64, I64, I8PP, I32]), PARALLEL_FOR)
+    builder.call(pfor, [kernel, I64(extent), I64(grain), bufs, I32(threads)])
 
 
 def _declare(module: ir.Module, name: str, fnty: ir.FunctionType) -> ir.Function:

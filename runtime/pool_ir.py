@@ -216,10 +216,11 @@ class _Pool:
 
     def parallel_for(self, run_chunks, worker):
         fn, b = self.function("jc_parallel_for", ir.VoidType(),
-                              [KERNEL_PTR, I64, I64, I8P.as_pointer()], internal=False)
-        kernel, extent, grain, bufs = fn.args
+                              [KERNEL_PTR, I64, I64, I8P.as_pointer(), I32], internal=False)
+        kernel, extent, grain, bufs, threads = fn.args
         inline, pooled, solo = (fn.append_basic_block(n) for n in ("inline", "pooled", "solo"))
-        nt = self.load(b, self.nthreads, "monotonic")
+        setting = self.load(b, self.nthreads, "monotonic")     # threads == 0: the setting
+        nt = b.select(b.icmp_signed(">", threads, I32(0)), threads, setting)
         small = b.or_(b.icmp_signed("<=", nt, I32(1)), b.icmp_signed("<=", extent, grain))
         go = fn.append_basic_block("try")
         b.cbranch(small, inline, go)
@@ -285,7 +286,8 @@ class _Pool:
         fn, b = self.function("jc_pool_empty_region", ir.VoidType(), [], internal=False)
         nt = b.zext(self.load(b, self.nthreads, "monotonic"), I64)
         b.call(self.m.get_global("jc_parallel_for"), [noop, nt, I64(1),
-                                                       ir.Constant(I8P.as_pointer(), None)])
+                                                       ir.Constant(I8P.as_pointer(), None),
+                                                       I32(0)])
         b.ret_void()
         fn, b = self.function("jc_pool_noop_call", ir.VoidType(), [], internal=False)
         b.call(noop, [I64(0), I64(1), ir.Constant(I8P.as_pointer(), None)])   # the baseline

@@ -315,3 +315,15 @@ def test_long_compiled_calls_release_the_gil():
         print(during / max(free, 1))     # about 1 when released, ~0.02 when held
     """)
     assert float(out) > 0.3
+
+
+def test_jit_num_threads_pins_a_function(threads):
+    x = np.random.rand(1 << 22).astype(np.float32)
+    one = jc.jit(lambda x: jc.exp(x) * 2.0, num_threads=1)
+    assert "jc_parallel_for" not in one.llvm_ir(x, optimized=False)
+    default = jc.jit(lambda x: jc.exp(x) * 2.0)
+    assert "jc_parallel_for" in default.llvm_ir(x, optimized=False)
+    threads(2)
+    np.testing.assert_array_equal(one(x), default(x))
+    with pytest.raises(ValueError):
+        jc.jit(lambda x: x, num_threads=0)

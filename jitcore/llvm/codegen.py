@@ -353,8 +353,9 @@ class KernelEmitter:
 
 
 def build_module(lowered, vector_bits: int, triple: str, data_layout: str,
-                 masked_tails: bool = False) -> tuple:
-    """Return (module text, run function name, entry function name)."""
+                 masked_tails: bool = False, threads: int = 0) -> tuple:
+    """Return (module text, run function name, entry function name). `threads`: intra-op
+    threads of this graph's kernels (0: the process-wide setting at call time)."""
     module = ir.Module(name=lowered.name)
     module.triple, module.data_layout = triple, data_layout
     prefix = f"jc_{lowered.name}"
@@ -363,7 +364,7 @@ def build_module(lowered, vector_bits: int, triple: str, data_layout: str,
         ke = KernelEmitter(module, kernel, f"{prefix}_k{i}", masked_tails)
         ke.emit()
         kernel_fns.append(ke.fn)
-    run = _emit_run(module, lowered, kernel_fns, f"{prefix}_run")
+    run = _emit_run(module, lowered, kernel_fns, f"{prefix}_run", threads)
     entry = _emit_entry(module, lowered, run, f"{prefix}_entry")
     text = _with_vector_attributes(str(module), vector_bits)
     return text, run.name, entry.name
@@ -392,19 +393,19 @@ def grain(kernel: Kernel) -> int:
     return max(1, math.ceil(MIN_CHUNK_WORK / per_iteration))
 
 
-def _emit_task(module, lowered, kernel_fns, task: int, name: str) -> ir.Function:
+def _emit_task(module, lowered, kernel_fns, task: int, name: str, threads: int) -> ir.Function:
     """`void task(i8** bufs)`: the kernels of one forked sub-graph, in order."""
     fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [u.I8P.as_pointer()]), name=name)
     fn.linkage = "internal"
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     for kernel, kfn in zip(lowered.kernels, kernel_fns):
         if kernel.task == task:
-            emit_parallel_for(b, kfn, kernel.range_extent, fn.args[0], grain(kernel))
+            emit_parallel_for(b, kfn, kernel.range_extent, fn.args[0], grain(kernel), threads)
     b.ret_void()
     return fn
 
 
-def _emit_run(module, lowered, kernel_fns, name):
+def _emit_run(module, lowered, kernel_fns, name, threads: int):
     fn = ir.Function(module, ir.FunctionType(u.I32, [u.I8P.as_pointer()]), name=name)
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     given = fn.args[0]
@@ -432,9 +433,10 @@ def _emit_run(module, lowered, kernel_fns, name):
     for step, arg in lowered.steps:
         if step == "kernel":
             kernel = lowered.kernels[arg]
-            emit_parallel_for(b, kernel_fns[arg], kernel.range_extent, slots, grain(kernel))
+            emit_parallel_for(b, kernel_fns[arg], kernel.range_extent, slots, grain(kernel),
+                              threads)
         elif step == "spawn":
-            task_fn = _emit_task(module, lowered, kernel_fns, arg, f"{name}_task{arg}")
+            task_fn = _emit_task(module, lowered, kernel_fns, arg, f"{name}_task{arg}", threads)
             handles[arg] = emit_spawn(b, task_fn, slots)
         else:
             emit_wait(b, handles[arg])
