@@ -15,7 +15,9 @@ A run of kernels fuses when every kernel
 """
 from __future__ import annotations
 
-from .kernel import Kernel, Loop
+from ir.ops import Op
+
+from .kernel import Compute, Const, Kernel, Load, Loop, Store, walk
 from .symbolic import lin
 
 
@@ -47,6 +49,58 @@ def _reads_fit(kernel: Kernel, written: dict, row) -> bool:
     return True
 
 
+EXPENSIVE = frozenset({Op.EXP, Op.LOG, Op.TANH, Op.ERF, Op.SIN, Op.COS, Op.POW})
+
+
+def _keys(roots) -> dict:
+    """id(node) -> a structural key: equal keys compute the same values at the same indices."""
+    keys = {}
+    for n in walk(roots):
+        if isinstance(n, Load):
+            keys[id(n)] = ("load", n.buffer.slot, n.offset)
+        elif isinstance(n, Const):
+            keys[id(n)] = ("const", n.value, n.dtype)
+        else:
+            keys[id(n)] = ("op", n.op, n.dtype, n.arg, tuple(keys[id(s)] for s in n.src))
+    return keys
+
+
+def _keep_summands(group: list) -> None:
+    """softmax's pattern: a reduction part sums an expensive expression (exp(x - max)) that a
+    later pointwise part computes again at the same indices. The reduction part then also
+    stores each summand into the later part's output, and the later part loads it instead of
+    recomputing it (its own store overwrites the same element afterwards)."""
+    last = group[-1]
+    if last.kind != "pointwise" or len(last.stores) != 1 or not last.loops:
+        return
+    target = last.stores[0]
+    for part in group[:-1]:
+        if part.kind != "reduce_horizontal" or len(part.stores) != 1:
+            continue
+        summand = part.stores[0].value
+        expensive = any(getattr(n, "op", None) in EXPENSIVE for n in walk([summand]))
+        vars_ok = target.offset.vars() <= {lp.var for lp in part.loops}
+        contiguous = not part.vectorized or target.offset.coeff(part.vector_var) == 1
+        if not (expensive and vars_ok and contiguous and summand.dtype == target.buffer.dtype):
+            continue
+        want = _keys([summand])[id(summand)]
+        keys = _keys([target.value])
+        if want not in keys.values():
+            continue
+        loaded = Load(target.buffer, target.offset)
+        new = {}
+        for n in walk([target.value]):
+            if keys[id(n)] == want:
+                new[id(n)] = loaded
+            elif isinstance(n, Compute):
+                new[id(n)] = Compute(n.op, n.dtype, tuple(new[id(s)] for s in n.src), n.arg)
+            else:
+                new[id(n)] = n
+        part.stores.append(Store(target.buffer, target.offset, summand))
+        last.stores[0] = Store(target.buffer, target.offset, new[id(target.value)])
+        return
+
+
 def _fused(group: list) -> Kernel:
     row = group[0].loops[0]
     stores = [s for k in group for s in k.stores]
@@ -66,8 +120,11 @@ def fuse_rows(kernels: list) -> list:
     out, group, written = [], [], {}
 
     def flush():
-        if group:
-            out.append(_fused(group) if len(group) > 1 else group[0])
+        if len(group) > 1:
+            _keep_summands(group)
+            out.append(_fused(group))
+        elif group:
+            out.append(group[0])
         group.clear()
         written.clear()
 

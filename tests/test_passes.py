@@ -142,3 +142,13 @@ def test_row_fusion_of_three_dimensional_parts_runs_every_inner_loop():
     e = np.exp(x - x.max(-1, keepdims=True))
     ref = e / e.sum(-1, keepdims=True) * x.sum(-1, keepdims=True)
     np.testing.assert_allclose(f(x), ref, rtol=2e-6, atol=1e-6)
+
+
+def test_fused_softmax_computes_exp_once_per_element():
+    from passes.kernel import walk
+    x = b.input_node("x", (8, 1000), dt.float32)
+    (k,) = _kernels([b.node(Op.SOFTMAX, x, arg=1)], [x])
+    exps = [sum(getattr(n, "op", None) == Op.EXP for n in walk([s.value for s in p.stores]))
+            for p in k.parts]
+    assert exps == [0, 1, 0]          # the sum part keeps exp(x - max) in the output
+    assert len(k.parts[1].stores) == 2 and k.parts[1].stores[1].buffer.kind == "output"

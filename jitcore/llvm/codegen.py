@@ -242,6 +242,8 @@ class KernelEmitter:
     def _reduced_value(self, lanes: int):
         red, st = self.kernel.reduction, self.kernel.stores[0]
         val = self.value(st.value, lanes, {})
+        for keep in self.kernel.stores[1:]:      # the summand, kept for a later row part
+            self.store(keep.buffer, keep.offset, val, lanes)
         return cast(self.b, red.dtype, st.value.dtype, val)
 
     def emit_vertical(self):
