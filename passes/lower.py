@@ -6,7 +6,8 @@ Which nodes get memory (the fusion rule of this stage):
     so that e.g. `relu(a) @ w` or `exp(x)[:, None] + y` never recompute it per copy;
   - a transcendental op (exp, log, tanh, erf, sin, cos, pow) that more than RECOMPUTE_LIMIT
     kernels would inline is materialized: recomputing it costs more than a memory round trip
-    (softmax's exp, read by two kernels, is recomputed, as Inductor does);
+    (softmax's exp, read by two kernels, is not: row fusion lets them share it);
+  - a forked task's results (the sources of WAIT nodes) live in memory;
   - everything else (elementwise ops, casts, views) is inlined into the kernel that reads it.
 A materialized node that a later kernel needs is loaded from its buffer, not recomputed.
 
