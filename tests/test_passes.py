@@ -152,3 +152,14 @@ def test_fused_softmax_computes_exp_once_per_element():
             for p in k.parts]
     assert exps == [0, 1, 0]          # the sum part keeps exp(x - max) in the output
     assert len(k.parts[1].stores) == 2 and k.parts[1].stores[1].buffer.kind == "output"
+
+
+def test_column_sums_stream_into_the_output_and_match_numpy_exactly():
+    import numpy as np
+    import jitcore as jc
+    m = np.random.default_rng(9).standard_normal((300, 1000)).astype(np.float32)
+    f = jc.jit(lambda m: (m.sum(axis=0), m.max(axis=0)))
+    s, mx = f(m)
+    np.testing.assert_array_equal(mx, m.max(axis=0))
+    np.testing.assert_allclose(s, m.astype(np.float64).sum(axis=0), rtol=1e-5, atol=1e-4)
+    assert "vector" in f.kernels(m)[0].loop_nest

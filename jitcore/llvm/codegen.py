@@ -60,6 +60,7 @@ def _reduce_identity(op: Op, dtype):
 
 ACCUMULATORS = 4       # vector accumulators per horizontal reduction (a power of two)
 VERTICAL_BLOCK = 8     # vectors of the inner axis per pass of a vertical reduction
+STREAM_MIN = 64        # a column reduction this wide accumulates into its output row by row
 CHEAP_BODY = 6         # ...when the reduced expression costs at most this (see _compute_cost);
                        # a costlier body is throughput-bound and unrolling would only bloat it
 _MATH_COST = {Op.EXP: 20, Op.LOG: 20, Op.TANH: 25, Op.ERF: 30, Op.SIN: 25, Op.COS: 25,
@@ -253,6 +254,8 @@ class KernelEmitter:
         first = not [lp for lp in k.loops[:-1] if lp.kind == "parallel"]
         red, st = k.reduction, k.stores[0]
 
+        if _streams(k):
+            return self.emit_vertical_streaming(reduce_loops)
         var = k.loops[-1].var
         # a block of several vectors per pass over the reduced rows: each row is then read
         # in runs of VERTICAL_BLOCK vectors, not one (column sums, the matmul's N axis)
@@ -280,6 +283,26 @@ class KernelEmitter:
                 self.store(st.buffer, st.offset, self.b.load(acc), lanes)
         # with no outer parallel loop, the inner one is the range a call covers
         self.vector_loop(k.loops[-1], block, first, width, blocked=True)
+
+    def emit_vertical_streaming(self, reduce_loops):
+        """Column reductions (no outer loop): accumulate into the output itself, row after
+        row, so the input is read in long contiguous runs (numpy's order for axis=0 sums)
+        and the output part of this thread's column range stays in cache. Each column is
+        still reduced in row order: the same results as the register-blocked form."""
+        k = self.kernel
+        red, st = k.reduction, k.stores[0]
+        identity = _reduce_identity(red.op, red.dtype)
+        acc = Load(st.buffer, st.offset)
+
+        def init(lanes, part):
+            self.store(st.buffer, st.offset, u.const(u.value_type(red.dtype, lanes), identity),
+                       lanes)
+
+        def accumulate(lanes, part):
+            total = self._combine(self.load(acc, lanes), self._reduced_value(lanes))
+            self.store(st.buffer, st.offset, total, lanes)
+        self.vector_loop(k.loops[-1], init, True)
+        self.nest(reduce_loops, lambda: self.vector_loop(k.loops[-1], accumulate, True), False)
 
     def emit_horizontal(self):
         k = self.kernel
@@ -389,10 +412,19 @@ def _with_vector_attributes(text: str, vector_bits: int) -> str:
 MIN_CHUNK_WORK = 1 << 16    # bytes + flops in the smallest chunk worth a thread (~5-10 us)
 
 
+def _streams(kernel: Kernel) -> bool:
+    """A column reduction with no outer loop accumulates into its output row by row."""
+    return kernel.kind == "reduce_vertical" and kernel.range_loop is kernel.loops[-1] \
+        and kernel.range_extent >= STREAM_MIN
+
+
 def grain(kernel: Kernel) -> int:
-    """Fewest iterations of the kernel's range loop per parallel chunk, from its cost."""
+    """Fewest iterations of the kernel's range loop per parallel chunk, from its cost.
+    A streaming column reduction is split in halves at most: narrower column slices turn
+    its long row reads into short strided ones."""
     per_iteration = max((bytes_moved(kernel) + flops(kernel)) / max(kernel.range_extent, 1), 1)
-    return max(1, math.ceil(MIN_CHUNK_WORK / per_iteration))
+    g = max(1, math.ceil(MIN_CHUNK_WORK / per_iteration))
+    return max(g, -(-kernel.range_extent // 2)) if _streams(kernel) else g
 
 
 def _emit_task(module, lowered, kernel_fns, task: int, name: str, threads: int) -> ir.Function:
