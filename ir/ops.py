@@ -61,4 +61,8 @@ INDEX_REDUCE = frozenset({Op.ARGMAX, Op.ARGMIN})
 VIEW = frozenset({Op.RESHAPE, Op.PERMUTE, Op.EXPAND, Op.SLICE})
 COMPOSITE = UNARY_COMPOSITE | {Op.MEAN, Op.MATMUL, Op.SOFTMAX, Op.LOG_SOFTMAX, Op.LAYER_NORM}
 LEAF = frozenset({Op.INPUT, Op.CONST})
+# ops whose evaluation costs tens of instructions (vector math), for fusion decisions
+TRANSCENDENTAL = frozenset({Op.EXP, Op.LOG, Op.TANH, Op.ERF, Op.SIN, Op.COS, Op.POW})
+# the binary op that combines two partial results of a reduction
+REDUCE_COMBINE = {Op.SUM: Op.ADD, Op.PROD: Op.MUL, Op.MAX: Op.MAXIMUM, Op.MIN: Op.MINIMUM}
 TASK_BOUNDARY = frozenset({Op.FORKARG, Op.WAIT})

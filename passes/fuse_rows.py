@@ -15,7 +15,7 @@ A run of kernels fuses when every kernel
 """
 from __future__ import annotations
 
-from ir.ops import Op
+from ir.ops import TRANSCENDENTAL
 
 from .kernel import Compute, Const, Kernel, Load, Loop, Store, walk
 from .symbolic import lin
@@ -49,9 +49,6 @@ def _reads_fit(kernel: Kernel, written: dict, row) -> bool:
     return True
 
 
-EXPENSIVE = frozenset({Op.EXP, Op.LOG, Op.TANH, Op.ERF, Op.SIN, Op.COS, Op.POW})
-
-
 def _keys(roots) -> dict:
     """id(node) -> a structural key: equal keys compute the same values at the same indices."""
     keys = {}
@@ -78,7 +75,7 @@ def _keep_summands(group: list) -> None:
         if part.kind != "reduce_horizontal" or len(part.stores) != 1:
             continue
         summand = part.stores[0].value
-        expensive = any(getattr(n, "op", None) in EXPENSIVE for n in walk([summand]))
+        expensive = any(getattr(n, "op", None) in TRANSCENDENTAL for n in walk([summand]))
         vars_ok = target.offset.vars() <= {lp.var for lp in part.loops}
         contiguous = not part.vectorized or target.offset.coeff(part.vector_var) == 1
         if not (expensive and vars_ok and contiguous and summand.dtype == target.buffer.dtype):

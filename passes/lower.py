@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from ir.errors import CompileError
 from ir.graph import Graph, Node
-from ir.ops import ELEMENTWISE, REDUCE, Op
+from ir.ops import ELEMENTWISE, REDUCE, TRANSCENDENTAL, Op
 from ir.shapes import contiguous_strides, numel
 
 from .kernel import Buffer, Compute, Const, Kernel, Load, Loop, Reduction, Store, walk
@@ -54,7 +54,6 @@ def _strip_views(node: Node) -> Node:
 
 
 RECOMPUTE_LIMIT = 2
-EXPENSIVE = frozenset({Op.EXP, Op.LOG, Op.TANH, Op.ERF, Op.SIN, Op.COS, Op.POW})
 
 
 def _inlining_kernels(nodes: list, chosen: set) -> dict:
@@ -90,7 +89,7 @@ def materialized_nodes(graph: Graph) -> list:
                 chosen.add(id(base))
     readers = _inlining_kernels(nodes, chosen)
     chosen |= {id(n) for n in nodes
-               if n.op in EXPENSIVE and len(readers.get(id(n), ())) > RECOMPUTE_LIMIT}
+               if n.op in TRANSCENDENTAL and len(readers.get(id(n), ())) > RECOMPUTE_LIMIT}
     outputs = {id(o) for o in graph.outputs}
     return [n for n in nodes if id(n) in chosen and (n.op != Op.INPUT or id(n) in outputs)]
 
@@ -128,6 +127,7 @@ class _KernelBuilder:
 
     def __init__(self, lowering: "_Lowering", target: Node):
         self.lowering, self.target, self.memo, self.ops = lowering, target, {}, []
+        self.deps = {}           # (id(node), indices) -> the (source, indices) it needs
 
     def value(self, node: Node, idx: tuple):
         """The expression of `node` at indices `idx` (an explicit stack: graphs can be
@@ -138,7 +138,10 @@ class _KernelBuilder:
             if (id(n), i) in self.memo:
                 stack.pop()
                 continue
-            deps = self._deps(n, i)
+            key = (id(n), i)
+            if key not in self.deps:
+                self.deps[key] = self._deps(n, i)
+            deps = self.deps[key]
             missing = [d for d in deps if (id(d[0]), d[1]) not in self.memo]
             if missing:
                 stack.extend(missing)

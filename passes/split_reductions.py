@@ -14,17 +14,16 @@ import math
 
 from ir import build as b
 from ir.graph import Node
-from ir.ops import Op
+from ir.ops import REDUCE_COMBINE, Op
 
 from .rewrite import rewrite
 
 SPLIT_MIN = 1 << 16          # elements below which one thread is fast enough anyway
 BLOCK = 1 << 14              # elements per partial of a 1-D reduction
-_COMBINE = {Op.SUM: Op.ADD, Op.PROD: Op.MUL, Op.MAX: Op.MAXIMUM, Op.MIN: Op.MINIMUM}
 
 
 def _split(node: Node):
-    if node.op not in _COMBINE:
+    if node.op not in REDUCE_COMBINE:
         return None
     src = node.src[0]
     if math.prod(node.shape) != 1 or src.ndim == 0 \
@@ -41,7 +40,7 @@ def _split(node: Node):
     total = b.reshape(b.node(node.op, partial, arg=(0, 1)), (1,))
     if blocks * BLOCK < n:
         tail = b.node(node.op, b.node(Op.SLICE, flat, arg=((blocks * BLOCK, n, 1),)), arg=(0,))
-        total = b.node(_COMBINE[node.op], total, tail)
+        total = b.node(REDUCE_COMBINE[node.op], total, tail)
     return b.reshape(total, node.shape)
 
 

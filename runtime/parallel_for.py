@@ -33,9 +33,8 @@ def emit_parallel_for(builder: ir.IRBuilder, kernel: ir.Function, extent: int, b
     if extent <= grain or threads == 1:
         builder.call(kernel, [I64(0), I64(extent), bufs])
         return
-    module = builder.module
-    pfor = module.globals.get(PARALLEL_FOR) or ir.Function(
-        module, ir.FunctionType(ir.VoidType(), [KERNEL_PTR, I64, I64, I8PP, I32]), PARALLEL_FOR)
+    pfor = _declare(builder.module, PARALLEL_FOR,
+                    ir.FunctionType(ir.VoidType(), [KERNEL_PTR, I64, I64, I8PP, I32]))
     builder.call(pfor, [kernel, I64(extent), I64(grain), bufs, I32(threads)])
 
 

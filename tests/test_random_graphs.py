@@ -304,6 +304,17 @@ def _max_reduced(program):
     return n
 
 
+def _jit_and_run(program, inputs):
+    """Jit the program and run it; a failure names the program and shows jitcore's graph."""
+    f = jc.jit(lambda *xs: run(program, xs))
+    try:
+        got = f(*inputs)
+    except Exception as e:
+        raise AssertionError(f"jitcore failed on\n{program}\n{type(e).__name__}: {e}\n"
+                             f"graph:\n{_graph_text(f, inputs)}") from e
+    return f, (got if isinstance(got, tuple) else (got,))
+
+
 @settings(max_examples=300, deadline=None, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                  HealthCheck.filter_too_much])
@@ -316,13 +327,7 @@ def test_random_programs_match_numpy(program):
     with np.errstate(all="ignore"):
         refs = run(program, [x.astype(np.float64) for x in inputs], record=scales)
         typed = run(program, inputs)            # numpy on the original dtypes: the result dtypes
-    f = jc.jit(lambda *xs: run(program, xs))
-    try:
-        got = f(*inputs)
-    except Exception as e:
-        raise AssertionError(f"jitcore failed on\n{program}\n{type(e).__name__}: {e}\n"
-                             f"graph:\n{_graph_text(f, inputs)}") from e
-    got = got if isinstance(got, tuple) else (got,)
+    f, got = _jit_and_run(program, inputs)
     least = F32 if F32 in program.input_dtypes else F64
     n = _max_reduced(program)
     scale = max(scales, default=1.0)
@@ -349,13 +354,7 @@ def test_random_integer_programs_match_numpy_exactly(program):
               for s, d in zip(program.input_shapes, program.input_dtypes)]
     with np.errstate(all="ignore"):
         refs = run(program, inputs)
-    f = jc.jit(lambda *xs: run(program, xs))
-    try:
-        got = f(*inputs)
-    except Exception as e:
-        raise AssertionError(f"jitcore failed on\n{program}\n{type(e).__name__}: {e}\n"
-                             f"graph:\n{_graph_text(f, inputs)}") from e
-    got = got if isinstance(got, tuple) else (got,)
+    f, got = _jit_and_run(program, inputs)
     for k, (g, r) in enumerate(zip(got, refs)):
         try:
             assert_close(g, np.asarray(r), np.asarray(r).dtype, msg=f"output {k}")

@@ -16,7 +16,7 @@ import math
 
 from llvmlite import ir
 
-from ir.ops import Op
+from ir.ops import REDUCE_COMBINE, Op
 from passes.legality import bytes_moved, flops
 from passes.kernel import Compute, Const, Kernel, Load, walk
 from passes.symbolic import Div, Lin, Var
@@ -70,7 +70,6 @@ _MATH_COST = {Op.EXP: 20, Op.LOG: 20, Op.TANH: 25, Op.ERF: 30, Op.SIN: 25, Op.CO
 def _compute_cost(value) -> int:
     """A rough instruction count of one evaluation of an expression."""
     return sum(_MATH_COST.get(n.op, 1) for n in walk([value]) if isinstance(n, Compute))
-_COMBINE = {Op.SUM: Op.ADD, Op.PROD: Op.MUL, Op.MAX: Op.MAXIMUM, Op.MIN: Op.MINIMUM}
 
 
 class KernelEmitter:
@@ -238,7 +237,7 @@ class KernelEmitter:
 
     def _combine(self, acc, val):
         red = self.kernel.reduction
-        return emit(self.b, _COMBINE[red.op], red.dtype, red.dtype, [acc, val])
+        return emit(self.b, REDUCE_COMBINE[red.op], red.dtype, red.dtype, [acc, val])
 
     def _reduced_value(self, lanes: int):
         red, st = self.kernel.reduction, self.kernel.stores[0]
