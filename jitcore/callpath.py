@@ -132,11 +132,16 @@ class CallPlan:
         """The checked call for normalized arguments (slow path, and `out=`)."""
         if out is not None:
             return self._call_with_out(args, out)
-        bufs = [np.empty(shape, dtype) for shape, dtype in self.out_specs]
-        self._invoke((*args, *self.consts, *bufs))
+        bufs = self._run_fresh(args)
         if self.single:
             return bufs[self.out_index[0]]
         return tuple(bufs[i] for i in self.out_index)
+
+    def _run_fresh(self, args: tuple) -> list:
+        """Run into newly allocated output buffers; returns them (one per output buffer)."""
+        bufs = [np.empty(shape, dtype) for shape, dtype in self.out_specs]
+        self._invoke((*args, *self.consts, *bufs))
+        return bufs
 
     def _invoke(self, arrays: tuple):
         """Run via the entry when it accepts the arrays, else with raw data pointers."""
@@ -163,8 +168,7 @@ class CallPlan:
         if direct:
             self._invoke((*args, *self.consts, *[by_buffer[i][0] for i in range(len(by_buffer))]))
         else:
-            bufs = [np.empty(shape, dtype) for shape, dtype in self.out_specs]
-            self._invoke((*args, *self.consts, *bufs))
+            bufs = self._run_fresh(args)
             for o, i in zip(outs, self.out_index):
                 np.copyto(o, bufs[i])
         return outs[0] if self.single and not isinstance(out, (tuple, list)) else tuple(outs)

@@ -118,14 +118,14 @@ def parallel_info() -> str:
     from .targetinfo import target_info
     info = target_info()
     lines = [
-        f"jitcore parallel info",
+        "jitcore parallel info",
         f"  intra-op threads: {SETTINGS.intra} (from {SETTINGS.intra_source})",
         f"  inter-op threads: {SETTINGS.interop} (from {SETTINGS.interop_source}"
         f"{', fixed' if SETTINGS.interop_frozen else ''})",
         f"  pool backend: native pthreads pools emitted as LLVM IR (futex sleep after a short "
         f"spin): {pool_workers()} intra-op and {task_workers()} inter-op worker thread(s) "
         f"created so far",
-        f"  environment: " + ", ".join(f"{k}={os.environ.get(k, '(unset)')}" for k in
+        "  environment: " + ", ".join(f"{k}={os.environ.get(k, '(unset)')}" for k in
                                         ("JITCORE_NUM_THREADS", "MKL_NUM_THREADS",
                                          "OMP_NUM_THREADS")),
         f"  CPU: {info['brand']} ({info['cpu']}), {info['isa']}, {info['vector_bits']}-bit vectors",

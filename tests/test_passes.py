@@ -1,5 +1,4 @@
 """Passes without LLVM: decomposition, simplification, lowering decisions, legality reasons."""
-import ir
 from ir import Op
 from ir import build as b
 from ir import dtypes as dt

@@ -104,7 +104,7 @@ class Program:
     seed: int = 0
 
     def __repr__(self):
-        lines = [f"inputs: " + ", ".join(f"v{i}: {np.dtype(d).name}{list(s)}" for i, (s, d)
+        lines = ["inputs: " + ", ".join(f"v{i}: {np.dtype(d).name}{list(s)}" for i, (s, d)
                                          in enumerate(zip(self.input_shapes, self.input_dtypes)))]
         k = len(self.input_shapes)
         for i, st_ in enumerate(self.steps):
