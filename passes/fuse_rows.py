@@ -11,7 +11,9 @@ A run of kernels fuses when every kernel
   - is pointwise or a horizontal reduction (a vertical one needs all rows first),
   - reads what an earlier part wrote only at the very offset that part stored it, where
     each row's stores are disjoint from the others' (so a part never needs another row's
-    result, and threads that split the rows never share memory).
+    result, and threads that split the rows never share memory),
+and at least one kernel of the run loops inside the row (kernels that are all one element
+per row are plain pointwise work and stay vector kernels).
 """
 from __future__ import annotations
 
@@ -117,11 +119,11 @@ def fuse_rows(kernels: list) -> list:
     out, group, written = [], [], {}
 
     def flush():
-        if len(group) > 1:
+        if len(group) > 1 and any(len(k.loops) > 1 for k in group):
             _keep_summands(group)
             out.append(_fused(group))
-        elif group:
-            out.append(group[0])
+        else:
+            out.extend(group)
         group.clear()
         written.clear()
 

@@ -5,6 +5,7 @@ from ir.graph import Graph
 from ir.verifier import verify
 
 from .decompose import decompose
+from .fuse_outputs import fuse_outputs
 from .fuse_rows import fuse_rows
 from .legality import check
 from .lower import LoweredGraph, lower
@@ -17,8 +18,9 @@ def run_pipeline(graph: Graph, vector_bits: int, input_strides: dict | None = No
                  masked_tails: bool = False) -> LoweredGraph:
     """Graph -> verified primitive graph -> kernels with vectorization decisions."""
     # stages: decompose composites, simplify (CSE, folding), split big full reductions into
-    # fixed blocks, lower to loop nests, decide vectorization per kernel, fuse kernels that
-    # share rows, order the kernels and forked tasks
+    # fixed blocks, lower to loop nests, decide vectorization per kernel, merge pointwise
+    # kernels that share a loop nest, fuse kernels that share rows, order the kernels and
+    # forked tasks
     graph = verify(graph)
     graph = verify(decompose(graph))
     graph = verify(simplify(graph))
@@ -26,6 +28,7 @@ def run_pipeline(graph: Graph, vector_bits: int, input_strides: dict | None = No
     lowered = lower(graph, input_strides)
     for kernel in lowered.kernels:
         check(kernel, vector_bits, masked_tails)
+    lowered.kernels = fuse_outputs(lowered.kernels, vector_bits, masked_tails)
     lowered.kernels = fuse_rows(lowered.kernels)
     lowered.steps = schedule(lowered.kernels)
     return lowered

@@ -705,3 +705,12 @@ def test_cache_info_counts_compiles_and_hits():
     after = jc.cache_info()
     assert after["compiles"] == before["compiles"] + 1
     assert after["hits"] >= before["hits"] + 1 and after["size"] <= after["max_size"]
+
+
+def test_multi_output_kernel_values_and_shared_transcendental():
+    x = make((37, 129), F32, rng=rng_for("multi"))
+    f = jc.jit(lambda x: (jc.exp(x) + 1.0, jc.exp(x) * 2.0, jc.exp(x) - x, x * x))
+    assert len(f.kernels(x)) == 1
+    got, e = f(x), np.exp(f64(x))
+    for g, want in zip(got, (e + 1.0, e * 2.0, e - f64(x), f64(x) ** 2)):
+        assert_close(g, want, F32)

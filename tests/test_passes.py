@@ -4,6 +4,7 @@ from ir import build as b
 from ir import dtypes as dt
 from ir.graph import Graph
 from passes import run_pipeline
+from passes.kernel import walk
 from passes.symbolic import Var, lin
 
 
@@ -162,3 +163,27 @@ def test_column_sums_stream_into_the_output_and_match_numpy_exactly():
     np.testing.assert_array_equal(mx, m.max(axis=0))
     np.testing.assert_allclose(s, m.astype(np.float64).sum(axis=0), rtol=1e-5, atol=1e-4)
     assert "vector" in f.kernels(m)[0].loop_nest
+
+
+def test_outputs_sharing_a_loop_nest_are_one_vector_kernel():
+    x = b.input_node("x", (64, 100), dt.float32)
+    y = b.input_node("y", (64, 100), dt.float32)
+    (k,) = _kernels([b.elementwise(Op.ADD, x, y), b.elementwise(Op.MUL, x, y)], [x, y])
+    assert k.kind == "pointwise" and k.vectorized and len(k.stores) == 2
+
+
+def test_transcendental_shared_by_pointwise_consumers_stays_in_registers():
+    x = b.input_node("x", (64, 100), dt.float32)
+    e = b.elementwise(Op.EXP, x)
+    outs = [b.elementwise(op, e, b.const(2.0, dt.float32)) for op in (Op.ADD, Op.MUL, Op.SUB)]
+    (k,) = _kernels(outs, [x])
+    exps = [n for n in walk([s.value for s in k.stores]) if getattr(n, "op", None) == Op.EXP]
+    assert k.vectorized and len(exps) == 1
+    assert all(buf.kind != "temp" for buf in k.buffers())
+
+
+def test_pointwise_kernels_with_different_loop_nests_stay_apart():
+    x = b.input_node("x", (64, 100), dt.float32)
+    y = b.input_node("y", (50, 100), dt.float32)
+    ks = _kernels([b.elementwise(Op.EXP, x), b.elementwise(Op.LOG, y)], [x, y])
+    assert len(ks) == 2

@@ -448,9 +448,12 @@ def _emit_run(module, lowered, kernel_fns, name, threads: int):
     aligned_alloc = ir.Function(module, ir.FunctionType(u.I8P, [u.I64, u.I64]), "aligned_alloc")
     free = ir.Function(module, ir.FunctionType(ir.VoidType(), [u.I8P]), "free")
     temps = []
+    used = {buf.slot for k in lowered.kernels for buf in k.buffers()}
     for buf in lowered.buffers:
         dst = b.gep(slots, [u.I64(buf.slot)])
-        if buf.kind == "temp":
+        if buf.kind == "temp" and buf.slot not in used:     # its kernels were fused away
+            b.store(ir.Constant(u.I8P, None), dst)
+        elif buf.kind == "temp":
             size = max(-(-buf.nbytes // 64) * 64, 64)
             p = b.call(aligned_alloc, [u.I64(64), u.I64(size)], name=buf.name)
             fail = b.icmp_unsigned("==", p, ir.Constant(u.I8P, None))

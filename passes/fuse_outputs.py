@@ -1,0 +1,77 @@
+"""Multi-output fusion: consecutive pointwise kernels over the same loop nest become one kernel.
+
+`(a + b, a * b)` lowers to two kernels that both walk a and b; a shared transcendental read by
+many consumers (see lower.py) to one kernel that stores it and several that load it back. Run
+as one loop nest, the inputs are read once per element and a value stored by an earlier kernel
+is used straight from the register it was computed in.
+
+A run of kernels merges when every kernel
+  - is pointwise with the same loops (variables and kinds) and the same task as the first,
+  - reads what an earlier kernel of the run wrote only at the very offset it was stored (an
+    element never needs a neighbour computed in another iteration),
+  - agrees with the first on being vectorized (merging never makes a vector kernel scalar).
+Stores of temporaries that nothing outside the run reads are dropped: the value never touches
+memory. The merged kernel's vector decision is made again by the legality check.
+"""
+from __future__ import annotations
+
+from .kernel import Compute, Kernel, Load, walk
+from .legality import check
+
+
+def _mergeable(kernel: Kernel, first: Kernel, written: dict) -> bool:
+    if kernel.kind != "pointwise" or not kernel.loops or kernel.loops != first.loops:
+        return False
+    if kernel.task != first.task or kernel.vectorized != first.vectorized:
+        return False
+    return all(ld.offset == written[ld.buffer.slot].offset
+               for ld in kernel.loads() if ld.buffer.slot in written)
+
+
+def _forward(value, written: dict, memo: dict):
+    """`value` with loads of values stored earlier in the run replaced by the stored values."""
+    for n in walk([value]):
+        if id(n) in memo:
+            continue
+        if isinstance(n, Load) and n.buffer.slot in written:
+            memo[id(n)] = written[n.buffer.slot].value
+        elif isinstance(n, Compute):
+            memo[id(n)] = Compute(n.op, n.dtype, tuple(memo[id(s)] for s in n.src), n.arg)
+        else:
+            memo[id(n)] = n
+    return memo[id(value)]
+
+
+def _merged(run: list, read_later: set, vector_bits: int, masked_tails: bool) -> Kernel:
+    written, stores, memo = {}, [], {}
+    for k in run:
+        for st in k.stores:
+            st = type(st)(st.buffer, st.offset, _forward(st.value, written, memo))
+            written[st.buffer.slot] = st
+            stores.append(st)
+    stores = [st for st in stores if st.buffer.kind != "temp" or st.buffer.slot in read_later]
+    merged = Kernel("+".join(k.name for k in run), list(run[0].loops), stores, None,
+                    tuple(op for k in run for op in k.ops), task=run[0].task)
+    return check(merged, vector_bits, masked_tails)
+
+
+def fuse_outputs(kernels: list, vector_bits: int, masked_tails: bool = False) -> list:
+    """Merge runs of pointwise kernels that share their loop nest; others pass unchanged."""
+    runs, written = [], {}
+    for k in kernels:
+        if runs and _mergeable(k, runs[-1][0], written):
+            runs[-1].append(k)
+        else:
+            runs.append([k])
+            written = {}
+        written.update({s.buffer.slot: s for s in k.stores})
+    out = []
+    for i, run in enumerate(runs):
+        if len(run) == 1:
+            out.append(run[0])
+            continue
+        read_later = {ld.buffer.slot for later in runs[i + 1:] for k in later
+                      for ld in k.loads()}
+        out.append(_merged(run, read_later, vector_bits, masked_tails))
+    return out
+
