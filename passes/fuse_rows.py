@@ -26,6 +26,8 @@ from .symbolic import lin
 def _row_var(kernel: Kernel):
     if kernel.kind not in ("pointwise", "reduce_horizontal") or not kernel.loops:
         return None
+    if kernel.tile_var is not None:          # tiles span several rows
+        return None
     first = kernel.loops[0]
     return first.var if first.kind == "parallel" else None
 

@@ -100,6 +100,7 @@ class Kernel:
     lanes: int = 1
     vectorized: bool = False
     reason: str | None = None
+    tile_var: Var | None = None      # vectorized through transposed register tiles along it
     task: int | None = None          # the inter-op task that runs it (None: the main line)
     parts: list = field(default_factory=list)   # row fusion: kernels run in order per row
 
@@ -143,6 +144,7 @@ class Kernel:
         parts = []
         for i, lp in enumerate(self.loops):
             tag = lp.kind + (", vector" if self.vectorized and i == len(self.loops) - 1 else "")
+            tag += f", {self.lanes}x{self.lanes} tiles" if lp.var == self.tile_var else ""
             parts.append(f"{lp.var.name} in 0..{lp.var.extent} ({tag})")
         return "for " + ", ".join(parts) if parts else "(no loops)"
 

@@ -3,17 +3,26 @@
 The checks are a table of `(reason, predicate)` pairs tried in order; the first predicate that
 holds names the reason the kernel stays scalar. The vocabulary is fixed (REASONS), so tools and
 tests can count kernels by reason. The vector loop is always the kernel's last loop.
+
+Transposed reads are vectorized through register tiles rather than gathers: when every load
+that strides the vector loop is contiguous along one other parallel loop (the tile loop), the
+kernel runs square tiles of TILE_MAX_LANES at most: it loads vectors along the tile loop and
+transposes them in registers (see codegen's emit_tiled).
 """
 from __future__ import annotations
 
 from ir.ops import INDEX_REDUCE, Op
 
 from .kernel import Kernel, walk
+from .symbolic import Var
+
+TILE_MAX_LANES = 16   # a tile is lanes x lanes elements: 16 x 16 keeps it in 16 registers
 
 REASONS = (
     "no_loops",               # a single element: nothing to vectorize
     "unsupported_op:<op>",    # an op without a vector form (arg-reductions, integer pow)
     "non_contiguous_load",    # a load walks the vector loop with a stride other than 0 or 1
+                              # and no tile loop makes it contiguous
     "non_contiguous_store",   # the store does not walk the vector loop with stride 1
     "short_inner_loop",       # the vector loop has fewer iterations than one vector
 )
@@ -34,9 +43,27 @@ def _unsupported_op(kernel: Kernel):
     return None
 
 
-def _bad_load(kernel: Kernel) -> bool:
+def _strided_loads(kernel: Kernel) -> list:
     var = kernel.vector_var
-    return any(ld.offset.coeff(var) not in (0, 1) for ld in kernel.loads())
+    return [ld for ld in kernel.loads() if ld.offset.coeff(var) not in (0, 1)]
+
+
+def tile_var(kernel: Kernel, lanes: int) -> Var | None:
+    """The loop along which every strided load of a pointwise kernel is contiguous, when
+    both it and the vector loop span at least one tile; None when no tile is needed or fits."""
+    strided = _strided_loads(kernel)
+    if not strided or kernel.kind != "pointwise" or kernel.vector_var.extent < lanes:
+        return None
+    if any(ld.offset.coeff(kernel.vector_var) is None for ld in strided):
+        return None
+    for lp in kernel.loops[:-1]:
+        if lp.var.extent >= lanes and all(ld.offset.coeff(lp.var) == 1 for ld in strided):
+            return lp.var
+    return None
+
+
+def _bad_load(kernel: Kernel, lanes: int) -> bool:
+    return bool(_strided_loads(kernel)) and tile_var(kernel, min(lanes, TILE_MAX_LANES)) is None
 
 
 def _bad_store(kernel: Kernel) -> bool:
@@ -48,7 +75,7 @@ def _bad_store(kernel: Kernel) -> bool:
 CHECKS = (
     ("no_loops", lambda k, lanes, masked: not k.loops),
     ("unsupported_op", lambda k, lanes, masked: _unsupported_op(k)),
-    ("non_contiguous_load", lambda k, lanes, masked: _bad_load(k)),
+    ("non_contiguous_load", lambda k, lanes, masked: _bad_load(k, lanes)),
     ("non_contiguous_store", lambda k, lanes, masked: _bad_store(k)),
     ("short_inner_loop", lambda k, lanes, masked: k.vector_var.extent < lanes and not masked),
 )
@@ -59,7 +86,7 @@ def check(kernel: Kernel, vector_bits: int, masked_tails: bool = False) -> Kerne
     With `masked_tails` (the target masks vector loads/stores) a loop shorter than a vector
     is still vectorized: it runs as one masked iteration."""
     lanes = lanes_for(kernel, vector_bits)
-    kernel.vector_bits, kernel.lanes = vector_bits, lanes
+    kernel.vector_bits, kernel.lanes, kernel.tile_var = vector_bits, lanes, None
     for reason, predicate in CHECKS:
         hit = predicate(kernel, lanes, masked_tails)
         if hit:
@@ -68,6 +95,9 @@ def check(kernel: Kernel, vector_bits: int, masked_tails: bool = False) -> Kerne
             kernel.lanes = 1
             return kernel
     kernel.vectorized, kernel.reason = True, None
+    kernel.tile_var = tile_var(kernel, min(lanes, TILE_MAX_LANES))
+    if kernel.tile_var is not None:
+        kernel.lanes = min(lanes, TILE_MAX_LANES)
     return kernel
 
 

@@ -40,9 +40,15 @@ def test_lanes_follow_the_widest_dtype_and_the_width():
     assert k.lanes == 4
 
 
-def test_transposed_input_falls_back_with_a_reason():
+def test_transposed_input_is_vectorized_through_tiles():
     x = b.input_node("x", (64, 32), dt.float32)
     (k,) = _kernels([b.elementwise(Op.EXP, x)], [x], {"x": (1, 64)})
+    assert k.vectorized and k.tile_var is not None and k.lanes == 16
+
+
+def test_strided_input_without_a_unit_stride_loop_falls_back_with_a_reason():
+    x = b.input_node("x", (64, 32), dt.float32)
+    (k,) = _kernels([b.elementwise(Op.EXP, x)], [x], {"x": (2, 128)})
     assert not k.vectorized and k.reason == "non_contiguous_load"
 
 

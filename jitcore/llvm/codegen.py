@@ -206,6 +206,8 @@ class KernelEmitter:
             return
         if k.kind == "pointwise" and not k.loops:
             self.emit_point()
+        elif k.kind == "pointwise" and k.tile_var is not None:
+            self.tile_nest(0, scalar=False)
         elif k.kind == "pointwise":
             self.nest(k.loops[:-1], lambda: self.vector_loop(k.loops[-1], self.emit_point,
                                                              len(k.loops) == 1), True)
@@ -229,6 +231,72 @@ class KernelEmitter:
             self.nest(inner[:-1], lambda: self.vector_loop(inner[-1], self.emit_point, False),
                       False)
         self.kernel = fused
+
+    # -- transposed reads through register tiles --------------------------------------------
+    def tile_nest(self, i: int, scalar: bool):
+        """Loops i.. of a tiled kernel (see passes/legality.py). The tile loop steps by a
+        whole tile; the rows it leaves over (and, in tile_row, the columns) run scalar."""
+        k, loops = self.kernel, self.kernel.loops
+        lp, first = loops[i], i == 0
+        if i == len(loops) - 1:
+            return self.loop(lp, self.emit_point, first) if scalar else self.tile_row(lp)
+        if scalar or lp.var != k.tile_var:
+            return self.loop(lp, lambda: self.tile_nest(i + 1, scalar), first)
+        lanes = k.lanes
+        lo, hi = (self.start, self.stop) if first else (u.I64(0), u.I64(lp.var.extent))
+        full_end = self.b.add(lo, self.b.mul(self.b.sdiv(self.b.sub(hi, lo), u.I64(lanes)),
+                                             u.I64(lanes)))
+        with u.for_range(self.b, lo, full_end, lanes, name=lp.var.name + "tile") as t0:
+            self.env[lp.var] = t0
+            self.tile_nest(i + 1, False)
+        with u.for_range(self.b, full_end, hi, 1, name=lp.var.name + "rest") as t:
+            self.env[lp.var] = t
+            self.tile_nest(i + 1, True)
+
+    def tile_row(self, vloop):
+        """The tiles of one row of tiles, t0 = env[tile var], along the vector loop; the
+        columns left over run scalar."""
+        k, b = self.kernel, self.b
+        t, v, lanes = k.tile_var, vloop.var, k.lanes
+        t0 = self.env[t]
+        strided = [n for n in walk([s.value for s in k.stores])
+                   if isinstance(n, Load) and n.offset.coeff(v) not in (0, 1)]
+        stack = {id(ld): u.alloca_once(b, ir.ArrayType(ir.VectorType(
+            u.memory_type(ld.dtype), lanes), lanes), name="tile") for ld in strided}
+        full = v.extent // lanes * lanes
+        with u.for_range(b, u.I64(0), u.I64(full), lanes, name=v.name + "t") as v0:
+            self.tile(strided, stack, t0, v0)
+        if full < v.extent:
+            with u.for_range(b, t0, b.add(t0, u.I64(lanes)), 1, name=t.name + "rest") as tt, \
+                    u.for_range(b, u.I64(full), u.I64(v.extent), 1, name=v.name + "rest") as j:
+                self.env[t], self.env[v] = tt, j
+                self.emit_point()
+
+    def tile(self, strided: list, stack: dict, t0, v0):
+        """One lanes x lanes tile at (t0, v0): each strided load reads `lanes` vectors along
+        the tile loop, transposes them in registers and parks them in its stack tile; the body
+        then runs once per tile row as a vector along the vector loop."""
+        k, b = self.kernel, self.b
+        t, v, lanes = k.tile_var, k.vector_var, k.lanes
+        for ld in strided:
+            vty = ir.VectorType(u.memory_type(ld.dtype), lanes)
+            rows = []
+            for r in range(lanes):
+                self.env[t], self.env[v] = t0, b.add(v0, u.I64(r))
+                ptr = b.gep(self.base_ptr(ld.buffer), [self.index(ld.offset)])
+                rows.append(b.load(b.bitcast(ptr, vty.as_pointer()), align=1))
+            for c, col in enumerate(u.transpose(b, rows)):
+                b.store(col, b.gep(stack[id(ld)], [u.I64(0), u.I64(c)]))
+        with u.for_range(b, u.I64(0), u.I64(lanes), 1, name="c") as c:
+            self.env[t], self.env[v] = b.add(t0, c), v0
+            memo = {}
+            for ld in strided:
+                col = b.load(b.gep(stack[id(ld)], [u.I64(0), c]))
+                if ld.dtype.name == "bool":
+                    col = b.icmp_unsigned("!=", col, u.const(col.type, 0))
+                memo[id(ld)] = col
+            for st in k.stores:
+                self.store(st.buffer, st.offset, self.value(st.value, lanes, memo), lanes)
 
     def emit_point(self, lanes: int = 1, part: int = 0):
         memo = {}

@@ -132,3 +132,25 @@ def masked_store(builder: ir.IRBuilder, value, ptr, mask):
     fnty = ir.FunctionType(ir.VoidType(), [value.type, ptr.type, I32, mask.type])
     fn = declare_intrinsic(builder.module, "masked.store", [value.type, ptr.type], fnty)
     return builder.call(fn, [value, ptr, I32(1), mask])
+
+
+def transpose(builder: ir.IRBuilder, rows: list) -> list:
+    """Transpose a square tile held as `len(rows)` vectors of as many lanes (a power of two):
+    out[c][r] = rows[r][c]. Stage j swaps bit j of the row index with bit j of the lane
+    index, pairing rows r and r + 2^j with two-source shuffles: log2(n) stages of n shuffles."""
+    n = len(rows)
+    rows = list(rows)
+    half = 1
+    while half < n:
+        low = [c if not c & half else n + c - half for c in range(n)]    # for row r
+        high = [c + half if not c & half else n + c for c in range(n)]   # for row r + half
+        masks = [ir.Constant(ir.VectorType(I32, n), [I32(i) for i in m]) for m in (low, high)]
+        for r in range(n):
+            if r & half:
+                continue
+            a, b = rows[r], rows[r + half]
+            rows[r] = builder.shuffle_vector(a, b, masks[0])
+            rows[r + half] = builder.shuffle_vector(a, b, masks[1])
+        half *= 2
+    return rows
+
