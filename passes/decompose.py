@@ -31,7 +31,11 @@ def _clamp(x, lo, hi):
 
 
 def _sigmoid(x):
-    return E(Op.DIV, c(1, x), E(Op.ADD, c(1, x), E(Op.EXP, E(Op.NEG, x))))
+    """1 / (1 + e) for x >= 0 and e / (1 + e) below, with e = exp(-|x|): one exp that never
+    overflows, so sigmoid(-100) is the denormal exp(-100), not 1 / (1 + inf) = 0."""
+    e = E(Op.EXP, E(Op.NEG, E(Op.ABS, x)))
+    s = E(Op.DIV, c(1, x), E(Op.ADD, c(1, x), e))
+    return E(Op.WHERE, E(Op.GE, x, c(0, x)), s, E(Op.MUL, e, s))
 
 
 def _gelu(n):

@@ -131,7 +131,9 @@ def _compare(pred):
 
 
 def _pow(b, out, inp, args, arg):
-    if out.is_float:
+    if out.name == "float32":
+        return vecmath.emit_pow_f32(b, *args)
+    if out.is_float:                       # float64: libm, one call per lane
         return u.intrinsic(b, "pow", args)
     return _int_pow(b, out, *args)
 
