@@ -119,7 +119,8 @@ if __name__ == "__main__":
     for dt in (np.float32, np.float64):
         for fn in sorted(FUNCS):
             u, a = max_errors(fn, dt, 2_000_000)
-            print(f"{fn:10s} {np.dtype(dt).name:8s} max {u:6.2f} ulp   max abs {a:5.2f} eps*|x|")
+            absolute = "" if fn == "sigmoid" else f"   max abs {a:5.2f} eps*|x|"
+            print(f"{fn:10s} {np.dtype(dt).name:8s} max {u:6.2f} ulp{absolute}")
     px, py = pow_cases(2_000_000)
     g = jc.jit(lambda x, y: x ** y)(px, py)
     with np.errstate(all="ignore"):
