@@ -536,3 +536,14 @@ def test_matmul_errors():
         jc.jit(lambda a: jc.matmul(a, np.float32(2.0)))(np.ones((3, 4), np.float32))
     with pytest.raises(jc.ShapeError):
         mm_fn("@")(np.ones((2, 3, 4), np.float32), np.ones((3, 4, 5), np.float32))
+
+
+@pytest.mark.parametrize("shape,axis", [((5, 1, 16), 1), ((1, 100), 0), ((3, 1, 200), 1),
+                                        ((7, 300), 0), ((4, 5, 130), (0, 1))])
+def test_column_sums_over_few_rows_and_extent_one_axes(shape, axis):
+    x = np.arange(np.prod(shape), dtype=np.int32).reshape(shape) - 50
+    f = jc.jit(lambda x: x.sum(axis=axis))
+    np.testing.assert_array_equal(f(x), x.sum(axis=axis))
+    y = make(shape, F32, rng=rng_for("colsum", shape))
+    g = jc.jit(lambda y: y.sum(axis=axis))
+    np.testing.assert_array_equal(g(y), y.sum(axis=axis))      # numpy's row order, exactly

@@ -60,7 +60,8 @@ def _reduce_identity(op: Op, dtype):
 
 ACCUMULATORS = 4       # vector accumulators per horizontal reduction (a power of two)
 VERTICAL_BLOCK = 8     # vectors of the inner axis per pass of a vertical reduction
-STREAM_MIN = 64        # a column reduction this wide accumulates into its output row by row
+STREAM_MIN = 64        # a column reduction this wide accumulates into its output row by row,
+STREAM_ROWS = 4        # ...this many rows per pass over the output
 CHEAP_BODY = 6         # ...when the reduced expression costs at most this (see _compute_cost);
                        # a costlier body is throughput-bound and unrolling would only bloat it
 _MATH_COST = {Op.EXP: 20, Op.LOG: 20, Op.TANH: 25, Op.ERF: 30, Op.SIN: 25, Op.COS: 25,
@@ -365,11 +366,32 @@ class KernelEmitter:
             self.store(st.buffer, st.offset, u.const(u.value_type(red.dtype, lanes), identity),
                        lanes)
 
-        def accumulate(lanes, part):
-            total = self._combine(self.load(acc, lanes), self._reduced_value(lanes))
-            self.store(st.buffer, st.offset, total, lanes)
+        def rows(count):
+            """Add `count` consecutive rows (from env[row]) to the output in registers, in
+            row order: one load and store of the output per `count` rows."""
+            def accumulate(lanes, part):
+                first_row, total = self.env.get(row), self.load(acc, lanes)
+                for r in range(count):
+                    if r:
+                        self.env[row] = self.b.add(first_row, u.I64(r))
+                    total = self._combine(total, self._reduced_value(lanes))
+                if count > 1:
+                    self.env[row] = first_row
+                self.store(st.buffer, st.offset, total, lanes)
+            return accumulate
+
+        def row_blocks():
+            full = row.extent // STREAM_ROWS * STREAM_ROWS
+            for lo, hi, step in ((0, full, STREAM_ROWS), (full, row.extent, 1)):
+                with u.for_range(self.b, u.I64(lo), u.I64(hi), step, name=row.name) as i:
+                    self.env[row] = i
+                    self.vector_loop(k.loops[-1], rows(step), True)
+
+        row = reduce_loops[-1].var if reduce_loops else None
         self.vector_loop(k.loops[-1], init, True)
-        self.nest(reduce_loops, lambda: self.vector_loop(k.loops[-1], accumulate, True), False)
+        if row is None:                         # reduced axes of extent 1: a single row
+            return self.vector_loop(k.loops[-1], rows(1), True)
+        self.nest(reduce_loops[:-1], row_blocks, False)
 
     def emit_horizontal(self):
         k = self.kernel
