@@ -30,6 +30,7 @@ from typing import Callable
 import numpy as np
 
 import jitcore as jc
+from timing import median_time
 
 try:
     import numexpr
@@ -50,17 +51,6 @@ NE_CONSTANTS = {"quarter": np.float32(0.25), "half": np.float32(0.5), "one": np.
                 "k": np.float32(SQRT_2_OVER_PI), "c3": np.float32(0.044715)}
 PEERS = ("numpy", "numexpr", "torch.compile")
 COLUMNS = ("jitcore",) + PEERS + ("torch eager",)
-
-
-def median_time(fn, repeat: int) -> float:
-    """Median seconds per call over `repeat` calls, after one warm-up call."""
-    fn()
-    samples = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - t0)
-    return float(np.median(samples))
 
 
 def first_call(fn, *args):

@@ -16,6 +16,7 @@ import time
 import numpy as np
 
 import jitcore as jc
+from timing import median_time
 
 try:
     import numexpr
@@ -27,22 +28,6 @@ try:
     torch.set_num_threads(1)
 except ImportError:
     torch = None
-
-
-def median_time(fn, repeat: int, min_time: float = 0.0) -> float:
-    """Median seconds per call over `repeat` samples (each sample loops until min_time)."""
-    fn()
-    samples = []
-    for _ in range(repeat):
-        n, t0 = 0, time.perf_counter()
-        while True:
-            fn()
-            n += 1
-            el = time.perf_counter() - t0
-            if el >= min_time:
-                break
-        samples.append(el / n)
-    return float(np.median(samples))
 
 
 def ten_op_graph(k: float):

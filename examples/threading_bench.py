@@ -13,23 +13,13 @@ the inter-op example of PyTorch's CPU threading note.
 from __future__ import annotations
 
 import argparse
-import time
 import timeit
 
 import numpy as np
 
 import jitcore as jc
+from timing import median_time
 from jitcore.parallel import pool
-
-
-def median(fn, repeat=9) -> float:
-    fn()
-    samples = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - t0)
-    return float(np.median(samples))
 
 
 def fork_join_latency(threads: int):
@@ -55,7 +45,7 @@ def speedups(threads: int):
         times = {}
         for n in (1, threads):
             jc.set_num_threads(n)
-            times[n] = median(lambda: f(*args, out=out))
+            times[n] = median_time(lambda: f(*args, out=out))
         print(f"{name}: 1 thread {times[1] * 1e3:.2f} ms, {threads} threads "
               f"{times[threads] * 1e3:.2f} ms, speedup {times[1] / times[threads]:.2f}x{goal}")
 
@@ -89,14 +79,14 @@ def seed_example():
     jc.set_num_threads(1)
     np.testing.assert_allclose(forward(x, w_y, w_z), forward_sequential(x, w_y, w_z),
                                rtol=1e-5, atol=1e-3)
-    t_native = median(lambda: forward(x, w_y, w_z))
-    t_seq = median(lambda: forward_sequential(x, w_y, w_z))
+    t_native = median_time(lambda: forward(x, w_y, w_z))
+    t_seq = median_time(lambda: forward_sequential(x, w_y, w_z))
 
     def from_python(x):
         fut = jc.fork(compute_z, x, w_z)       # a jitted call on an inter-op thread
         y = compute_z(x, w_y)
         return y + jc.wait(fut)
-    t_python = median(lambda: from_python(x))
+    t_python = median_time(lambda: from_python(x))
     print(f"seed example (x @ w_y with compute_z forked), 1 intra-op + "
           f"{jc.get_num_interop_threads()} inter-op threads: sequential {t_seq * 1e3:.2f} ms; "
           f"fork inside @jc.jit {t_native * 1e3:.2f} ms ({t_seq / t_native:.2f}x); "

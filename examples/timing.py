@@ -1,0 +1,24 @@
+"""The timing helper the example benchmarks share (they run as scripts: `examples/` is on
+sys.path, so `from timing import median_time`)."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+
+def median_time(fn, repeat: int = 9, min_time: float = 0.0) -> float:
+    """Median seconds per call over `repeat` samples, after one warm-up call; each sample
+    calls fn until at least `min_time` seconds have passed (one call when 0)."""
+    fn()
+    samples = []
+    for _ in range(repeat):
+        n, t0 = 0, time.perf_counter()
+        while True:
+            fn()
+            n += 1
+            elapsed = time.perf_counter() - t0
+            if elapsed >= min_time:
+                break
+        samples.append(elapsed / n)
+    return float(np.median(samples))
