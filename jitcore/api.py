@@ -28,15 +28,37 @@ def select_target(vector_width=None) -> Target:
     return target.with_vector_bits(bits) if bits is not None else target
 
 
-def _input_names(fn, count: int) -> list:
+def _positional_names(fn) -> list:
     try:
-        params = [p for p in inspect.signature(fn).parameters.values()
-                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        return [p.name for p in inspect.signature(fn).parameters.values()
+                if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     except (TypeError, ValueError):
-        params = []
-    names = [p.name for p in params[:count]]
+        return []
+
+
+def _input_names(fn, count: int, skip=()) -> list:
+    """Names of the first `count` arguments a call passes (parameters bound as constants are
+    not passed); `arg<i>` past the named ones."""
+    names = [n for n in _positional_names(fn) if n not in skip][:count]
     names += [f"arg{i}" for i in range(len(names), count)]
     return names
+
+
+def _constant_arrays(fn, constants: dict) -> dict:
+    """jit(constants=): each name a positional parameter of fn, each value a private
+    read-only copy (changing the caller's array later changes nothing)."""
+    if not isinstance(constants, dict):
+        raise TypeError("jit(constants=) takes a dict of parameter name -> array")
+    params = _positional_names(fn)
+    out = {}
+    for name, value in constants.items():
+        if name not in params:
+            raise TypeError(f"jit(constants=): {name!r} is not a parameter of "
+                            f"{getattr(fn, '__name__', fn)!r} (parameters: {params})")
+        arr = np.array(to_array(value, params.index(name), name), copy=True)
+        arr.flags.writeable = False
+        out[name] = arr
+    return out
 
 
 def _no_plan_yet(*args):
@@ -65,14 +87,17 @@ def _checked(graph: IRGraph) -> IRGraph:
 class JitFunction:
     """A Python function traced and compiled once per input signature, then called natively."""
 
-    def __init__(self, fn, vector_width=None, num_threads=None, prepack_weights=True):
+    def __init__(self, fn, vector_width=None, num_threads=None, prepack_weights=True,
+                 constants=None):
         functools.update_wrapper(self, fn)
         self._fn = fn
+        # parameters bound to arrays at jit time: traced as constants, not passed at calls
+        self._constants = _constant_arrays(fn, constants or {})
         self._vector_width = vector_width
         # intra-op threads for this function's kernels (None: jc.set_num_threads' setting)
         self.num_threads = None if num_threads is None else \
             validate_count(num_threads, "jit(num_threads=)")
-        # weight prepacking belongs to the GEMM kernels; recorded here for them
+        # constant matmul operands are packed into the GEMM's panel layout at compile time
         self.prepack_weights = prepack_weights
         self._plans: dict = {}        # (shape, strides, dtype) per arg -> CallPlan
         self._fast, self._fast_out = _no_plan_yet, _no_plan_yet
@@ -81,7 +106,7 @@ class JitFunction:
             select_target(vector_width)   # validate early
 
     def _arg_names(self, count: int) -> list:
-        return _input_names(self._fn, count)
+        return _input_names(self._fn, count, skip=self._constants)
 
     # -- calling --------------------------------------------------------------------------
     def __call__(self, *args, out=None):
@@ -110,14 +135,14 @@ class JitFunction:
         graph = self._trace(sigs, names)
         strides = tuple(s[2] for s in sigs)
         return compile_graph(graph, strides, select_target(self._vector_width),
-                             self.num_threads or 0)
+                             self.num_threads or 0, self.prepack_weights)
 
     def _trace(self, sigs: list, names: list) -> IRGraph:
         inputs = [b.input_node(n, shape, dtype) for n, (shape, dtype, _) in zip(names, sigs)]
         saved = TRACE.forks, TRACE.fork_depth
         TRACE.forks, TRACE.fork_depth = 0, 0
         try:
-            result = self._fn(*[Tracer(i) for i in inputs])
+            result = self._fn(*self._call_args([Tracer(i) for i in inputs]))
         except JitcoreError as e:      # say which signature the error belongs to
             sig = ", ".join(f"{n}: {describe(s)}" for n, s in zip(names, sigs))
             raise type(e)(f"{e} (while tracing {self.__name__}({sig}))").with_traceback(
@@ -125,6 +150,22 @@ class JitFunction:
         finally:
             TRACE.forks, TRACE.fork_depth = saved
         return _checked(IRGraph(self.__name__, inputs, _outputs_of(result)))
+
+    def _call_args(self, tracers: list) -> list:
+        """The traced function's positional arguments: the inputs in order, with each
+        constant (a fresh const node) at its parameter's position."""
+        if not self._constants:
+            return tracers
+        rest, args = iter(tracers), []
+        for name in _positional_names(self._fn):
+            if name in self._constants:
+                args.append(Tracer(b.const_array(self._constants[name])))
+            else:
+                nxt = next(rest, None)
+                if nxt is None:
+                    break
+                args.append(nxt)
+        return args + list(rest)
 
     # -- looking inside -------------------------------------------------------------------
     def graph(self, *args) -> str:
@@ -155,11 +196,16 @@ class JitFunction:
         return f"<jitcore.jit {self.__name__}: {len(self._plans)} compiled signature(s)>"
 
 
-def jit(fn=None, *, vector_width=None, num_threads=None, prepack_weights=True):
-    """Decorator: `@jc.jit` or `@jc.jit(vector_width=256)`."""
+def jit(fn=None, *, vector_width=None, num_threads=None, prepack_weights=True,
+        constants=None):
+    """Decorator: `@jc.jit` or `@jc.jit(vector_width=256)`.
+
+    constants={"W": W} binds fn's parameter W to (a copy of) the array W: calls pass the other
+    arguments only, and a matmul with W as its right operand reads it prepacked into the
+    GEMM's panel layout (prepack_weights=False or JITCORE_PREPACK=0 turn that off)."""
     def wrap(f):
         return JitFunction(f, vector_width=vector_width, num_threads=num_threads,
-                           prepack_weights=prepack_weights)
+                           prepack_weights=prepack_weights, constants=constants)
     return wrap(fn) if fn is not None else wrap
 
 

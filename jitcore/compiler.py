@@ -19,7 +19,7 @@ from passes.legality import bytes_moved, coverage, flops
 from passes.pipeline import run_pipeline
 
 from . import config
-from .llvm import engine
+from .llvm import engine, gemm
 from .llvm.codegen import NDARRAY_TYPE_SYMBOL, build_module
 from .llvm.target import Target
 from runtime import PARALLEL_FOR, TASK_SPAWN, TASK_WAIT
@@ -58,6 +58,7 @@ class CompiledGraph:
                  run_name: str, entry_name: str, seconds: dict):
         self.graph, self.lowered, self.target = graph, lowered, target
         self.llvm_ir, self.library, self.seconds = llvm_ir, library, seconds
+        self.prepacked_bytes = 0          # constant GEMM weights packed at compile time
         # the code lives as long as self.library; whoever calls these addresses holds self
         self.entry_address = library.addresses[entry_name]
         self.run = RUN_TYPE(library.addresses[run_name])
@@ -88,15 +89,18 @@ def cache_info() -> dict:
         return {**STATS, "size": len(_CACHE), "max_size": config.get().cache_size}
 
 
-def cache_key(graph: Graph, strides: tuple, target: Target, threads: int) -> tuple:
-    return (graph.text(), strides, target.key(), threads, VERSION)
+def cache_key(graph: Graph, strides: tuple, target: Target, threads: int,
+              prepack: bool) -> tuple:
+    return (graph.text(), strides, target.key(), threads, prepack, VERSION)
 
 
-def compile_graph(graph: Graph, strides: tuple, target: Target, threads: int = 0
-                  ) -> CompiledGraph:
+def compile_graph(graph: Graph, strides: tuple, target: Target, threads: int = 0,
+                  prepack: bool = True) -> CompiledGraph:
     """Compile (or fetch from the cache). `strides`: per input, strides in elements;
-    `threads`: intra-op threads for this graph (0: the process-wide setting)."""
-    key = cache_key(graph, strides, target, threads)
+    `threads`: intra-op threads for this graph (0: the process-wide setting); `prepack`:
+    pack constant GEMM weights at compile time (unless JITCORE_PREPACK=0)."""
+    prepack = prepack and config.get().prepack
+    key = cache_key(graph, strides, target, threads, prepack)
     with _CACHE_LOCK:
         hit = _CACHE.get(key)
         if hit is not None:
@@ -108,7 +112,7 @@ def compile_graph(graph: Graph, strides: tuple, target: Target, threads: int = 0
         with _CACHE_LOCK:
             hit = _CACHE.get(key)
         if hit is None:
-            hit = _compile(graph, strides, target, threads)
+            hit = _compile(graph, strides, target, threads, prepack)
             with _CACHE_LOCK:
                 _CACHE[key] = hit
                 STATS["compiles"] += 1
@@ -130,10 +134,13 @@ def _runtime_imports(text: str) -> dict:
     return imports
 
 
-def _compile(graph: Graph, strides: tuple, target: Target, threads: int) -> CompiledGraph:
+def _compile(graph: Graph, strides: tuple, target: Target, threads: int,
+             prepack: bool) -> CompiledGraph:
     t0 = time.perf_counter()
     input_strides = {inp.arg: s for inp, s in zip(graph.inputs, strides)}
     lowered = run_pipeline(graph, target.vector_bits, input_strides, target.masked_tails)
+    packed = gemm.prepack(lowered, target.vector_bits, gemm.plan_threads(threads)) \
+        if prepack else 0
     t1 = time.perf_counter()
     mach = engine.machine(target)
     text, run_name, entry_name = build_module(lowered, target.vector_bits, target.triple,
@@ -148,6 +155,7 @@ def _compile(graph: Graph, strides: tuple, target: Target, threads: int) -> Comp
     seconds = {"passes": t1 - t0, "codegen": t_runtime - t1, "llvm": t3 - t2,
                "total": t3 - t0 - setup}
     compiled = CompiledGraph(graph, lowered, target, text, library, run_name, entry_name, seconds)
+    compiled.prepacked_bytes = packed
     if config.get().dump_dir:
         from .dump import dump
         dump(compiled, config.get().dump_dir)

@@ -3,6 +3,7 @@
 JITCORE_VECTOR_WIDTH   128 | 256 | 512: cap the vector width (never above the CPU's)
 JITCORE_DUMP_DIR       a directory: every compile writes graph, kernels, IR and asm there
 JITCORE_CACHE_SIZE     compiled graphs kept in the in-memory LRU cache (default 512)
+JITCORE_PREPACK        0: never prepack constant GEMM weights (default 1)
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ class Config:
     vector_width: int | None
     dump_dir: str | None
     cache_size: int
+    prepack: bool
 
 
 def _int_env(name: str, default):
@@ -31,7 +33,8 @@ def _int_env(name: str, default):
 def from_env() -> Config:
     return Config(vector_width=_int_env("JITCORE_VECTOR_WIDTH", None),
                   dump_dir=os.environ.get("JITCORE_DUMP_DIR") or None,
-                  cache_size=max(_int_env("JITCORE_CACHE_SIZE", 512), 1))
+                  cache_size=max(_int_env("JITCORE_CACHE_SIZE", 512), 1),
+                  prepack=bool(_int_env("JITCORE_PREPACK", 1)))
 
 
 _current = from_env()

@@ -88,18 +88,6 @@ def _layer_norm(n):
     return y
 
 
-def _matmul(n):
-    """(..., M, K) @ (..., K, N) = sum over K of the broadcast product (..., M, K, N)."""
-    a, w = n.src
-    m, k = a.shape[-2:]
-    batch, nn = a.shape[:-2], w.shape[-1]
-    prod_shape = batch + (m, k, nn)
-    lhs = b.broadcast_to(b.reshape(a, batch + (m, k, 1)), prod_shape)
-    rhs = b.broadcast_to(b.reshape(w, batch + (1, k, nn)), prod_shape)
-    summed = b.node(Op.SUM, E(Op.MUL, lhs, rhs), arg=(len(prod_shape) - 2,))
-    return b.reshape(summed, n.shape)
-
-
 RULES = {
     Op.RSQRT: lambda n: E(Op.DIV, c(1, n.src[0]), E(Op.SQRT, n.src[0])),
     Op.RECIPROCAL: lambda n: E(Op.DIV, c(1, n.src[0]), n.src[0]),
@@ -117,7 +105,6 @@ RULES = {
     Op.SOFTMAX: _softmax,
     Op.LOG_SOFTMAX: _log_softmax,
     Op.LAYER_NORM: _layer_norm,
-    Op.MATMUL: _matmul,
 }
 
 

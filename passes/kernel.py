@@ -10,6 +10,9 @@ Loop order encodes the kernel's shape:
 - horizontal reduction: parallel loops, then reduce loops; the last reduce loop is vectorized.
 - vertical reduction:   parallel loops, reduce loops, then one parallel loop that is vectorized
                         (accumulators live across the reduce loops, one per vector lane).
+- gemm:                 batch loops, m, k (reduce), n; the store's value is the epilogue: an
+                        expression of `Acc` (the dot product at (batch, m, n)) and loads, so
+                        post-ops run while the output tile is in registers (see `Gemm`).
 """
 from __future__ import annotations
 
@@ -70,6 +73,12 @@ class Compute:
 
 
 @dataclass(frozen=True, eq=False)
+class Acc:
+    """In a gemm kernel's epilogue: the finished dot product at the current (batch, m, n)."""
+    dtype: DType
+
+
+@dataclass(frozen=True, eq=False)
 class Store:
     buffer: Buffer
     offset: Lin
@@ -89,6 +98,20 @@ class Reduction:
 
 
 @dataclass
+class Gemm:
+    """C[batch, m, n] = sum over k of A[batch, m, k] * B[batch, k, n], in `dtype`.
+    `a` and `b` are loads whose offsets are linear in the batch vars, m, k and k, n."""
+    a: Load
+    b: Load
+    m: Var
+    n: Var
+    k: Var
+    batch: tuple         # the batch variables, outermost first
+    dtype: DType
+    prepacked: bool = False   # b's buffer holds the packed panels (see jitcore/llvm/gemm.py)
+
+
+@dataclass
 class Kernel:
     name: str
     loops: list
@@ -103,9 +126,12 @@ class Kernel:
     tile_var: Var | None = None      # vectorized through transposed register tiles along it
     task: int | None = None          # the inter-op task that runs it (None: the main line)
     parts: list = field(default_factory=list)   # row fusion: kernels run in order per row
+    gemm: Gemm | None = None         # a matmul with its epilogue (kind "gemm")
 
     @property
     def kind(self) -> str:
+        if self.gemm is not None:
+            return "gemm"
         if self.parts:
             return "rows"
         if self.reduction is None:
@@ -149,7 +175,9 @@ class Kernel:
         return "for " + ", ".join(parts) if parts else "(no loops)"
 
     def loads(self) -> list:
-        return [n for n in walk([s.value for s in self.stores]) if isinstance(n, Load)]
+        """Every load of the kernel (a gemm's operands first)."""
+        operands = [self.gemm.a, self.gemm.b] if self.gemm is not None else []
+        return operands + [n for n in walk([s.value for s in self.stores]) if isinstance(n, Load)]
 
     def buffers(self) -> list:
         seen = {}

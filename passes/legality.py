@@ -87,6 +87,10 @@ def check(kernel: Kernel, vector_bits: int, masked_tails: bool = False) -> Kerne
     is still vectorized: it runs as one masked iteration."""
     lanes = lanes_for(kernel, vector_bits)
     kernel.vector_bits, kernel.lanes, kernel.tile_var = vector_bits, lanes, None
+    if kernel.gemm is not None:           # the GEMM is vector code by construction
+        kernel.lanes = max(vector_bits // kernel.gemm.dtype.bits, 1)
+        kernel.vectorized, kernel.reason = True, None
+        return kernel
     for reason, predicate in CHECKS:
         hit = predicate(kernel, lanes, masked_tails)
         if hit:
@@ -107,10 +111,17 @@ def coverage(kernels: list) -> tuple:
 
 
 def flops(kernel: Kernel) -> int:
-    """Arithmetic ops per kernel run (each Compute counts one per iteration; reductions one more)."""
+    """Arithmetic ops per kernel run (each Compute counts one per iteration; reductions one more;
+    a GEMM 2K per output plus its epilogue)."""
     if kernel.parts:
         return sum(flops(p) for p in kernel.parts)
     per_iter = sum(1 for n in walk([s.value for s in kernel.stores]) if hasattr(n, "op"))
+    if kernel.gemm is not None:
+        g = kernel.gemm
+        outputs = g.m.extent * g.n.extent
+        for v in g.batch:
+            outputs *= v.extent
+        return outputs * (2 * g.k.extent + per_iter)
     return kernel.iterations() * (per_iter + (kernel.reduction is not None))
 
 

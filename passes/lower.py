@@ -8,6 +8,9 @@ Which nodes get memory (the fusion rule of this stage):
     kernels would inline is materialized: recomputing it costs more than a memory round trip
     (softmax's exp, read by two kernels, is not: row fusion lets them share it);
   - a forked task's results (the sources of WAIT nodes) live in memory;
+  - a matmul's operands live in memory (the GEMM reads them through strides), and so does
+    its result, unless one node alone reads it through elementwise ops of the same shape and
+    dtype (`gelu(x @ w + b) + r`): that node's kernel is the GEMM, the ops its epilogue;
   - everything else (elementwise ops, casts, views) is inlined into the kernel that reads it.
 A materialized node that a later kernel needs is loaded from its buffer, not recomputed.
 
@@ -25,7 +28,8 @@ from ir.graph import Graph, Node
 from ir.ops import ELEMENTWISE, REDUCE, TRANSCENDENTAL, Op
 from ir.shapes import contiguous_strides, numel
 
-from .kernel import Buffer, Compute, Const, Kernel, Load, Loop, Reduction, Store, walk
+from .kernel import (Acc, Buffer, Compute, Const, Gemm, Kernel, Load, Loop, Reduction, Store,
+                     walk)
 from .symbolic import Lin, Var, floordiv, lin, mod, substitute
 from .tasks import task_of_nodes
 
@@ -73,11 +77,57 @@ def _inlining_kernels(nodes: list, chosen: set) -> dict:
     return readers
 
 
-def materialized_nodes(graph: Graph) -> list:
-    """The nodes that get a buffer of their own, in topological order."""
+def _epilogue_owner(matmul: Node, users: dict, chosen: set, task: dict):
+    """The one materialized node that reads `matmul` only through elementwise ops (and
+    reshapes to the same shape) of its shape, or None. The owner has the matmul's dtype: its
+    output holds the partial sums between k blocks."""
+    owners, stack, seen = set(), [matmul], set()
+    while stack:
+        n = stack.pop()
+        for u in users.get(id(n), ()):
+            if id(u) in seen:
+                continue
+            seen.add(id(u))
+            if u.shape != matmul.shape or (u.op not in ELEMENTWISE and u.op != Op.RESHAPE):
+                return None
+            if task.get(id(u)) != task.get(id(matmul)):
+                return None
+            if id(u) in chosen:
+                if u.dtype != matmul.dtype:
+                    return None
+                owners.add(id(u))
+            else:
+                stack.append(u)
+    return owners.pop() if len(owners) == 1 else None
+
+
+def _waits_on_a_task(node: Node, chosen: set) -> bool:
+    """Whether `node`'s kernel reads a forked task's result (fusing a GEMM there would make
+    the GEMM wait for the task instead of overlapping with it)."""
+    stack, seen = [node], set()
+    while stack:
+        n = stack.pop()
+        if n.op == Op.WAIT:
+            return True
+        if id(n) in seen or (n is not node and id(n) in chosen):
+            continue
+        seen.add(id(n))
+        stack.extend(n.src)
+    return False
+
+
+def materialized_nodes(graph: Graph) -> tuple:
+    """The nodes that get a buffer of their own, in topological order, and the fused GEMM
+    epilogues: id(node) -> the matmul its kernel computes."""
     nodes = graph.nodes()
     chosen = {id(o) for o in graph.outputs}
     for n in nodes:
+        if n.op == Op.MATMUL:
+            chosen.add(id(n))
+            for s in n.src:
+                base = _strip_views(s)
+                if base.op not in (Op.INPUT, Op.CONST):
+                    chosen.add(id(base))
         if n.op in REDUCE:
             chosen.add(id(n))
         if n.op == Op.WAIT:                 # a task's result lives in memory
@@ -90,8 +140,21 @@ def materialized_nodes(graph: Graph) -> list:
     readers = _inlining_kernels(nodes, chosen)
     chosen |= {id(n) for n in nodes
                if n.op in TRANSCENDENTAL and len(readers.get(id(n), ())) > RECOMPUTE_LIMIT}
+    users, task, by_id = {}, task_of_nodes(graph), {id(n): n for n in nodes}
+    for n in nodes:
+        for s in n.src:
+            users.setdefault(id(s), []).append(n)
+    epilogues = {}
+    for n in nodes:
+        if n.op == Op.MATMUL and id(n) not in {id(o) for o in graph.outputs}:
+            owner = _epilogue_owner(n, users, chosen, task)
+            if owner is not None and owner not in epilogues and \
+                    not _waits_on_a_task(by_id[owner], chosen):
+                epilogues[owner] = n
+                chosen.discard(id(n))
     outputs = {id(o) for o in graph.outputs}
-    return [n for n in nodes if id(n) in chosen and (n.op != Op.INPUT or id(n) in outputs)]
+    mats = [n for n in nodes if id(n) in chosen and (n.op != Op.INPUT or id(n) in outputs)]
+    return mats, epilogues
 
 
 def view_index(node: Node, idx: tuple) -> tuple:
@@ -125,9 +188,10 @@ def _reshape_index(src_shape, out_shape, idx):
 class _KernelBuilder:
     """Builds the expression of one materialized node, inlining what is not materialized."""
 
-    def __init__(self, lowering: "_Lowering", target: Node):
+    def __init__(self, lowering: "_Lowering", target: Node, acc: tuple = None):
         self.lowering, self.target, self.memo, self.ops = lowering, target, {}, []
         self.deps = {}           # (id(node), indices) -> the (source, indices) it needs
+        self.acc = acc           # a fused GEMM's (matmul node, its indices): becomes Acc
 
     def value(self, node: Node, idx: tuple):
         """The expression of `node` at indices `idx` (an explicit stack: graphs can be
@@ -154,8 +218,15 @@ class _KernelBuilder:
         buf = self.lowering.read_buffer.get(id(node))
         return buf is not None and (node is not self.target or node.op in (Op.INPUT, Op.CONST))
 
+    def _is_acc(self, node: Node, idx: tuple) -> bool:
+        if self.acc is None or node is not self.acc[0]:
+            return False
+        if idx != self.acc[1]:
+            raise CompileError("lowering: a GEMM epilogue reads its product at other indices")
+        return True
+
     def _deps(self, node: Node, idx: tuple) -> list:
-        if self._is_loaded(node) or node.op == Op.CONST:
+        if self._is_loaded(node) or node.op == Op.CONST or self._is_acc(node, idx):
             return []
         if node.op in VIEWS_THROUGH:
             return [(node.src[0], view_index(node, idx))]
@@ -164,6 +235,8 @@ class _KernelBuilder:
         raise CompileError(f"lowering: {node.op.name.lower()} cannot be inlined here")
 
     def _make(self, node: Node, idx: tuple, srcs: list):
+        if self._is_acc(node, idx):
+            return Acc(node.dtype)
         if self._is_loaded(node):
             buf = self.lowering.read_buffer[id(node)]
             return Load(buf, offset(buf, idx))
@@ -202,7 +275,7 @@ class _Lowering:
         return buf
 
     def run(self) -> LoweredGraph:
-        mats = materialized_nodes(self.graph)
+        mats, self.epilogues = materialized_nodes(self.graph)
         out_ids = [id(o) for o in self.graph.outputs]
         write_buffer = {}
         for node in mats:                                  # outputs first: fixed slot order
@@ -242,6 +315,8 @@ class _Lowering:
         return [n for n in mats if id(n) not in aliased]
 
     def _kernel(self, node: Node, out: Buffer, index: int) -> Kernel:
+        if node.op == Op.MATMUL or id(node) in self.epilogues:
+            return self._gemm_kernel(node, self.epilogues.get(id(node), node), out, index)
         kb = _KernelBuilder(self, node)
         if node.op in REDUCE:
             src = node.src[0]
@@ -261,6 +336,31 @@ class _Lowering:
         loops = [Loop(v, k) for v, k in zip(dims, kinds) if v.extent != 1]
         kernel = Kernel(f"k{index}_{ops[-1]}", loops, [store], reduction, ops)
         return order_and_collapse(kernel)
+
+
+    def _gemm_kernel(self, node: Node, matmul: Node, out: Buffer, index: int) -> Kernel:
+        """`node` computed by a GEMM of `matmul` (node is matmul, or its epilogue's owner)."""
+        *batch_shape, m_ext, n_ext = matmul.shape
+        k_ext = matmul.src[0].shape[-1]
+        batch = tuple(Var(f"b{i}", d) for i, d in enumerate(batch_shape))
+        m, n, k = Var("m", m_ext), Var("n", n_ext), Var("k", k_ext)
+        bidx = tuple(lin(v) for v in batch)
+        operands = []
+        for src, idx in ((matmul.src[0], bidx + (lin(m), lin(k))),
+                         (matmul.src[1], bidx + (lin(k), lin(n)))):
+            ld = _KernelBuilder(self, matmul).value(src, idx)
+            if not isinstance(ld, Load):
+                raise CompileError("lowering: a matmul operand is not in memory")
+            operands.append(ld)
+        out_idx = bidx + (lin(m), lin(n))
+        kb = _KernelBuilder(self, node, (matmul, out_idx))
+        value = kb.value(node, out_idx)
+        ops = ("matmul",) + tuple(kb.ops)
+        gemm = Gemm(operands[0], operands[1], m, n, k, batch, matmul.dtype)
+        loops = [Loop(v, "parallel") for v in batch] + \
+            [Loop(m, "parallel"), Loop(k, "reduce"), Loop(n, "parallel")]
+        return Kernel(f"k{index}_matmul", loops, [Store(out, offset(out, out_idx), value)],
+                      None, ops, gemm=gemm)
 
 
 # ---- loop order and dimension collapsing -----------------------------------------------------

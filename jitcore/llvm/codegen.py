@@ -23,6 +23,8 @@ from passes.symbolic import Div, Lin, Var
 from runtime import emit_parallel_for, emit_spawn, emit_wait, kernel_type
 
 from . import irutil as u
+from .gemm import GemmEmitter, plan_threads
+from .gemm import plan as gemm_plan
 from .opemit import cast, emit
 
 # CPython and numpy struct offsets (64-bit); jitcore.callpath verifies them at import
@@ -205,7 +207,9 @@ class KernelEmitter:
             self.nest(k.loops, lambda: [self.emit_part(p) for p in k.parts], True)
             self.b.ret_void()
             return
-        if k.kind == "pointwise" and not k.loops:
+        if k.kind == "gemm":
+            GemmEmitter(self, self.gemm_plan).emit()
+        elif k.kind == "pointwise" and not k.loops:
             self.emit_point()
         elif k.kind == "pointwise" and k.tile_var is not None:
             self.tile_nest(0, scalar=False)
@@ -476,8 +480,12 @@ def build_module(lowered, vector_bits: int, triple: str, data_layout: str,
     kernel_fns = []
     for i, kernel in enumerate(lowered.kernels):
         ke = KernelEmitter(module, kernel, f"{prefix}_k{i}", masked_tails)
+        launch = (kernel.range_extent, grain(kernel))
+        if kernel.gemm is not None:      # work items of the GEMM, one per call at most
+            ke.gemm_plan = gemm_plan(kernel, vector_bits, plan_threads(threads))
+            launch = (ke.gemm_plan.items, 1)
         ke.emit()
-        kernel_fns.append(ke.fn)
+        kernel_fns.append((ke.fn,) + launch)     # (function, range extent, grain)
     run = _emit_run(module, lowered, kernel_fns, f"{prefix}_run", threads)
     entry = _emit_entry(module, lowered, run, f"{prefix}_entry")
     text = _with_vector_attributes(str(module), vector_bits)
@@ -521,9 +529,9 @@ def _emit_task(module, lowered, kernel_fns, task: int, name: str, threads: int) 
     fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [u.I8P.as_pointer()]), name=name)
     fn.linkage = "internal"
     b = ir.IRBuilder(fn.append_basic_block("entry"))
-    for kernel, kfn in zip(lowered.kernels, kernel_fns):
+    for kernel, (kfn, extent, chunk) in zip(lowered.kernels, kernel_fns):
         if kernel.task == task:
-            emit_parallel_for(b, kfn, kernel.range_extent, fn.args[0], grain(kernel), threads)
+            emit_parallel_for(b, kfn, extent, fn.args[0], chunk, threads)
     b.ret_void()
     return fn
 
@@ -558,9 +566,8 @@ def _emit_run(module, lowered, kernel_fns, name, threads: int):
     handles = {}
     for step, arg in lowered.steps:
         if step == "kernel":
-            kernel = lowered.kernels[arg]
-            emit_parallel_for(b, kernel_fns[arg], kernel.range_extent, slots, grain(kernel),
-                              threads)
+            kfn, extent, chunk = kernel_fns[arg]
+            emit_parallel_for(b, kfn, extent, slots, chunk, threads)
         elif step == "spawn":
             task_fn = _emit_task(module, lowered, kernel_fns, arg, f"{name}_task{arg}", threads)
             handles[arg] = emit_spawn(b, task_fn, slots)

@@ -1,0 +1,452 @@
+"""GEMM kernels: packed B panels, a register-blocked FMA micro-kernel, fused epilogues.
+
+C[b, m, n] = epilogue(sum_k A[b, m, k] * B[b, k, n]) for a kernel of kind "gemm"
+(passes/kernel.py: Gemm). The blocking follows the BLIS loop nest:
+
+    for each work item (batch, column block j of NC, row group):    <- split over the pool
+      for pc in K, step KC:
+        pack B[pc:pc+KC, j*NC:(j+1)*NC] into NR-wide panels        (or use the prepacked ones)
+        for ic in the group's rows, step MC:
+          for jr in the column block, step NR:                      <- B panel stays in L1
+            for ir in ic..ic+MC, step MR:                           <- A rows stream from L2
+              micro-kernel: MR x NR accumulators (MR * NR/lanes vector registers), one
+              broadcast of A and NR/lanes loads of B per k, all FMAs
+              then C += acc (pc > 0), and at the last pc the epilogue, stored with masks
+              at the edges
+
+A is read in place through its strides (rows clamped at the edge, so reads stay in bounds);
+only B is packed, into a stack buffer, zero-padded to whole panels. The block sizes come from
+the cache sizes this machine reports (sysfs, else defaults): KC so that a B panel (KC x NR)
+takes twice L1 (it streams from L2 while A's rows stay in L1; measured on Zen 5 over KC 128-768
+with L1 = 32 KiB reported: 512 was best, 128 cost 10-15%), NC so that the packed block fits
+the 256 KiB stack buffer, MC so that the A rows of one block (MC x KC) take a quarter of L2.
+
+Weight prepacking: when B is a constant, `prepack` packs it once at compile time into the
+panel layout the kernel reads ([pc block][column block][panel][KC][NR]) and the kernel skips
+its packing step.
+"""
+from __future__ import annotations
+
+import functools
+from contextlib import contextmanager
+import math
+import os
+from dataclasses import dataclass, replace
+
+import numpy as np
+from llvmlite import ir
+
+from ir.graph import ConstArray
+from passes.kernel import Acc, Buffer, Kernel, Load, walk
+from passes.symbolic import lin
+
+from . import irutil as u
+
+DEFAULT_CACHES = {1: 32 * 1024, 2: 512 * 1024}
+MAX_PACK_BYTES = 256 * 1024      # the stack buffer of one packed B block
+
+
+@functools.lru_cache(maxsize=None)
+def cache_sizes() -> dict:
+    """Data cache bytes per level (1, 2) of cpu0, from sysfs; defaults where unreadable."""
+    sizes = dict(DEFAULT_CACHES)
+    root = "/sys/devices/system/cpu/cpu0/cache"
+    try:
+        entries = os.listdir(root)
+    except OSError:
+        return sizes
+    for entry in entries:
+        try:
+            with open(f"{root}/{entry}/level") as f:
+                level = int(f.read())
+            with open(f"{root}/{entry}/type") as f:
+                kind = f.read().strip()
+            with open(f"{root}/{entry}/size") as f:
+                text = f.read().strip().upper()
+        except (OSError, ValueError):
+            continue
+        if level in sizes and kind in ("Data", "Unified") and text[:-1].isdigit():
+            scale = {"K": 1024, "M": 1024 * 1024}.get(text[-1], 1)
+            sizes[level] = int(text[:-1]) * scale
+    return sizes
+
+
+@dataclass(frozen=True)
+class GemmPlan:
+    lanes: int          # elements per vector
+    mr: int             # rows per micro-kernel
+    nr: int             # columns per micro-kernel (two vectors)
+    kc: int             # k per packed block
+    mc: int             # rows per A block
+    nc: int             # columns per packed B block (a multiple of nr)
+    k_blocks: int
+    n_blocks: int
+    m_groups: int       # row groups per column block (work items for the pool)
+    group_rows: int
+    batch: int
+
+    @property
+    def items(self) -> int:
+        return self.batch * self.n_blocks * self.m_groups
+
+
+def plan_threads(threads: int) -> int:
+    """The thread count a plan splits work for (0: the graph follows the process setting,
+    which may change; plan for every core)."""
+    return threads or os.cpu_count() or 1
+
+
+def plan(kernel: Kernel, vector_bits: int, threads: int) -> GemmPlan:
+    g = kernel.gemm
+    size = g.dtype.itemsize
+    lanes = max(vector_bits // (8 * size), 1)
+    nr = 2 * lanes
+    mr = 12 if vector_bits >= 512 else 6          # 2*mr accumulators + 2 B vectors + 1 A
+    caches = cache_sizes()
+    m_ext, n_ext, k_ext = g.m.extent, g.n.extent, g.k.extent
+    kc = max(8, 2 * caches[1] // (nr * size) // 8 * 8)
+    kc = min(kc, max(k_ext, 1))
+    nc = max(nr, MAX_PACK_BYTES // (kc * size) // nr * nr)
+    nc = min(nc, -(-max(n_ext, 1) // nr) * nr)
+    mc = max(mr, caches[2] // 4 // (kc * size) // mr * mr)
+    batch = math.prod(v.extent for v in g.batch)
+    n_blocks = -(-max(n_ext, 1) // nc)
+    row_panels = max(-(-m_ext // mr), 1)
+    m_groups = 1
+    if threads > 1 and batch * n_blocks < 2 * threads:
+        m_groups = min(-(-2 * threads // (batch * n_blocks)), row_panels)
+    group_rows = -(-row_panels // m_groups) * mr
+    m_groups = max(-(-max(m_ext, 1) // group_rows), 1)
+    return GemmPlan(lanes, mr, nr, kc, mc, nc, max(-(-k_ext // kc), 1), n_blocks, m_groups,
+                    group_rows, batch)
+
+
+def prepackable(kernel: Kernel, lowered) -> bool:
+    """B is a constant that only this GEMM reads, the same for every batch entry."""
+    g = kernel.gemm
+    if g.b.buffer.kind != "const" or any(g.b.offset.coeff(v) != 0 for v in g.batch):
+        return False
+    if g.b.offset.coeff(g.k) is None or g.b.offset.coeff(g.n) is None:
+        return False
+    readers = [ld for k in lowered.kernels for ld in k.loads() if ld.buffer.slot == g.b.buffer.slot]
+    return len(readers) == 1
+
+
+def prepack(lowered, vector_bits: int, threads: int) -> int:
+    """Pack constant B operands into panel layout, in place in `lowered` (the const's array
+    and buffer are replaced; the GEMM is marked prepacked). Returns the bytes packed."""
+    packed_bytes = 0
+    const_bufs = lowered.buffers_of_kind("const")
+    for kernel in lowered.kernels:
+        if kernel.gemm is None or not prepackable(kernel, lowered):
+            continue
+        g, p = kernel.gemm, plan(kernel, vector_bits, threads)
+        buf = g.b.buffer
+        index = const_bufs.index(buf)
+        dense = _operand_matrix(lowered.consts[index].array, g.b.offset, g.k, g.n)
+        panels = np.zeros((p.k_blocks * p.kc, p.n_blocks * p.nc), dtype=g.dtype.np)
+        panels[:g.k.extent, :g.n.extent] = dense
+        panels = panels.reshape(p.k_blocks, p.kc, p.n_blocks, p.nc // p.nr, p.nr)
+        panels = np.ascontiguousarray(panels.transpose(0, 2, 3, 1, 4)).ravel()
+        lowered.consts[index] = ConstArray(panels)
+        new = Buffer(buf.name, "const", buf.dtype, panels.shape, (1,), buf.slot)
+        lowered.buffers[buf.slot] = new
+        const_bufs[index] = new
+        kernel.gemm = replace(g, b=Load(new, lin(0)), prepacked=True)
+        packed_bytes += panels.nbytes
+    return packed_bytes
+
+
+def _operand_matrix(flat: np.ndarray, offset, k, n) -> np.ndarray:
+    """The (K, N) matrix a load reads: flat[const + ck*k + cn*n]."""
+    ks = np.arange(k.extent)[:, None]
+    ns = np.arange(n.extent)[None, :]
+    idx = offset.const + offset.coeff(k) * ks + offset.coeff(n) * ns
+    return flat.ravel()[idx] if flat.size else np.zeros((k.extent, n.extent), flat.dtype)
+
+
+# ---- code ---------------------------------------------------------------------------------
+
+class GemmEmitter:
+    """Emits the body of one gemm kernel through its KernelEmitter (`ke`: builder, loop
+    variable environment, loads, stores and epilogue expressions)."""
+
+    def __init__(self, ke, p: GemmPlan):
+        self.ke, self.p, self.b = ke, p, ke.b
+        self.g = ke.kernel.gemm
+        self.elem = u.value_type(self.g.dtype)
+        self.vty = ir.VectorType(self.elem, p.lanes)
+        self.panel_ty = ir.ArrayType(self.elem, p.kc * p.nc)
+        self.store = ke.kernel.stores[0]
+        self.acc_leaf = next((n for n in walk([self.store.value]) if isinstance(n, Acc)), None)
+        n = self.g.n
+        self.vector_epilogue = all(ld.offset.coeff(n) in (0, 1)
+                                   for ld in ke.kernel.loads()[2:]) and \
+            self.store.offset.coeff(n) == 1
+
+    def i64(self, v: int):
+        return u.I64(v)
+
+    def emit(self):
+        b, p, g, ke = self.b, self.p, self.g, self.ke
+        if not g.prepacked:
+            self.pack_buf = u.alloca_once(b, self.panel_ty, name="bpack")
+            self.pack_buf.align = 64
+        self.accs = [[u.alloca_once(b, self.vty, name=f"acc{r}_{h}") for h in range(2)]
+                     for r in range(p.mr)]
+        self.ctile = u.alloca_once(b, ir.ArrayType(self.vty, 2 * p.mr), name="ctile")
+        self.ctile.align = 64
+        per_batch = p.n_blocks * p.m_groups
+        with u.for_range(b, ke.start, ke.stop, 1, name="item") as t:
+            flat, rem = b.sdiv(t, self.i64(per_batch)), b.srem(t, self.i64(per_batch))
+            for v in reversed(g.batch):                       # the batch index, last fastest
+                ke.env[v] = b.srem(flat, self.i64(v.extent))
+                flat = b.sdiv(flat, self.i64(v.extent))
+            j, group = b.sdiv(rem, self.i64(p.m_groups)), b.srem(rem, self.i64(p.m_groups))
+            n0 = b.mul(j, self.i64(p.nc))
+            ncols = _min(b, self.i64(p.nc), b.sub(self.i64(g.n.extent), n0))
+            m_lo = b.mul(group, self.i64(p.group_rows))
+            m_hi = _min(b, b.add(m_lo, self.i64(p.group_rows)), self.i64(g.m.extent))
+            with u.for_range(b, self.i64(0), self.i64(p.k_blocks), 1, name="pcb") as pci:
+                pc = b.mul(pci, self.i64(p.kc))
+                kc = _min(b, self.i64(p.kc), b.sub(self.i64(g.k.extent), pc))
+                panels = self.packed_block(pci, j, pc, kc, n0, ncols)
+                last = b.icmp_signed("==", pci, self.i64(p.k_blocks - 1))
+                first = b.icmp_signed("==", pci, self.i64(0))
+                self.row_blocks(panels, pc, kc, n0, ncols, m_lo, m_hi, first, last)
+
+    # -- B panels ---------------------------------------------------------------------------
+    def packed_block(self, pci, j, pc, kc, n0, ncols):
+        """Pointer to the packed KC x NC block: the prepacked constant's, or packed now."""
+        b, p, g = self.b, self.p, self.g
+        if g.prepacked:
+            block = b.mul(b.add(b.mul(pci, self.i64(p.n_blocks)), j), self.i64(p.kc * p.nc))
+            base = self.ke.base_ptr(g.b.buffer)
+            return b.gep(base, [block])
+        panels = b.gep(self.pack_buf, [self.i64(0), self.i64(0)])
+        self.pack(panels, pc, kc, n0, ncols)
+        return panels
+
+    def pack(self, panels, pc, kc, n0, ncols):
+        """panels[jp][kk][c] = B[pc + kk, n0 + jp*NR + c], zero beyond the last column."""
+        b, p, g, ke = self.b, self.p, self.g, self.ke
+        npanels = b.sdiv(b.add(ncols, self.i64(p.nr - 1)), self.i64(p.nr))
+        contiguous = g.b.offset.coeff(g.n) == 1
+        with u.for_range(b, self.i64(0), npanels, 1, name="jp") as jp:
+            left = b.sub(ncols, b.mul(jp, self.i64(p.nr)))
+            counts = [_clamp(b, b.sub(left, self.i64(h * p.lanes)), p.lanes) for h in range(2)]
+            masks = [u.lane_mask(b, c, p.lanes) for c in counts]
+            col0 = b.add(n0, b.mul(jp, self.i64(p.nr)))
+            dst0 = b.mul(jp, self.i64(p.kc * p.nr))
+            with u.for_range(b, self.i64(0), kc, 1, name="kk") as kk:
+                ke.env[g.k] = b.add(pc, kk)
+                dst = b.add(dst0, b.mul(kk, self.i64(p.nr)))
+                for h in range(2):
+                    col = b.add(col0, self.i64(h * p.lanes))
+                    if contiguous:
+                        vec = self.load_row(col, counts[h], masks[h])
+                    else:
+                        vec = self.gather_row(col, counts[h])
+                    ptr = b.gep(panels, [b.add(dst, self.i64(h * p.lanes))])
+                    b.store(vec, b.bitcast(ptr, self.vty.as_pointer()), align=64)
+
+    def load_row(self, col, count, mask):
+        """lanes of B's row env[k] from column `col`, `count` of them valid (rest zero)."""
+        b, ke, g = self.b, self.ke, self.g
+        ke.env[g.n] = col
+        ptr = b.bitcast(b.gep(ke.base_ptr(g.b.buffer), [ke.index(g.b.offset)]),
+                        self.vty.as_pointer())
+        full = b.icmp_signed("==", count, self.i64(self.p.lanes))
+        with b.if_else(full) as (then, otherwise):
+            with then:
+                whole = b.load(ptr, align=1)
+                then_bb = b.block
+            with otherwise:
+                part = self.partial_load(ptr, col, count, mask)
+                else_bb = b.block
+        phi = b.phi(self.vty)
+        phi.add_incoming(whole, then_bb)
+        phi.add_incoming(part, else_bb)
+        return phi
+
+    def partial_load(self, ptr, col, count, mask):
+        return u.masked_load(self.b, ptr, mask, self.vty)
+
+    def gather_row(self, col, count):
+        """One element at a time (strided B, or an edge without masked loads); lanes at or
+        past `count` are zero and read nothing out of bounds (the column is clamped)."""
+        b, ke, g = self.b, self.ke, self.g
+        vec = u.const(self.vty, 0)
+        for c in range(self.p.lanes):
+            valid = b.icmp_signed(">", count, self.i64(c))
+            ke.env[g.n] = _min(b, b.add(col, self.i64(c)), self.i64(max(g.n.extent - 1, 0)))
+            x = b.load(b.gep(ke.base_ptr(g.b.buffer), [ke.index(g.b.offset)]))
+            vec = b.insert_element(vec, b.select(valid, x, u.const(self.elem, 0)), u.I32(c))
+        return vec
+
+    # -- rows and the micro-kernel ----------------------------------------------------------
+    def row_blocks(self, panels, pc, kc, n0, ncols, m_lo, m_hi, first, last):
+        b, p = self.b, self.p
+        npanels = b.sdiv(b.add(ncols, self.i64(p.nr - 1)), self.i64(p.nr))
+        with _blocks(b, m_lo, m_hi, p.mc, "ic") as ic:
+            ic_end = _min(b, b.add(ic, self.i64(p.mc)), m_hi)
+            with u.for_range(b, self.i64(0), npanels, 1, name="jr") as jp:
+                col0 = b.add(n0, b.mul(jp, self.i64(p.nr)))
+                ncol = _min(b, self.i64(p.nr), b.sub(b.add(n0, ncols), col0))
+                panel = b.gep(panels, [b.mul(jp, self.i64(p.kc * p.nr))])
+                with _blocks(b, ic, ic_end, p.mr, "ir") as row0:
+                    nrow = _min(b, self.i64(p.mr), b.sub(ic_end, row0))
+                    self.micro(panel, pc, kc, row0)
+                    self.update(row0, nrow, col0, ncol, first, last)
+
+    def micro(self, panel, pc, kc, row0):
+        """accs[r][h] = sum over kk < kc of A[row0 + r, pc + kk] * panel[kk][h*lanes ...]."""
+        b, p, g, ke = self.b, self.p, self.g, self.ke
+        zero = u.const(self.vty, 0)
+        for row in self.accs:
+            for acc in row:
+                b.store(zero, acc)
+        ke.env[g.k] = pc
+        a_rows, a_base = [], ke.base_ptr(g.a.buffer)
+        last_row = self.i64(max(g.m.extent - 1, 0))
+        for r in range(p.mr):           # rows past the edge read the last row, unused
+            ke.env[g.m] = _min(b, b.add(row0, self.i64(r)), last_row)
+            a_rows.append(b.gep(a_base, [ke.index(g.a.offset)]))
+        step = g.a.offset.coeff(g.k)        # None: A's index is not linear in k
+        vptr = self.vty.as_pointer()
+        with u.for_range(b, self.i64(0), kc, 1, name="k") as kk:
+            bk = b.gep(panel, [b.mul(kk, self.i64(p.nr))])
+            # unaligned loads: a prepacked constant's array is only element-aligned
+            bv = [b.load(b.bitcast(b.gep(bk, [self.i64(h * p.lanes)]), vptr), align=1)
+                  for h in range(2)]
+            ak = kk if step == 1 else b.mul(kk, self.i64(step or 0))
+            for r in range(p.mr):
+                a = b.load(b.gep(a_rows[r], [ak])) if step is not None else \
+                    self.a_element(row0, r, b.add(pc, kk))
+                a = u.splat(b, a, p.lanes)
+                for h in range(2):
+                    acc = self.accs[r][h]
+                    b.store(u.intrinsic(b, "fmuladd", [a, bv[h], b.load(acc)]), acc)
+
+    def a_element(self, row0, r, k):
+        """A[row0 + r, k] through the general index (A's offset is not linear in k)."""
+        b, g, ke = self.b, self.g, self.ke
+        ke.env[g.m] = _min(b, b.add(row0, self.i64(r)), self.i64(max(g.m.extent - 1, 0)))
+        ke.env[g.k] = k
+        return b.load(b.gep(ke.base_ptr(g.a.buffer), [ke.index(g.a.offset)]))
+
+    def update(self, row0, nrow, col0, ncol, first, last):
+        """C rows row0.. (nrow valid), columns col0.. (ncol valid): add the partial sum kept
+        in C (after the first k block); at the last k block apply the epilogue. The tile goes
+        through a stack copy and runtime loops, so the epilogue is emitted twice (whole
+        vectors and masked edge vectors), not once per register."""
+        b, p, g, ke = self.b, self.p, self.g, self.ke
+        tile = b.bitcast(self.ctile, self.vty.as_pointer())
+        for r in range(p.mr):
+            for h in range(2):
+                b.store(b.load(self.accs[r][h]), b.gep(tile, [self.i64(2 * r + h)]), align=64)
+        with u.for_range(b, self.i64(0), nrow, 1, name="r") as r:
+            ke.env[g.m] = b.add(row0, r)
+            with u.for_range(b, self.i64(0), self.i64(2), 1, name="h") as h:
+                ke.env[g.n] = b.add(col0, b.mul(h, self.i64(p.lanes)))
+                acc = b.load(b.gep(tile, [b.add(b.mul(r, self.i64(2)), h)]), align=64)
+                count = _clamp(b, b.sub(ncol, b.mul(h, self.i64(p.lanes))), p.lanes)
+                whole = b.icmp_signed("==", count, self.i64(p.lanes))
+                with b.if_else(whole) as (then, otherwise):
+                    with then:
+                        self.finish(acc, first, last, None)
+                    with otherwise:
+                        with b.if_then(b.icmp_signed(">", count, self.i64(0))):
+                            self.finish(acc, first, last, count)
+
+    def finish(self, acc, first, last, count):
+        """C = acc (+ C unless first); the epilogue when last. `count`: valid lanes (None:
+        all); stores and loads then touch only those."""
+        b, ke, st = self.b, self.ke, self.store
+        with b.if_else(first) as (then, otherwise):
+            with then:
+                total_first = acc
+                first_bb = b.block
+            with otherwise:
+                partial = self.c_load(count)
+                total_rest = b.fadd(acc, partial)
+                rest_bb = b.block
+        total = b.phi(self.vty)
+        total.add_incoming(total_first, first_bb)
+        total.add_incoming(total_rest, rest_bb)
+        with b.if_else(last) as (then, otherwise):
+            with then:
+                self.epilogue(total, count)
+            with otherwise:
+                self.c_store(total, count)
+
+    def c_load(self, count):
+        """The partial sum kept in C at env (m, n): the output's own dtype is the GEMM's."""
+        return self.vector_io(count, lambda: self.ke.load(Load(self.store.buffer,
+                                                               self.store.offset), self.p.lanes))
+
+    def c_store(self, value, count):
+        self.vector_io(count, lambda: self.ke.store(self.store.buffer, self.store.offset,
+                                                    value, self.p.lanes))
+
+    def vector_io(self, count, fn):
+        """Run fn with the lane mask for `count` (masked loads and stores on the edge: LLVM's
+        masked intrinsics, which every x86 target lowers)."""
+        ke = self.ke
+        if count is None:
+            return fn()
+        ke.mask = u.lane_mask(self.b, count, self.p.lanes)
+        try:
+            return fn()
+        finally:
+            ke.mask = None
+
+    def epilogue(self, total, count):
+        """The store's expression with Acc = total, as vectors along n (or per element when
+        a load of the epilogue strides n)."""
+        b, ke, st, p = self.b, self.ke, self.store, self.p
+        if self.vector_epilogue:
+            memo = {} if self.acc_leaf is None else {id(self.acc_leaf): total}
+
+            def run():
+                ke.store(st.buffer, st.offset, ke.value(st.value, p.lanes, memo), p.lanes)
+            return self.vector_io(count, run)
+        spill = u.alloca_once(b, self.vty, name="tile_row")
+        b.store(total, spill)
+        col0 = ke.env[self.g.n]
+        valid = self.i64(p.lanes) if count is None else count
+        with u.for_range(b, self.i64(0), valid, 1, name="c") as c:
+            ke.env[self.g.n] = b.add(col0, c)
+            lane = b.load(b.gep(b.bitcast(spill, self.elem.as_pointer()), [c]))
+            memo = {} if self.acc_leaf is None else {id(self.acc_leaf): lane}
+            ke.store(st.buffer, st.offset, ke.value(st.value, 1, memo), 1)
+        ke.env[self.g.n] = col0
+
+
+@contextmanager
+def _blocks(b: ir.IRBuilder, lo, hi, step: int, name: str):
+    """`for i in range(lo, hi, step)` with a last block that may be short (i < hi)."""
+    counter = u.alloca_once(b, u.I64, name=f"{name}.addr")
+    b.store(lo, counter)
+    cond = b.append_basic_block(f"{name}.cond")
+    body = b.append_basic_block(f"{name}.body")
+    end = b.append_basic_block(f"{name}.end")
+    b.branch(cond)
+    b.position_at_end(cond)
+    i = b.load(counter, name=name)
+    b.cbranch(b.icmp_signed("<", i, hi), body, end)
+    b.position_at_end(body)
+    yield i
+    b.store(b.add(i, u.I64(step)), counter)
+    b.branch(cond)
+    b.position_at_end(end)
+
+
+def _min(b, x, y):
+    return b.select(b.icmp_signed("<", x, y), x, y)
+
+
+def _clamp(b, x, hi: int):
+    """min(max(x, 0), hi) for i64 x."""
+    zero = u.I64(0)
+    return _min(b, b.select(b.icmp_signed(">", x, zero), x, zero), u.I64(hi))
