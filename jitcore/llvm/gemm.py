@@ -128,8 +128,8 @@ def prepackable(kernel: Kernel, lowered) -> bool:
         return False
     if g.b.offset.coeff(g.k) is None or g.b.offset.coeff(g.n) is None:
         return False
-    readers = [ld for k in lowered.kernels for ld in k.loads() if ld.buffer.slot == g.b.buffer.slot]
-    return len(readers) == 1
+    slot = g.b.buffer.slot
+    return sum(ld.buffer.slot == slot for k in lowered.kernels for ld in k.loads()) == 1
 
 
 def prepack(lowered, vector_bits: int, threads: int) -> int:
@@ -251,7 +251,8 @@ class GemmEmitter:
                     b.store(vec, b.bitcast(ptr, self.vty.as_pointer()), align=64)
 
     def load_row(self, col, count, mask):
-        """lanes of B's row env[k] from column `col`, `count` of them valid (rest zero)."""
+        """lanes of B's row env[k] from column `col`, `count` of them valid (the rest zero,
+        through a masked load)."""
         b, ke, g = self.b, self.ke, self.g
         ke.env[g.n] = col
         ptr = b.bitcast(b.gep(ke.base_ptr(g.b.buffer), [ke.index(g.b.offset)]),
@@ -262,15 +263,12 @@ class GemmEmitter:
                 whole = b.load(ptr, align=1)
                 then_bb = b.block
             with otherwise:
-                part = self.partial_load(ptr, col, count, mask)
+                part = u.masked_load(b, ptr, mask, self.vty)
                 else_bb = b.block
         phi = b.phi(self.vty)
         phi.add_incoming(whole, then_bb)
         phi.add_incoming(part, else_bb)
         return phi
-
-    def partial_load(self, ptr, col, count, mask):
-        return u.masked_load(self.b, ptr, mask, self.vty)
 
     def gather_row(self, col, count):
         """One element at a time (strided B, or an edge without masked loads); lanes at or
@@ -362,7 +360,7 @@ class GemmEmitter:
     def finish(self, acc, first, last, count):
         """C = acc (+ C unless first); the epilogue when last. `count`: valid lanes (None:
         all); stores and loads then touch only those."""
-        b, ke, st = self.b, self.ke, self.store
+        b = self.b
         with b.if_else(first) as (then, otherwise):
             with then:
                 total_first = acc
