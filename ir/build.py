@@ -168,12 +168,14 @@ def const(value, dtype) -> Node:
     return Node(Op.CONST, dtype, (), (), dtype.np.type(value).item())
 
 
-def const_array(array: np.ndarray) -> Node:
-    arr = np.asarray(array)
+def const_array(array) -> Node:
+    """A constant node of an array (copied), or of a ConstArray (shared: no copy, no rehash)."""
+    held = array if isinstance(array, ConstArray) else None
+    arr = held.array if held is not None else np.asarray(array)
     dtype = dt.as_dtype(arr.dtype)
     if arr.ndim == 0:
         return const(arr.item(), dtype)
-    return Node(Op.CONST, dtype, arr.shape, (), ConstArray(arr))
+    return Node(Op.CONST, dtype, arr.shape, (), held or ConstArray(arr))
 
 
 # ---- numpy-style helpers -------------------------------------------------------------------

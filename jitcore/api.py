@@ -9,6 +9,7 @@ import numpy as np
 
 from ir import build as b
 from ir.errors import DTypeError, JitcoreError, ShapeError, TraceError
+from ir.graph import ConstArray
 from ir.graph import Graph as IRGraph
 from ir.ops import Op
 from runtime.settings import validate_count
@@ -46,7 +47,7 @@ def _input_names(fn, count: int, skip=()) -> list:
 
 def _constant_arrays(fn, constants: dict) -> dict:
     """jit(constants=): each name a positional parameter of fn, each value a private
-    read-only copy (changing the caller's array later changes nothing)."""
+    read-only copy, hashed once (changing the caller's array later changes nothing)."""
     if not isinstance(constants, dict):
         raise TypeError("jit(constants=) takes a dict of parameter name -> array")
     params = _positional_names(fn)
@@ -55,9 +56,7 @@ def _constant_arrays(fn, constants: dict) -> dict:
         if name not in params:
             raise TypeError(f"jit(constants=): {name!r} is not a parameter of "
                             f"{getattr(fn, '__name__', fn)!r} (parameters: {params})")
-        arr = np.array(to_array(value, params.index(name), name), copy=True)
-        arr.flags.writeable = False
-        out[name] = arr
+        out[name] = ConstArray(to_array(value, params.index(name), name))   # copies
     return out
 
 
