@@ -9,17 +9,18 @@ C[b, m, n] = epilogue(sum_k A[b, m, k] * B[b, k, n]) for a kernel of kind "gemm"
         for ic in the group's rows, step MC:
           for jr in the column block, step NR:                      <- B panel stays in L1
             for ir in ic..ic+MC, step MR:                           <- A rows stream from L2
-              micro-kernel: MR x NR accumulators (MR * NR/lanes vector registers), one
-              broadcast of A and NR/lanes loads of B per k, all FMAs
+              micro-kernel: MR x NR accumulators (6 x 4 vectors at 512 bits, 6 x 2 below),
+              one broadcast of A per row and NR/lanes loads of B per k, all FMAs
               then C += acc (pc > 0), and at the last pc the epilogue, stored with masks
               at the edges
 
 A is read in place through its strides (rows clamped at the edge, so reads stay in bounds);
 only B is packed, into a stack buffer, zero-padded to whole panels. The block sizes come from
 the cache sizes this machine reports (sysfs, else defaults): KC so that a B panel (KC x NR)
-takes twice L1 (it streams from L2 while A's rows stay in L1; measured on Zen 5 over KC 128-768
-with L1 = 32 KiB reported: 512 was best, 128 cost 10-15%), NC so that the packed block fits
-the 256 KiB stack buffer, MC so that the A rows of one block (MC x KC) take a quarter of L2.
+takes twice L1 (it streams from L2 while A's rows stay in L1; measured on Zen 5 with L1 =
+32 KiB reported, over B panels of 16-128 KiB: 64-128 KiB were best, 16 KiB cost 10-15%), NC
+so that the packed block fits the 256 KiB stack buffer, MC so that the A rows of one block
+(MC x KC) take a quarter of L2.
 
 Weight prepacking: when B is a constant, `prepack` packs it once at compile time into the
 panel layout the kernel reads ([pc block][column block][panel][KC][NR]) and the kernel skips
@@ -75,7 +76,8 @@ def cache_sizes() -> dict:
 class GemmPlan:
     lanes: int          # elements per vector
     mr: int             # rows per micro-kernel
-    nr: int             # columns per micro-kernel (two vectors)
+    nr: int             # columns per micro-kernel (nv vectors)
+    nv: int
     kc: int             # k per packed block
     mc: int             # rows per A block
     nc: int             # columns per packed B block (a multiple of nr)
@@ -100,8 +102,10 @@ def plan(kernel: Kernel, vector_bits: int, threads: int) -> GemmPlan:
     g = kernel.gemm
     size = g.dtype.itemsize
     lanes = max(vector_bits // (8 * size), 1)
-    nr = 2 * lanes
-    mr = 12 if vector_bits >= 512 else 6          # 2*mr accumulators + 2 B vectors + 1 A
+    # accumulators mr x nv vectors, plus nv B vectors and an A broadcast, in registers: 32 at
+    # 512 bits (6 x 4 measured 5-10% above 12 x 2 on Zen 5: fewer loads per FMA), else 16
+    nv = 4 if vector_bits >= 512 else 2
+    nr, mr = nv * lanes, 6
     caches = cache_sizes()
     m_ext, n_ext, k_ext = g.m.extent, g.n.extent, g.k.extent
     kc = max(8, 2 * caches[1] // (nr * size) // 8 * 8)
@@ -117,7 +121,7 @@ def plan(kernel: Kernel, vector_bits: int, threads: int) -> GemmPlan:
         m_groups = min(-(-2 * threads // (batch * n_blocks)), row_panels)
     group_rows = -(-row_panels // m_groups) * mr
     m_groups = max(-(-max(m_ext, 1) // group_rows), 1)
-    return GemmPlan(lanes, mr, nr, kc, mc, nc, max(-(-k_ext // kc), 1), n_blocks, m_groups,
+    return GemmPlan(lanes, mr, nr, nv, kc, mc, nc, max(-(-k_ext // kc), 1), n_blocks, m_groups,
                     group_rows, batch)
 
 
@@ -192,9 +196,9 @@ class GemmEmitter:
         if not g.prepacked:
             self.pack_buf = u.alloca_once(b, self.panel_ty, name="bpack")
             self.pack_buf.align = 64
-        self.accs = [[u.alloca_once(b, self.vty, name=f"acc{r}_{h}") for h in range(2)]
+        self.accs = [[u.alloca_once(b, self.vty, name=f"acc{r}_{h}") for h in range(self.p.nv)]
                      for r in range(p.mr)]
-        self.ctile = u.alloca_once(b, ir.ArrayType(self.vty, 2 * p.mr), name="ctile")
+        self.ctile = u.alloca_once(b, ir.ArrayType(self.vty, p.nv * p.mr), name="ctile")
         self.ctile.align = 64
         per_batch = p.n_blocks * p.m_groups
         with u.for_range(b, ke.start, ke.stop, 1, name="item") as t:
@@ -234,14 +238,14 @@ class GemmEmitter:
         contiguous = g.b.offset.coeff(g.n) == 1
         with u.for_range(b, self.i64(0), npanels, 1, name="jp") as jp:
             left = b.sub(ncols, b.mul(jp, self.i64(p.nr)))
-            counts = [_clamp(b, b.sub(left, self.i64(h * p.lanes)), p.lanes) for h in range(2)]
+            counts = [_clamp(b, b.sub(left, self.i64(h * p.lanes)), p.lanes) for h in range(self.p.nv)]
             masks = [u.lane_mask(b, c, p.lanes) for c in counts]
             col0 = b.add(n0, b.mul(jp, self.i64(p.nr)))
             dst0 = b.mul(jp, self.i64(p.kc * p.nr))
             with u.for_range(b, self.i64(0), kc, 1, name="kk") as kk:
                 ke.env[g.k] = b.add(pc, kk)
                 dst = b.add(dst0, b.mul(kk, self.i64(p.nr)))
-                for h in range(2):
+                for h in range(self.p.nv):
                     col = b.add(col0, self.i64(h * p.lanes))
                     if contiguous:
                         vec = self.load_row(col, counts[h], masks[h])
@@ -316,13 +320,13 @@ class GemmEmitter:
             bk = b.gep(panel, [b.mul(kk, self.i64(p.nr))])
             # unaligned loads: a prepacked constant's array is only element-aligned
             bv = [b.load(b.bitcast(b.gep(bk, [self.i64(h * p.lanes)]), vptr), align=1)
-                  for h in range(2)]
+                  for h in range(self.p.nv)]
             ak = kk if step == 1 else b.mul(kk, self.i64(step or 0))
             for r in range(p.mr):
                 a = b.load(b.gep(a_rows[r], [ak])) if step is not None else \
                     self.a_element(row0, r, b.add(pc, kk))
                 a = u.splat(b, a, p.lanes)
-                for h in range(2):
+                for h in range(self.p.nv):
                     acc = self.accs[r][h]
                     b.store(u.intrinsic(b, "fmuladd", [a, bv[h], b.load(acc)]), acc)
 
@@ -341,13 +345,13 @@ class GemmEmitter:
         b, p, g, ke = self.b, self.p, self.g, self.ke
         tile = b.bitcast(self.ctile, self.vty.as_pointer())
         for r in range(p.mr):
-            for h in range(2):
-                b.store(b.load(self.accs[r][h]), b.gep(tile, [self.i64(2 * r + h)]), align=64)
+            for h in range(self.p.nv):
+                b.store(b.load(self.accs[r][h]), b.gep(tile, [self.i64(p.nv * r + h)]), align=64)
         with u.for_range(b, self.i64(0), nrow, 1, name="r") as r:
             ke.env[g.m] = b.add(row0, r)
-            with u.for_range(b, self.i64(0), self.i64(2), 1, name="h") as h:
+            with u.for_range(b, self.i64(0), self.i64(p.nv), 1, name="h") as h:
                 ke.env[g.n] = b.add(col0, b.mul(h, self.i64(p.lanes)))
-                acc = b.load(b.gep(tile, [b.add(b.mul(r, self.i64(2)), h)]), align=64)
+                acc = b.load(b.gep(tile, [b.add(b.mul(r, self.i64(p.nv)), h)]), align=64)
                 count = _clamp(b, b.sub(ncol, b.mul(h, self.i64(p.lanes))), p.lanes)
                 whole = b.icmp_signed("==", count, self.i64(p.lanes))
                 with b.if_else(whole) as (then, otherwise):
