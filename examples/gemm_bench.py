@@ -9,7 +9,7 @@ the plain GEMMs, plus torch.compile (compiled once before timing) for the MLPs.
 
 jitcore runs the MLPs three ways: "jitcore" (weights passed as arguments), "jc const" (weights
 bound by jc.jit(fn, constants={...}) and prepacked at compile time) and "jc nopack" (constants,
-prepack_weights=False); a jitcore build without `constants=` shows "n/a" in those cells.
+prepack_weights=False).
 Every jitcore variant is checked against a float64 numpy reference before timing.
 
 Each thread count N runs in a subprocess of this script, started with OPENBLAS_NUM_THREADS,
@@ -152,7 +152,6 @@ class Result:
     workload: Workload
     shapes: dict
     gflops: dict = field(default_factory=dict)      # column -> GFLOP/s
-    missing: dict = field(default_factory=dict)     # column -> why it has no number
 
     def best(self, columns) -> tuple:
         """(column, GFLOP/s) of the fastest of `columns` that has a number."""
@@ -203,8 +202,7 @@ def gflops_of(fn, flops: int, repeat: int) -> float:
 
 
 def jitcore_variant(w: Workload, inputs: dict, threads: int, prepack):
-    """(jitted function, its arguments); prepack None: every input passed as an argument.
-    Raises TypeError where this jitcore build has no `constants=`."""
+    """(jitted function, its arguments); prepack None: every input passed as an argument."""
     if prepack is None:
         return jc.jit(w.jitcore, num_threads=threads), tuple(inputs.values())
     consts = {k: inputs[k] for k in w.constants}
@@ -218,13 +216,7 @@ def time_jitcore(w: Workload, inputs: dict, result: Result, threads: int, repeat
     for column, prepack in JC_VARIANTS.items():
         if prepack is not None and not w.constants:
             continue
-        try:
-            f, args = jitcore_variant(w, inputs, threads, prepack)
-        except TypeError as e:                        # a build without constants=
-            if prepack is None:
-                raise
-            result.missing[column] = f"not available ({e})"
-            continue
+        f, args = jitcore_variant(w, inputs, threads, prepack)
         check(f"{w.section} {column}", f(*args), ref, result.shapes, w.dtype)
         result.gflops[column] = gflops_of(lambda: f(*args), flops, repeat)
 
@@ -259,15 +251,13 @@ def verdict(r: Result, ratio: float) -> str:
 
 
 def fmt_cell(r: Result, column: str) -> str:
-    if column in r.gflops:
-        return f"{r.gflops[column]:.1f}"
-    return "n/a" if column in r.missing else "-"
+    return f"{r.gflops[column]:.1f}" if column in r.gflops else "-"
 
 
 def print_section(section: str, results: list) -> list:
     """Print one section's table; returns whether each row that has a goal met it."""
     columns = [c for c in (*JC_VARIANTS, *PEERS)
-               if any(c in r.gflops or c in r.missing for r in results)]
+               if any(c in r.gflops for r in results)]
     head = (f"{'shape':>18s} " + " ".join(f"{c:>13s}" for c in columns)
             + f"  {'best jitcore':>20s} {'best peer':>20s} {'ratio':>7s}  goal")
     print(f"\n{SECTIONS[section]} (GFLOP/s)")
@@ -283,8 +273,6 @@ def print_section(section: str, results: list) -> list:
               f"{f'{peer} {peer_best:.1f}':>20s} {ratio:6.2f}x  {verdict(r, ratio)}")
         if r.workload.goal is not None:
             outcomes.append(ratio >= r.workload.goal)
-    for column, why in {c: w for r in results for c, w in r.missing.items()}.items():
-        print(f"  {column}: {why}")
     return outcomes
 
 
