@@ -1,4 +1,5 @@
-"""Command line: `python -m jitcore demo` and `python -m jitcore info`."""
+"""Command line: `python -m jitcore demo`, `python -m jitcore info` and
+`python -m jitcore bench [options]` (see jitcore/bench/cli.py)."""
 from __future__ import annotations
 
 import argparse
@@ -77,12 +78,17 @@ def info() -> int:
     import jitcore as jc
     for k, v in jc.target_info().items():
         print(f"{k:16s} {' '.join(v) if isinstance(v, list) else v}")
+    print(jc.parallel_info())
     return 0
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["bench"]:
+        from .bench.cli import main as bench
+        return bench(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m jitcore")
-    parser.add_argument("command", choices=["demo", "info"], nargs="?", default="demo")
+    parser.add_argument("command", choices=["demo", "info", "bench"], nargs="?", default="demo")
     args = parser.parse_args(argv)
     return {"demo": demo, "info": info}[args.command]()
 
