@@ -70,8 +70,10 @@ def run_one(w: Workload, system: str, threads: int, tiny: bool, repeat: int) -> 
                 "trace": traceback.format_exc(limit=3)[-800:]}
     out = {"status": "ok", "median_s": median, "min_s": best, "first_call_s": first,
            "max_error": err, "sizes": sizes, "bytes": w.nbytes(sizes)}
+    out["gbs"] = out["bytes"] / median / 1e9
     if w.flops is not None:
         out["flops"] = w.flops(sizes)
+        out["gflops"] = out["flops"] / median / 1e9
     return out
 
 

@@ -158,9 +158,8 @@ def print_tables(data: dict):
                 row += f"{text:>16s}"
             c = cell(jit, name) if jit else {}
             if c.get("status") == "ok":
-                gbs = c["bytes"] / c["median_s"] / 1e9
-                row += f"{gbs:14.1f}{(gbs / bw if bw else 0):7.0%}"
-                row += f"{c['flops'] / c['median_s'] / 1e9:9.1f}" if "flops" in c else f"{'-':>9s}"
+                row += f"{c['gbs']:14.1f}{(c['gbs'] / bw if bw else 0):7.0%}"
+                row += f"{c['gflops']:9.1f}" if "gflops" in c else f"{'-':>9s}"
             print(row)
         problems = [(s, n, cell(at[s], n)) for s in systems for n in data["workloads"]
                     if cell(at[s], n).get("status") in ("failed", "wrong")]
