@@ -43,6 +43,7 @@ class _PoolLibrary:
         self.noop_call = ctypes.CFUNCTYPE(None)(addr["jc_pool_noop_call"])
         self.set_interop = ctypes.CFUNCTYPE(None, ctypes.c_int32)(addr["jc_set_interop_threads"])
         self.task_workers = ctypes.CFUNCTYPE(ctypes.c_int32)(addr["jc_task_workers"])
+        self.tasks_inflight = ctypes.CFUNCTYPE(ctypes.c_int32)(addr["jc_tasks_inflight"])
         self.task_spawn = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)(
             addr["jc_task_spawn"])
         self.task_wait = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(addr["jc_task_wait"])
@@ -111,6 +112,11 @@ def pool_workers() -> int:
 def task_workers() -> int:
     """Inter-op worker threads created so far."""
     return pool().task_workers() if _LIB is not None else 0
+
+
+def tasks_in_flight() -> int:
+    """Forked tasks queued or running now (parallel regions leave one worker out per task)."""
+    return pool().tasks_inflight() if _LIB is not None else 0
 
 
 def parallel_info() -> str:

@@ -34,7 +34,8 @@ MAX_WORKERS = 256
 
 EXPORTS = ("jc_parallel_for", "jc_set_num_threads", "jc_pool_workers", "jc_after_fork_child",
            "jc_pool_empty_region", "jc_pool_noop_call",
-           "jc_task_spawn", "jc_task_wait", "jc_set_interop_threads", "jc_task_workers")
+           "jc_task_spawn", "jc_task_wait", "jc_set_interop_threads", "jc_task_workers",
+           "jc_tasks_inflight")
 
 
 class _Pool:
@@ -49,6 +50,9 @@ class _Pool:
         self.job_fn, self.job_bufs = g("job_fn", KERNEL_PTR), g("job_bufs", I8P.as_pointer())
         self.job_extent, self.job_chunk = g("job_extent", I64), g("job_chunk", I64)
         self.job_next = g("job_next", I64)
+        # forked tasks queued or running on inter-op workers: each holds a core, so a region
+        # leaves that many of its workers out (no oversubscription while tasks run)
+        self.tasks_inflight = g("tasks_inflight", I32)
         self.syscall = ir.Function(self.m, ir.FunctionType(I64, [I64], var_arg=True), "syscall")
         self.pthread_create = ir.Function(self.m, ir.FunctionType(
             I32, [I64.as_pointer(), I8P, ir.FunctionType(I8P, [I8P]).as_pointer(), I8P]),
@@ -236,6 +240,8 @@ class _Pool:
         b.position_at_end(pooled)
         have = self.ensure_workers(b, b.sub(nt, I32(1)), worker)
         avail = b.select(b.icmp_signed("<", have, b.sub(nt, I32(1))), have, b.sub(nt, I32(1)))
+        avail = b.sub(avail, self.load(b, self.tasks_inflight, "monotonic"))
+        avail = b.select(b.icmp_signed("<", avail, I32(0)), I32(0), avail)
         threads = b.zext(b.add(avail, I32(1)), I64)
         per = b.sdiv(b.add(extent, b.sub(b.mul(threads, I64(4)), I64(1))),
                      b.mul(threads, I64(4)))        # ~4 chunks per thread for balance
@@ -294,7 +300,7 @@ class _Pool:
         b.ret_void()
         # in a child after fork() only the forking thread exists: forget the workers
         fn, b = self.function("jc_after_fork_child", ir.VoidType(), [], internal=False)
-        for gv in (self.nworkers, self.busy, self.active):
+        for gv in (self.nworkers, self.busy, self.active, self.tasks_inflight):
             b.store(I32(0), gv)
         tasks.after_fork_child(b)
         b.ret_void()

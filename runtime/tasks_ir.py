@@ -10,7 +10,9 @@ A compiled graph's forked sub-graph runs as a task `void task(i8** bufs)`:
     has started runs on the waiting thread, so nested forks can never deadlock a saturated
     pool; otherwise it waits for `done`, then frees the record.
 Workers are created lazily, up to the inter-op thread count; their kernels share the one
-intra-op pool (a region that finds it busy runs inline on the worker).
+intra-op pool (a region that finds it busy runs inline on the worker). A queued task counts in
+the pool's `tasks_inflight` until it finishes: parallel regions meanwhile leave one worker out
+per task, so a forked task and the main line do not oversubscribe the cores.
 """
 from __future__ import annotations
 
@@ -22,7 +24,8 @@ QUEUE_SLOTS = 64
 TASK_FN = ir.FunctionType(ir.VoidType(), [I8P.as_pointer()]).as_pointer()
 # task record: { i32 done, i32 slot, task fn, bufs }
 TASK = ir.LiteralStructType([I32, I32, TASK_FN, I8P.as_pointer()])
-TASK_EXPORTS = ("jc_task_spawn", "jc_task_wait", "jc_set_interop_threads", "jc_task_workers")
+TASK_EXPORTS = ("jc_task_spawn", "jc_task_wait", "jc_set_interop_threads", "jc_task_workers",
+                "jc_tasks_inflight")
 
 
 class _Tasks:
@@ -39,8 +42,10 @@ class _Tasks:
         return b.gep(task, [I32(0), I32(k)])
 
     def run_and_finish(self, b, task):
-        """Run a task this thread owns and mark it done (waking a waiter)."""
+        """Run a task this thread owns, leave the in-flight count and mark it done (waking a
+        waiter)."""
         b.call(b.load(self.field(b, task, 2)), [b.load(self.field(b, task, 3))])
+        b.atomic_rmw("sub", self.p.tasks_inflight, I32(1), "seq_cst")
         done = self.field(b, task, 0)
         b.store_atomic(I32(1), done, "release", 4)
         self.p.futex(b, done, FUTEX_WAKE_PRIVATE, I32(2**31 - 1))
@@ -123,6 +128,8 @@ class _Tasks:
         for k, v in ((0, I32(0)), (1, I32(-1)), (2, fn.args[0]), (3, fn.args[1])):
             b.store(v, self.field(b, task, k))
         self.ensure_workers(b, worker)
+        # counted before it can be claimed, so the count never goes below zero
+        b.atomic_rmw("add", self.p.tasks_inflight, I32(1), "seq_cst")
         i = p.alloca(b, I32)
         b.store(I32(0), i)
         check, body, placed, full = (fn.append_basic_block(n) for n in
@@ -178,6 +185,8 @@ class _Tasks:
         b.ret_void()
         fn, b = p.function("jc_task_workers", I32, [], internal=False)
         b.ret(b.load(self.nworkers))
+        fn, b = p.function("jc_tasks_inflight", I32, [], internal=False)
+        b.ret(p.load(b, p.tasks_inflight))
 
     def after_fork_child(self, b):
         """In a fork() child: no inter-op workers, and no tasks of the parent's threads."""

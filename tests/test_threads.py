@@ -327,3 +327,28 @@ def test_jit_num_threads_pins_a_function(threads):
     np.testing.assert_array_equal(one(x), default(x))
     with pytest.raises(ValueError):
         jc.jit(lambda x: x, num_threads=0)
+
+
+def test_forked_tasks_leave_the_in_flight_count_at_zero():
+    """Regions leave one worker out per task in flight: the count must return to zero after
+    forks from Python, native forks in a graph, nested forks and tasks that raise."""
+    from jitcore.parallel import tasks_in_flight
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((64, 128)).astype(np.float32)
+    w = rng.standard_normal((128, 32)).astype(np.float32)
+
+    @jc.jit
+    def forward(x, w1, w2):
+        fut = jc.fork(_mm, x, w2)
+        return x @ w1 + jc.wait(fut)
+
+    double = jc.jit(lambda x: x * 2.0)
+    for _ in range(20):
+        futs = [jc.fork(double, x) for _ in range(5)]
+        forward(x, w, w)
+        for f in futs:
+            f.wait()
+    bad = jc.jit(lambda a, b: a @ b)
+    with pytest.raises(jc.ShapeError):                       # a task that raises
+        jc.wait(jc.fork(bad, np.ones((2, 3), np.float32), np.ones((2, 3), np.float32)))
+    assert tasks_in_flight() == 0
