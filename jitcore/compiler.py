@@ -18,7 +18,7 @@ from ir.graph import Graph
 from passes.legality import bytes_moved, coverage, flops
 from passes.pipeline import run_pipeline
 
-from . import config
+from . import config, diskcache
 from .llvm import engine, gemm
 from .llvm.codegen import NDARRAY_TYPE_SYMBOL, build_module
 from .llvm.target import Target
@@ -84,9 +84,25 @@ STATS = {"compiles": 0, "hits": 0}
 
 
 def cache_info() -> dict:
-    """Compiles and cache hits so far, and the compiled graphs held now."""
+    """Compiles and cache hits so far, the compiled graphs held now, and the disk cache's
+    hits, misses and rejected (corrupt or foreign) entries."""
     with _CACHE_LOCK:
-        return {**STATS, "size": len(_CACHE), "max_size": config.get().cache_size}
+        return {**STATS, "size": len(_CACHE), "max_size": config.get().cache_size,
+                **diskcache.STATS, "disk_dir": diskcache.directory()}
+
+
+class _DiskEntry:
+    """The disk cache entry of one module (see jitcore/diskcache.py)."""
+
+    def __init__(self, text: str, target: Target, exports: list):
+        self.target_key = target.key()
+        self.key = diskcache.key(text, self.target_key, exports)
+
+    def load(self):
+        return diskcache.load(self.key, self.target_key)
+
+    def store(self, obj: bytes, optimized_ir: str):
+        diskcache.store(self.key, self.target_key, obj, optimized_ir)
 
 
 def cache_key(graph: Graph, strides: tuple, target: Target, threads: int,
@@ -148,7 +164,9 @@ def _compile(graph: Graph, strides: tuple, target: Target, threads: int,
     t_runtime = time.perf_counter()
     imports = _runtime_imports(text)     # the first one builds the thread pools, once
     t2 = time.perf_counter()
-    library = engine.compile_ir(text, [run_name, entry_name], target, imports=imports)
+    exports = [run_name, entry_name]
+    library = engine.compile_ir(text, exports, target, imports=imports,
+                                cache=_DiskEntry(text, target, exports))
     t3 = time.perf_counter()
     # the process-wide runtime (built by the first graph that needs it) is not this graph's cost
     setup = t2 - t_runtime

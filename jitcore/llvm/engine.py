@@ -58,6 +58,17 @@ class Library:
         return self._asm
 
 
+def _machine_code(text: str, mach: _Machine) -> tuple:
+    """(object bytes, optimized IR text) of a module."""
+    try:
+        mod = llvm.parse_assembly(text)
+        mod.verify()
+    except RuntimeError as e:
+        raise CompileError(f"LLVM rejected the generated IR: {e}") from None
+    _optimize(mod, mach.tm)
+    return mach.tm.emit_object(mod), str(mod)
+
+
 def _optimize(mod, tm):
     pto = llvm.create_pipeline_tuning_options(speed_level=3)
     # kernels are vectorized explicitly by codegen; LLVM's vectorizers would only re-vectorize
@@ -68,19 +79,21 @@ def _optimize(mod, tm):
     pb.getModulePassManager().run(mod, pb)
 
 
-def compile_ir(text: str, exports: list, target: Target, imports: dict | None = None) -> Library:
+def compile_ir(text: str, exports: list, target: Target, imports: dict | None = None,
+               cache=None) -> Library:
     """Parse, verify, optimize at O3, emit machine code and link it into the process.
-    `imports` binds external symbols of the module to addresses of this process."""
+    `imports` binds external symbols of the module to addresses of this process. `cache`:
+    an object with load() -> (object, optimized IR) | None and store(object, optimized IR)
+    (the disk cache): a hit skips LLVM's optimizer and code generator."""
     mach = machine(target)
+    hit = cache.load() if cache is not None else None
     with _LOCK:
-        try:
-            mod = llvm.parse_assembly(text)
-            mod.verify()
-        except RuntimeError as e:
-            raise CompileError(f"LLVM rejected the generated IR: {e}") from None
-        _optimize(mod, mach.tm)
-        optimized = str(mod)
-        obj = mach.tm.emit_object(mod)
+        if hit is not None:
+            obj, optimized = hit
+        else:
+            obj, optimized = _machine_code(text, mach)
+            if cache is not None:
+                cache.store(obj, optimized)
         builder = llvm.JITLibraryBuilder().add_object_img(obj).add_current_process()
         for name in exports:
             builder.export_symbol(name)

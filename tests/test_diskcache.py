@@ -1,0 +1,109 @@
+"""The on-disk cache of compiled code: a warm start skips LLVM, entries are private,
+checksummed and target-bound, and a damaged entry is rebuilt (jitcore/diskcache.py)."""
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = str(Path(__file__).resolve().parents[1])
+
+SCRIPT = """
+import json, time, numpy as np, jitcore as jc
+x = np.arange(64 * 48, dtype=np.float32).reshape(64, 48) / 1000
+w = np.ones((48, 40), np.float32) / 48
+t = time.perf_counter()
+f = jc.jit(lambda a, w: jc.gelu(a @ w + 0.5) - jc.exp(-a.sum(axis=1, keepdims=True)))
+r = f(x, w)
+info = jc.cache_info()
+print(json.dumps({"hits": info["disk_hits"],
+                  "rejected": info["disk_rejected"], "sum": float(r.astype('float64').sum()),
+                  "ir_lines": len(f.llvm_ir(x, w).splitlines())}))
+"""
+
+
+def run(cache_dir, **env):
+    proc = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": REPO,
+                               "JITCORE_CACHE_DIR": str(cache_dir), **env}, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def entries(cache_dir):
+    return sorted(Path(cache_dir).glob("*.jco"))
+
+
+def test_warm_start_loads_the_object_and_gives_the_same_result(tmp_path):
+    cold = run(tmp_path)
+    assert cold["hits"] == 0 and len(entries(tmp_path)) == 1
+    warm = run(tmp_path)
+    assert warm["hits"] == 1 and warm["sum"] == cold["sum"]
+    assert warm["ir_lines"] == cold["ir_lines"] > 0          # optimized IR comes back too
+
+
+def test_directory_is_private(tmp_path):
+    run(tmp_path / "cache")
+    mode = stat.S_IMODE(os.stat(tmp_path / "cache").st_mode)
+    assert mode == 0o700
+    for entry in entries(tmp_path / "cache"):
+        assert stat.S_IMODE(os.stat(entry).st_mode) & 0o077 == 0
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip_payload", "flip_header", "garbage"])
+def test_damaged_entry_is_detected_and_rebuilt(tmp_path, damage):
+    cold = run(tmp_path)
+    (entry,) = entries(tmp_path)
+    blob = bytearray(entry.read_bytes())
+    if damage == "truncate":
+        blob = blob[:len(blob) // 2]
+    elif damage == "flip_payload":
+        blob[-100] ^= 0xFF
+    elif damage == "flip_header":
+        blob[len(b"JITCORE-OBJ-1\n") + 30] ^= 0x01
+    else:
+        blob = bytearray(b"not an entry at all")
+    entry.write_bytes(bytes(blob))
+    again = run(tmp_path)
+    assert again["hits"] == 0 and again["rejected"] == 1 and again["sum"] == cold["sum"]
+    assert run(tmp_path)["hits"] == 1                         # rewritten, valid again
+
+
+def test_entry_of_another_target_is_never_loaded(tmp_path):
+    """An entry built for 256-bit vectors, renamed to the 512-bit key, is refused: the
+    header records the target and must match this process's."""
+    wide = tmp_path / "wide"
+    narrow = tmp_path / "narrow"
+    run(wide)
+    run(narrow, JITCORE_VECTOR_WIDTH="256")
+    (w_entry,), (n_entry,) = entries(wide), entries(narrow)
+    assert w_entry.name != n_entry.name                       # the target is in the key
+    w_entry.write_bytes(n_entry.read_bytes())
+    result = run(wide)
+    assert result["hits"] == 0 and result["rejected"] == 1
+
+
+def test_disk_cache_can_be_turned_off(tmp_path):
+    run(tmp_path / "off", JITCORE_DISK_CACHE="0")
+    assert not (tmp_path / "off").exists() or not entries(tmp_path / "off")
+
+
+def test_a_directory_others_can_write_is_not_used(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    proc = subprocess.run([sys.executable, "-W", "always", "-c", SCRIPT], capture_output=True,
+                          text=True, env={**os.environ, "PYTHONPATH": REPO,
+                                          "JITCORE_CACHE_DIR": str(shared)}, timeout=300)
+    assert proc.returncode == 0 and "not using the disk cache" in proc.stderr
+    assert not entries(shared)
+
+
+def test_entries_hold_no_pickles():
+    source = (Path(REPO) / "jitcore" / "diskcache.py").read_text()
+    assert "pickle" not in source.replace("nothing is unpickled", "")
