@@ -39,11 +39,12 @@ from typing import Callable
 import numpy as np
 
 import jitcore as jc
+from jitcore.bench.workloads import (jc_linear_gelu, jc_mlp, np_linear_gelu, np_mlp,
+                                     t_linear_gelu, t_mlp)
 from timing import median_time
 
 try:
     import torch
-    import torch.nn.functional as F
 except ImportError:
     torch = None
 
@@ -54,7 +55,6 @@ MIN_SAMPLE_S = 0.02           # a timing sample repeats short calls up to this l
 SETTLE_S = 0.3                # pause before each cell: the previous system's idle workers
                               # spin on (OpenBLAS ~0.1 s) and would take the cores
 ATOL_PER_K = 4.0              # atol = ATOL_PER_K * K * eps(dtype) on O(1) outputs
-SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 THREAD_ENV = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 SECTIONS = {
     "gemm": "plain GEMM, float32, x[M,K] @ W[K,N]; goal >= 0.9x at sizes >= 512",
@@ -74,48 +74,6 @@ def matmul(x, W):
 
 def torch_mm(x, W):
     return torch.mm(x, W)
-
-
-def jc_mlp(x, W, b):
-    return jc.gelu(x @ W + b, approximate="tanh")
-
-
-def jc_mlp2(x, W1, b1, W2, b2):
-    return jc_mlp(x, W1, b1) @ W2 + b2
-
-
-def np_gelu_tanh_(y):
-    """tanh GELU of y, in place."""
-    t = y * y
-    t *= y
-    t *= 0.044715
-    t += y
-    t *= SQRT_2_OVER_PI
-    np.tanh(t, out=t)
-    t += 1
-    y *= t
-    y *= 0.5
-    return y
-
-
-def np_mlp(x, W, b):
-    y = x @ W
-    y += b
-    return np_gelu_tanh_(y)
-
-
-def np_mlp2(x, W1, b1, W2, b2):
-    y = np_mlp(x, W1, b1) @ W2
-    y += b2
-    return y
-
-
-def torch_mlp(x, W, b):
-    return F.gelu(torch.addmm(b, x, W), approximate="tanh")
-
-
-def torch_mlp2(x, W1, b1, W2, b2):
-    return torch.addmm(b2, torch_mlp(x, W1, b1), W2)
 
 
 @dataclass(frozen=True)
@@ -140,10 +98,11 @@ WORKLOADS = [
     gemm(256), gemm(512, goal=0.9), gemm(1024, goal=0.9), gemm(2048, goal=0.9),
     gemm(512, np.float64), gemm(1024, np.float64),
     Workload("mlp", {"x": (512, 1024), "W": (1024, 4096), "b": (4096,)},
-             jc_mlp, np_mlp, torch_mlp, goal=1.1, constants=("W",), compile=True),
+             jc_linear_gelu, np_linear_gelu, t_linear_gelu, goal=1.1, constants=("W",),
+             compile=True),
     Workload("mlp2", {"x": (256, 1024), "W1": (1024, 4096), "b1": (4096,),
                       "W2": (4096, 1024), "b2": (1024,)},
-             jc_mlp2, np_mlp2, torch_mlp2, goal=1.1, constants=("W1", "W2"), compile=True),
+             jc_mlp, np_mlp, t_mlp, goal=1.1, constants=("W1", "W2"), compile=True),
 ]
 
 

@@ -29,7 +29,6 @@ its packing step.
 from __future__ import annotations
 
 import functools
-from contextlib import contextmanager
 import math
 import os
 from dataclasses import dataclass, replace
@@ -290,13 +289,13 @@ class GemmEmitter:
     def row_blocks(self, panels, pc, kc, n0, ncols, m_lo, m_hi, first, last):
         b, p = self.b, self.p
         npanels = b.sdiv(b.add(ncols, self.i64(p.nr - 1)), self.i64(p.nr))
-        with _blocks(b, m_lo, m_hi, p.mc, "ic") as ic:
+        with u.for_range(b, m_lo, m_hi, p.mc, "ic", partial=True) as ic:
             ic_end = _min(b, b.add(ic, self.i64(p.mc)), m_hi)
             with u.for_range(b, self.i64(0), npanels, 1, name="jr") as jp:
                 col0 = b.add(n0, b.mul(jp, self.i64(p.nr)))
                 ncol = _min(b, self.i64(p.nr), b.sub(b.add(n0, ncols), col0))
                 panel = b.gep(panels, [b.mul(jp, self.i64(p.kc * p.nr))])
-                with _blocks(b, ic, ic_end, p.mr, "ir") as row0:
+                with u.for_range(b, ic, ic_end, p.mr, "ir", partial=True) as row0:
                     nrow = _min(b, self.i64(p.mr), b.sub(ic_end, row0))
                     self.micro(panel, pc, kc, row0)
                     self.update(row0, nrow, col0, ncol, first, last)
@@ -423,25 +422,6 @@ class GemmEmitter:
             memo = {} if self.acc_leaf is None else {id(self.acc_leaf): lane}
             ke.store(st.buffer, st.offset, ke.value(st.value, 1, memo), 1)
         ke.env[self.g.n] = col0
-
-
-@contextmanager
-def _blocks(b: ir.IRBuilder, lo, hi, step: int, name: str):
-    """`for i in range(lo, hi, step)` with a last block that may be short (i < hi)."""
-    counter = u.alloca_once(b, u.I64, name=f"{name}.addr")
-    b.store(lo, counter)
-    cond = b.append_basic_block(f"{name}.cond")
-    body = b.append_basic_block(f"{name}.body")
-    end = b.append_basic_block(f"{name}.end")
-    b.branch(cond)
-    b.position_at_end(cond)
-    i = b.load(counter, name=name)
-    b.cbranch(b.icmp_signed("<", i, hi), body, end)
-    b.position_at_end(body)
-    yield i
-    b.store(b.add(i, u.I64(step)), counter)
-    b.branch(cond)
-    b.position_at_end(end)
 
 
 def _min(b, x, y):

@@ -87,9 +87,11 @@ def alloca_once(builder: ir.IRBuilder, ty: ir.Type, name: str = ""):
 
 
 @contextmanager
-def for_range(builder: ir.IRBuilder, start, stop, step: int = 1, name: str = "i"):
+def for_range(builder: ir.IRBuilder, start, stop, step: int = 1, name: str = "i",
+              partial: bool = False):
     """`for i in range(start, stop, step)` (i64, step > 0); yields i. The loop runs while
-    i + step <= stop, so a vector loop with step = lanes never reads past the end."""
+    i + step <= stop, so a vector loop with step = lanes never reads past the end; with
+    `partial`, while i < stop (the last block may be short: the body clips it)."""
     fn = builder.function
     counter = alloca_once(builder, I64, name=f"{name}.addr")
     builder.store(start, counter)
@@ -99,7 +101,7 @@ def for_range(builder: ir.IRBuilder, start, stop, step: int = 1, name: str = "i"
     builder.branch(cond_bb)
     builder.position_at_end(cond_bb)
     i = builder.load(counter, name=name)
-    last = builder.add(i, I64(step - 1)) if step > 1 else i
+    last = builder.add(i, I64(step - 1)) if step > 1 and not partial else i
     builder.cbranch(builder.icmp_signed("<", last, stop), body_bb, end_bb)
     builder.position_at_end(body_bb)
     yield i
