@@ -20,7 +20,9 @@ from .legality import check
 
 
 def _mergeable(kernel: Kernel, first: Kernel, written: dict) -> bool:
-    if kernel.kind != "pointwise" or not kernel.loops or kernel.loops != first.loops:
+    if "pointwise" != kernel.kind or "pointwise" != first.kind:   # a reduction over extent-1
+        return False                                              # axes has pointwise loops
+    if not kernel.loops or kernel.loops != first.loops:
         return False
     if kernel.task != first.task or kernel.vectorized != first.vectorized:
         return False

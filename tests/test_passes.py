@@ -193,3 +193,12 @@ def test_pointwise_kernels_with_different_loop_nests_stay_apart():
     y = b.input_node("y", (50, 100), dt.float32)
     ks = _kernels([b.elementwise(Op.EXP, x), b.elementwise(Op.LOG, y)], [x, y])
     assert len(ks) == 2
+
+
+def test_reduction_over_extent_one_axes_is_not_merged_as_pointwise():
+    """Its loops look pointwise (the reduced axis has one element), but its store casts and
+    reduces: merging it with a pointwise neighbour stored int32 values as int64."""
+    x = b.input_node("x", (1, 40), dt.int32)
+    total = b.reduce(Op.SUM, x, (0,))
+    ks = _kernels([total, b.elementwise(Op.NEG, x)], [x])
+    assert len(ks) == 2 and ks[0].reduction is not None
