@@ -60,7 +60,8 @@ def _infer_binary(op, a, b):
         return dt.bool_, a.shape
     if op == Op.DIV:
         _require(a.dtype.is_float, DTypeError, "div: needs float sources")
-    elif op in (Op.SUB, Op.POW):      # numpy: bool - bool is an error, bool ** bool is int8
+    elif op in (Op.SUB, Op.POW, Op.FLOORDIV, Op.MOD):
+        # numpy: bool - bool is an error; bool ** bool, bool // bool and bool % bool are int8
         _require(a.dtype != dt.bool_, DTypeError, f"{_name(op)}: not defined for bool")
     return a.dtype, a.shape
 

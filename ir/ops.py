@@ -22,6 +22,7 @@ class Op(Enum):
     LEAKY_RELU = auto(); RELU6 = auto()
     # binary elementwise
     ADD = auto(); SUB = auto(); MUL = auto(); DIV = auto(); POW = auto()
+    FLOORDIV = auto(); MOD = auto()
     MAXIMUM = auto(); MINIMUM = auto()
     EQ = auto(); NE = auto(); LT = auto(); LE = auto(); GT = auto(); GE = auto()
     LOGICAL_AND = auto(); LOGICAL_OR = auto()
@@ -51,7 +52,8 @@ UNARY = UNARY_PRIMITIVE | UNARY_COMPOSITE
 FLOAT_UNARY = frozenset({Op.EXP, Op.LOG, Op.SQRT, Op.TANH, Op.ERF, Op.SIN, Op.COS, Op.RSQRT,
                          Op.RECIPROCAL, Op.SIGMOID, Op.GELU, Op.SILU, Op.HARDSWISH,
                          Op.HARDSIGMOID, Op.HARDTANH, Op.LEAKY_RELU})
-ARITH_BINARY = frozenset({Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.POW, Op.MAXIMUM, Op.MINIMUM})
+ARITH_BINARY = frozenset({Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.POW, Op.FLOORDIV, Op.MOD,
+                          Op.MAXIMUM, Op.MINIMUM})
 COMPARE = frozenset({Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE})
 LOGICAL_BINARY = frozenset({Op.LOGICAL_AND, Op.LOGICAL_OR})
 BINARY = ARITH_BINARY | COMPARE | LOGICAL_BINARY

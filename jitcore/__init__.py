@@ -17,10 +17,12 @@ from .api import Graph, JitFunction, compile, jit
 from .compiler import VERSION as __version__
 from .compiler import cache_info
 from .ops import (abs, add, amax, amin, argmax, argmin, astype, broadcast_to, ceil, cos, div,
-                  divide, equal, erf, exp, expand_dims, floor, gelu, greater, greater_equal,
+                  divide, equal, erf, exp, expand_dims, floor, floor_divide, gelu, greater,
+                  greater_equal,
                   hardsigmoid, hardswish, hardtanh, layer_norm, leaky_relu, less, less_equal,
                   log, log_softmax, logical_and, logical_not, logical_or, matmul, max, maximum,
-                  mean, min, minimum, mul, multiply, neg, negative, not_equal, pow, power, prod,
+                  mean, min, minimum, mod, mul, multiply, neg, negative, not_equal, pow, power,
+                  prod, remainder,
                   reciprocal, relu, relu6, reshape, rsqrt, sigmoid, silu, sin, softmax, sqrt,
                   squeeze, sub, subtract, sum, tanh, transpose, where)
 from .futures import Future, fork, wait

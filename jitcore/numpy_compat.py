@@ -17,6 +17,7 @@ UFUNCS = {
     np.floor: ops.floor, np.ceil: ops.ceil, np.reciprocal: ops.reciprocal,
     np.logical_not: ops.logical_not, np.add: ops.add, np.subtract: ops.sub,
     np.multiply: ops.mul, np.true_divide: ops.div, np.power: ops.pow,
+    np.floor_divide: ops.floor_divide, np.remainder: ops.remainder,
     np.maximum: ops.maximum, np.minimum: ops.minimum, np.equal: ops.equal,
     np.not_equal: ops.not_equal, np.less: ops.less, np.less_equal: ops.less_equal,
     np.greater: ops.greater, np.greater_equal: ops.greater_equal,

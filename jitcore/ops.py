@@ -105,6 +105,11 @@ mul = _binary_op(Op.MUL, "mul", "a * b.")
 multiply = mul
 div = _binary_op(Op.DIV, "div", "a / b (true division: integers give float64, as numpy).")
 divide = div
+floor_divide = _binary_op(Op.FLOORDIV, "floor_divide", "a // b, rounded toward -inf as numpy "
+                          "(integer division by zero gives 0, never a trap).")
+remainder = _binary_op(Op.MOD, "remainder", "a % b with the sign of b, as numpy (integer "
+                       "remainder by zero gives 0).")
+mod = remainder
 pow = _binary_op(Op.POW, "pow", "a ** b.")                      # noqa: A001 (numpy's name)
 power = pow
 maximum = _binary_op(Op.MAXIMUM, "maximum", "Elementwise maximum; NaN propagates.")

@@ -156,7 +156,8 @@ def _binary(name, reflected=False):
 
 
 for _dunder, _fn in [("add", "add"), ("sub", "sub"), ("mul", "mul"), ("truediv", "div"),
-                     ("pow", "pow"), ("matmul", "matmul")]:
+                     ("floordiv", "floor_divide"), ("mod", "remainder"), ("pow", "pow"),
+                     ("matmul", "matmul")]:
     setattr(Tracer, f"__{_dunder}__", _binary(_fn))
     setattr(Tracer, f"__r{_dunder}__", _binary(_fn, reflected=True))
 for _dunder, _fn in [("eq", "equal"), ("ne", "not_equal"), ("lt", "less"), ("le", "less_equal"),

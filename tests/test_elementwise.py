@@ -601,3 +601,44 @@ def test_astype_with_jc_dtype_constants_and_eagerly(dst):
            BOOL: jc.bool}[dst]
     assert_close(jc.jit(lambda x: x.astype(jcd))(x), ref, dst, exact=True)
     assert_close(jc.astype(x, jcd), ref, dst, exact=True)
+
+
+# ---- floor division and remainder: numpy's results, no trap on zero or INT_MIN // -1 ------
+
+@pytest.mark.parametrize("dtype", [I32, I64, U8], ids=dtype_id)
+def test_integer_floor_divide_and_remainder_match_numpy_exactly(dtype):
+    rng = rng_for("divmod", dtype.name)
+    info = np.iinfo(dtype)
+    low = -9 if info.min < 0 else 0
+    a = np.concatenate([rng.integers(info.min, info.max, 3000, dtype=dtype, endpoint=True),
+                        np.array([info.min, info.max, 0, 7, 7, 0, info.min], dtype)])
+    b = np.concatenate([rng.integers(low, 9, 3000, dtype=dtype, endpoint=True),
+                        np.array([-1 if low else 1, 0, 0, 0, 3, 5, info.max], dtype)])
+    q, r = jc.jit(lambda a, b: (a // b, a % b))(a, b)
+    with np.errstate(all="ignore"):
+        np.testing.assert_array_equal(q, a // b)
+        np.testing.assert_array_equal(r, a % b)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_id)
+def test_float_floor_divide_and_remainder_match_numpy(dtype):
+    rng = rng_for("fdivmod", dtype.name)
+    special = [0., -0., 1., -1., np.inf, -np.inf, np.nan, 5., -5., 7.5, 1e-30, 3.0]
+    a = np.concatenate([(rng.standard_normal(3000) * 10).astype(dtype),
+                        np.repeat(np.array(special, dtype), len(special))])
+    b = np.concatenate([(rng.standard_normal(3000) * 3).astype(dtype),
+                        np.tile(np.array(special, dtype), len(special))])
+    q, r = jc.jit(lambda a, b: (jc.floor_divide(a, b), jc.remainder(a, b)))(a, b)
+    with np.errstate(all="ignore"):
+        want_q, want_r = np.floor_divide(a, b), np.remainder(a, b)
+    for got, want in ((q, want_q), (r, want_r)):
+        np.testing.assert_array_equal(got, want)                  # NaN-aware, exact
+        finite = ~np.isnan(want)
+        assert (np.signbit(got[finite]) == np.signbit(want[finite])).all()
+
+
+def test_floor_divide_operators_and_numpy_functions_trace():
+    x = np.arange(-6, 6, dtype=np.int64)
+    f = jc.jit(lambda x: (x // 4, 7 // (x + 10), x % 3, np.floor_divide(x, 5), np.mod(x, 5)))
+    for got, want in zip(f(x), (x // 4, 7 // (x + 10), x % 3, x // 5, x % 5)):
+        np.testing.assert_array_equal(got, want)

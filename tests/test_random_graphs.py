@@ -26,7 +26,7 @@ BINARY = ["add", "sub", "mul", "maximum", "minimum", "div_safe", "where_max"]
 REDUCE = ["sum", "mean", "max", "min"]
 # integer programs: exact ops (wrap-around included), compared for equality
 INT_UNARY = ["neg", "abs", "relu", "scale3", "shift2"]
-INT_BINARY = ["add", "sub", "mul", "maximum", "minimum", "where_max"]
+INT_BINARY = ["add", "sub", "mul", "maximum", "minimum", "where_max", "floordiv", "mod"]
 INT_REDUCE = ["sum", "max", "min"]
 I32, I64 = np.dtype(np.int32), np.dtype(np.int64)
 
@@ -92,6 +92,9 @@ def binary(name, a, b):
         return a / (np.abs(b) + 1.0)
     if name == "where_max":
         return np.where(a > b, a, b)
+    if name in ("floordiv", "mod"):                 # zero divisors included: 0, never a trap
+        with np.errstate(divide="ignore", over="ignore"):
+            return a // b if name == "floordiv" else a % b
     raise AssertionError(name)
 
 

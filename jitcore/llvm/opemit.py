@@ -173,6 +173,55 @@ def _int_pow(b, out, x, y):
     return b.select(b.icmp_signed("<", y, ir.Constant(ty, 0)), negative, result)
 
 
+def _divmod(b, out, x, y):
+    """numpy's floor division and remainder, lane-wise, never trapping: a zero divisor gives
+    0 for both (numpy warns and returns 0), INT_MIN // -1 wraps to INT_MIN (numpy too). For
+    floats, numpy's npy_divmod: mod = fmod(x, y) moved to the divisor's sign, div = (x - mod)/y
+    rounded to the nearest integer below."""
+    ty = x.type
+    zero = u.const(ty, 0)
+    if out.is_float:
+        mod = b.frem(x, y)
+        fix = b.and_(b.fcmp_ordered("!=", mod, zero),
+                     b.xor(b.fcmp_ordered("<", y, zero), b.fcmp_ordered("<", mod, zero)))
+        mod_fixed = b.select(fix, b.fadd(mod, y), mod)
+        div = b.fdiv(b.fsub(x, mod), y)
+        div = b.select(fix, b.fsub(div, u.const(ty, 1.0)), div)
+        floor = u.intrinsic(b, "floor", [div])
+        floor = b.select(b.fcmp_ordered(">", b.fsub(div, floor), u.const(ty, 0.5)),
+                         b.fadd(floor, u.const(ty, 1.0)), floor)
+        # a zero quotient keeps the sign of x / y; a zero divisor gives x / y (inf or nan)
+        floor = b.select(b.fcmp_ordered("==", div, zero),
+                         _copysign(b, zero, b.fdiv(x, y)), floor)
+        by_zero = b.fcmp_ordered("==", y, zero)
+        floor = b.select(by_zero, b.fdiv(x, y), floor)
+        mod_fixed = b.select(b.and_(b.fcmp_ordered("==", mod_fixed, zero),
+                                    b.fcmp_ordered("==", mod, zero)),
+                             _copysign(b, zero, y), mod_fixed)
+        return floor, mod_fixed
+    one = u.const(ty, 1)
+    safe_y = b.select(b.icmp_signed("==", y, zero), one, y)
+    if out.kind == "u":
+        q, r = b.udiv(x, safe_y), b.urem(x, safe_y)
+    else:
+        minus_one = u.const(ty, -1)
+        safe_y = b.select(b.icmp_signed("==", safe_y, minus_one), one, safe_y)  # no INT_MIN/-1
+        q, r = b.sdiv(x, safe_y), b.srem(x, safe_y)
+        negated = b.sub(zero, x)                                  # x // -1, wrapping
+        is_m1 = b.icmp_signed("==", y, minus_one)
+        q, r = b.select(is_m1, negated, q), b.select(is_m1, zero, r)
+        fix = b.and_(b.icmp_signed("!=", r, zero),
+                     b.xor(b.icmp_signed("<", r, zero), b.icmp_signed("<", y, zero)))
+        q = b.select(fix, b.sub(q, one), q)
+        r = b.select(fix, b.add(r, y), r)
+    by_zero = b.icmp_signed("==", y, zero)
+    return b.select(by_zero, zero, q), b.select(by_zero, zero, r)
+
+
+def _copysign(b, mag, sign):
+    return u.intrinsic(b, "copysign", [mag, sign])
+
+
 EMITTERS = {
     Op.NEG: _neg, Op.ABS: _abs,
     Op.EXP: _math("exp"), Op.LOG: _math("log"), Op.TANH: _math("tanh"), Op.ERF: _math("erf"),
@@ -185,6 +234,8 @@ EMITTERS = {
     Op.MUL: _arith("fmul", "mul", "and_"),
     Op.DIV: lambda b, out, inp, args, arg: b.fdiv(*args),      # the IR divides floats only
     Op.POW: _pow,
+    Op.FLOORDIV: lambda b, out, inp, args, arg: _divmod(b, out, *args)[0],
+    Op.MOD: lambda b, out, inp, args, arg: _divmod(b, out, *args)[1],
     Op.MAXIMUM: _minmax("maximum", ">", "or_"), Op.MINIMUM: _minmax("minimum", "<", "and_"),
     Op.EQ: _compare("=="), Op.NE: _compare("!="), Op.LT: _compare("<"),
     Op.LE: _compare("<="), Op.GT: _compare(">"), Op.GE: _compare(">="),
