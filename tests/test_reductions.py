@@ -547,3 +547,22 @@ def test_column_sums_over_few_rows_and_extent_one_axes(shape, axis):
     y = make(shape, F32, rng=rng_for("colsum", shape))
     g = jc.jit(lambda y: y.sum(axis=axis))
     np.testing.assert_array_equal(g(y), y.sum(axis=axis))      # numpy's row order, exactly
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_id)
+def test_long_axis_sums_accumulate_in_two_levels(dtype):
+    """2**25 + 7 ones per output (a broadcast view: no memory): one float32 accumulator lane
+    stops counting at 2**24; the two-level split keeps the sum exact. Rows and columns."""
+    n = 2**25 + 7
+    rows = np.broadcast_to(np.asarray(1.0, dtype), (3, n))
+    cols = np.broadcast_to(np.asarray(1.0, dtype), (n, 5))
+    got_rows = jc.jit(lambda x: x.sum(axis=1))(rows)
+    got_cols = jc.jit(lambda x: x.sum(axis=0))(cols)
+    np.testing.assert_array_equal(got_rows, np.full(3, n, dtype))
+    np.testing.assert_array_equal(got_cols, np.full(5, n, dtype))
+
+
+def test_more_than_2_to_the_31_elements_index_with_int64():
+    big = np.broadcast_to(np.float32(0.5), (2, 2**31 + 5))
+    got = jc.jit(lambda x: x.sum(axis=1))(big)
+    np.testing.assert_array_equal(got, np.full(2, np.float32((2**31 + 5) * 0.5)))
