@@ -137,6 +137,8 @@ def apply_step(step, vals):
     if kind == "reduce":
         op, axis, keepdims = step[2:]
         return getattr(v, op)(axis=axis, keepdims=keepdims)
+    if kind == "matmul_t":                     # v @ w.T: a GEMM, its epilogue fused maybe
+        return v @ vals[step[2]].T
     raise AssertionError(kind)
 
 
@@ -218,6 +220,8 @@ def programs(draw, kind="float"):
         "float": (UNARY, BINARY, REDUCE, [F32, F64], [0.5, -1.25, 2.0, 3]),
         "int": (INT_UNARY, INT_BINARY, INT_REDUCE, [I32, I64], [1, 2, -3]),
     }[kind]
+    matmuls = kind == "float"          # integer matmul computes in float64 (a documented
+                                       # deviation from numpy's integer result)
     base = draw(shapes())
     n_in = draw(st.integers(1, 3))
     in_shapes = [base] + [_broadcast_variant(draw, base) if draw(st.booleans()) else base
@@ -229,10 +233,18 @@ def programs(draw, kind="float"):
     shp = list(in_shapes)
     for _ in range(draw(st.integers(3, 12))):
         kind = draw(st.sampled_from(["unary", "unary", "binary", "binary", "scalar", "view",
-                                     "view", "reduce"]))
+                                     "view", "reduce"] + (["matmul"] if matmuls else [])))
         i = draw(st.integers(0, len(shp) - 1))
         s = shp[i]
-        if kind == "unary":
+        if kind == "matmul":
+            partners = [j for j in range(len(shp)) if len(s) == 2 and len(shp[j]) == 2
+                        and shp[j][1] == s[1]]
+            if not partners:
+                continue
+            j = draw(st.sampled_from(partners))
+            prog.steps.append(("matmul_t", i, j))
+            shp.append((s[0], shp[j][0]))
+        elif kind == "unary":
             prog.steps.append(("unary", draw(st.sampled_from(unary_ops)), i))
             shp.append(s)
         elif kind == "binary":
@@ -296,13 +308,15 @@ def programs(draw, kind="float"):
 # ---- the test -------------------------------------------------------------------------------
 
 def _max_reduced(program):
-    """The largest number of elements folded into one value by any reduction (>= 1)."""
+    """The largest number of elements folded into one value by any reduction or matmul."""
     n = 1
     vals = [np.zeros(s) for s in program.input_shapes]
     for step in program.steps:
         out = np.asarray(apply_step(step, vals))
         if step[0] == "reduce":
             n = max(n, vals[step[1]].size // max(out.size, 1))
+        if step[0] == "matmul_t":
+            n = max(n, vals[step[1]].shape[1])
         vals.append(out)
     return n
 
