@@ -15,7 +15,7 @@ memory. The merged kernel's vector decision is made again by the legality check.
 """
 from __future__ import annotations
 
-from .kernel import Compute, Kernel, Load, walk
+from .kernel import Kernel, Load, rebuild
 from .legality import check
 
 
@@ -30,25 +30,14 @@ def _mergeable(kernel: Kernel, first: Kernel, written: dict) -> bool:
                for ld in kernel.loads() if ld.buffer.slot in written)
 
 
-def _forward(value, written: dict, memo: dict):
-    """`value` with loads of values stored earlier in the run replaced by the stored values."""
-    for n in walk([value]):
-        if id(n) in memo:
-            continue
-        if isinstance(n, Load) and n.buffer.slot in written:
-            memo[id(n)] = written[n.buffer.slot].value
-        elif isinstance(n, Compute):
-            memo[id(n)] = Compute(n.op, n.dtype, tuple(memo[id(s)] for s in n.src), n.arg)
-        else:
-            memo[id(n)] = n
-    return memo[id(value)]
-
-
 def _merged(run: list, read_later: set, vector_bits: int, masked_tails: bool) -> Kernel:
     written, stores, memo = {}, [], {}
     for k in run:
         for st in k.stores:
-            st = type(st)(st.buffer, st.offset, _forward(st.value, written, memo))
+            # loads of values stored earlier in the run become those values
+            value = rebuild(st.value, lambda n: written[n.buffer.slot].value
+                            if isinstance(n, Load) and n.buffer.slot in written else None, memo)
+            st = type(st)(st.buffer, st.offset, value)
             written[st.buffer.slot] = st
             stores.append(st)
     stores = [st for st in stores if st.buffer.kind != "temp" or st.buffer.slot in read_later]

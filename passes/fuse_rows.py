@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from ir.ops import TRANSCENDENTAL
 
-from .kernel import Compute, Const, Kernel, Load, Loop, Store, walk
+from .kernel import Const, Kernel, Load, Loop, Store, rebuild, walk
 from .symbolic import lin
 
 
@@ -89,16 +89,9 @@ def _keep_summands(group: list) -> None:
         if want not in keys.values():
             continue
         loaded = Load(target.buffer, target.offset)
-        new = {}
-        for n in walk([target.value]):
-            if keys[id(n)] == want:
-                new[id(n)] = loaded
-            elif isinstance(n, Compute):
-                new[id(n)] = Compute(n.op, n.dtype, tuple(new[id(s)] for s in n.src), n.arg)
-            else:
-                new[id(n)] = n
+        value = rebuild(target.value, lambda n: loaded if keys[id(n)] == want else None)
         part.stores.append(Store(target.buffer, target.offset, summand))
-        last.stores[0] = Store(target.buffer, target.offset, new[id(target.value)])
+        last.stores[0] = Store(target.buffer, target.offset, value)
         return
 
 

@@ -196,6 +196,21 @@ class Kernel:
         return n
 
 
+def rebuild(value, replace, memo: dict | None = None):
+    """`value` with every node for which `replace(node)` returns a node swapped for it; the
+    Computes above a swapped node are rebuilt, the rest shared. `memo` carries the mapping
+    across several roots (so shared subexpressions stay shared)."""
+    memo = {} if memo is None else memo
+    for n in walk([value]):
+        if id(n) in memo:
+            continue
+        new = replace(n)
+        if new is None and isinstance(n, Compute):
+            new = Compute(n.op, n.dtype, tuple(memo[id(s)] for s in n.src), n.arg)
+        memo[id(n)] = n if new is None else new
+    return memo[id(value)]
+
+
 def walk(roots) -> list:
     """Every expression node reachable from roots, sources before users, each once.
     Iterative: expressions thousands of ops deep are fine."""

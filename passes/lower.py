@@ -29,7 +29,7 @@ from ir.ops import ELEMENTWISE, REDUCE, TRANSCENDENTAL, Op
 from ir.shapes import contiguous_strides, numel
 
 from .kernel import (Acc, Buffer, Compute, Const, Gemm, Kernel, Load, Loop, Reduction, Store,
-                     walk)
+                     rebuild)
 from .symbolic import Lin, Var, floordiv, lin, mod, substitute
 from .tasks import task_of_nodes
 
@@ -403,15 +403,11 @@ def _mergeable(offsets: list, outer: Var, inner: Var) -> bool:
 
 def _rebuild(kernel: Kernel, loops: list, mapping: dict) -> Kernel:
     """The same kernel over new loop variables; `mapping` gives old vars as expressions."""
-    new = {}
-    for n in walk([s.value for s in kernel.stores]):
-        if isinstance(n, Load):
-            new[id(n)] = Load(n.buffer, substitute(n.offset, mapping))
-        elif isinstance(n, Compute):
-            new[id(n)] = Compute(n.op, n.dtype, tuple(new[id(s)] for s in n.src), n.arg)
-        else:
-            new[id(n)] = n
-    stores = [Store(s.buffer, substitute(s.offset, mapping), new[id(s.value)])
+    memo = {}
+
+    def moved(n):
+        return Load(n.buffer, substitute(n.offset, mapping)) if isinstance(n, Load) else None
+    stores = [Store(s.buffer, substitute(s.offset, mapping), rebuild(s.value, moved, memo))
               for s in kernel.stores]
     return Kernel(kernel.name, loops, stores, kernel.reduction, kernel.ops)
 

@@ -187,70 +187,68 @@ class GemmEmitter:
                                    for ld in ke.kernel.loads()[2:]) and \
             self.store.offset.coeff(n) == 1
 
-    def i64(self, v: int):
-        return u.I64(v)
-
     def emit(self):
         b, p, g, ke = self.b, self.p, self.g, self.ke
         if not g.prepacked:
             self.pack_buf = u.alloca_once(b, self.panel_ty, name="bpack")
             self.pack_buf.align = 64
-        self.accs = [[u.alloca_once(b, self.vty, name=f"acc{r}_{h}") for h in range(self.p.nv)]
+        self.accs = [[u.alloca_once(b, self.vty, name=f"acc{r}_{h}") for h in range(p.nv)]
                      for r in range(p.mr)]
         self.ctile = u.alloca_once(b, ir.ArrayType(self.vty, p.nv * p.mr), name="ctile")
         self.ctile.align = 64
         per_batch = p.n_blocks * p.m_groups
         with u.for_range(b, ke.start, ke.stop, 1, name="item") as t:
-            flat, rem = b.sdiv(t, self.i64(per_batch)), b.srem(t, self.i64(per_batch))
+            flat, rem = b.sdiv(t, u.I64(per_batch)), b.srem(t, u.I64(per_batch))
             for v in reversed(g.batch):                       # the batch index, last fastest
-                ke.env[v] = b.srem(flat, self.i64(v.extent))
-                flat = b.sdiv(flat, self.i64(v.extent))
-            j, group = b.sdiv(rem, self.i64(p.m_groups)), b.srem(rem, self.i64(p.m_groups))
-            n0 = b.mul(j, self.i64(p.nc))
-            ncols = _min(b, self.i64(p.nc), b.sub(self.i64(g.n.extent), n0))
-            m_lo = b.mul(group, self.i64(p.group_rows))
-            m_hi = _min(b, b.add(m_lo, self.i64(p.group_rows)), self.i64(g.m.extent))
-            with u.for_range(b, self.i64(0), self.i64(p.k_blocks), 1, name="pcb") as pci:
-                pc = b.mul(pci, self.i64(p.kc))
-                kc = _min(b, self.i64(p.kc), b.sub(self.i64(g.k.extent), pc))
-                panels = self.packed_block(pci, j, pc, kc, n0, ncols)
-                last = b.icmp_signed("==", pci, self.i64(p.k_blocks - 1))
-                first = b.icmp_signed("==", pci, self.i64(0))
-                self.row_blocks(panels, pc, kc, n0, ncols, m_lo, m_hi, first, last)
+                ke.env[v] = b.srem(flat, u.I64(v.extent))
+                flat = b.sdiv(flat, u.I64(v.extent))
+            j, group = b.sdiv(rem, u.I64(p.m_groups)), b.srem(rem, u.I64(p.m_groups))
+            n0 = b.mul(j, u.I64(p.nc))
+            ncols = _min(b, u.I64(p.nc), b.sub(u.I64(g.n.extent), n0))
+            m_lo = b.mul(group, u.I64(p.group_rows))
+            m_hi = _min(b, b.add(m_lo, u.I64(p.group_rows)), u.I64(g.m.extent))
+            with u.for_range(b, u.I64(0), u.I64(p.k_blocks), 1, name="pcb") as pci:
+                pc = b.mul(pci, u.I64(p.kc))
+                kc = _min(b, u.I64(p.kc), b.sub(u.I64(g.k.extent), pc))
+                npanels = b.sdiv(b.add(ncols, u.I64(p.nr - 1)), u.I64(p.nr))
+                panels = self.packed_block(pci, j, pc, kc, n0, ncols, npanels)
+                last = b.icmp_signed("==", pci, u.I64(p.k_blocks - 1))
+                first = b.icmp_signed("==", pci, u.I64(0))
+                self.row_blocks(panels, pc, kc, n0, ncols, npanels, m_lo, m_hi, first, last)
 
     # -- B panels ---------------------------------------------------------------------------
-    def packed_block(self, pci, j, pc, kc, n0, ncols):
+    def packed_block(self, pci, j, pc, kc, n0, ncols, npanels):
         """Pointer to the packed KC x NC block: the prepacked constant's, or packed now."""
         b, p, g = self.b, self.p, self.g
         if g.prepacked:
-            block = b.mul(b.add(b.mul(pci, self.i64(p.n_blocks)), j), self.i64(p.kc * p.nc))
+            block = b.mul(b.add(b.mul(pci, u.I64(p.n_blocks)), j), u.I64(p.kc * p.nc))
             base = self.ke.base_ptr(g.b.buffer)
             return b.gep(base, [block])
-        panels = b.gep(self.pack_buf, [self.i64(0), self.i64(0)])
-        self.pack(panels, pc, kc, n0, ncols)
+        panels = b.gep(self.pack_buf, [u.I64(0), u.I64(0)])
+        self.pack(panels, pc, kc, n0, ncols, npanels)
         return panels
 
-    def pack(self, panels, pc, kc, n0, ncols):
+    def pack(self, panels, pc, kc, n0, ncols, npanels):
         """panels[jp][kk][c] = B[pc + kk, n0 + jp*NR + c], zero beyond the last column."""
         b, p, g, ke = self.b, self.p, self.g, self.ke
-        npanels = b.sdiv(b.add(ncols, self.i64(p.nr - 1)), self.i64(p.nr))
         contiguous = g.b.offset.coeff(g.n) == 1
-        with u.for_range(b, self.i64(0), npanels, 1, name="jp") as jp:
-            left = b.sub(ncols, b.mul(jp, self.i64(p.nr)))
-            counts = [_clamp(b, b.sub(left, self.i64(h * p.lanes)), p.lanes) for h in range(self.p.nv)]
+        with u.for_range(b, u.I64(0), npanels, 1, name="jp") as jp:
+            left = b.sub(ncols, b.mul(jp, u.I64(p.nr)))
+            counts = [_clamp(b, b.sub(left, u.I64(h * p.lanes)), p.lanes)
+                      for h in range(p.nv)]
             masks = [u.lane_mask(b, c, p.lanes) for c in counts]
-            col0 = b.add(n0, b.mul(jp, self.i64(p.nr)))
-            dst0 = b.mul(jp, self.i64(p.kc * p.nr))
-            with u.for_range(b, self.i64(0), kc, 1, name="kk") as kk:
+            col0 = b.add(n0, b.mul(jp, u.I64(p.nr)))
+            dst0 = b.mul(jp, u.I64(p.kc * p.nr))
+            with u.for_range(b, u.I64(0), kc, 1, name="kk") as kk:
                 ke.env[g.k] = b.add(pc, kk)
-                dst = b.add(dst0, b.mul(kk, self.i64(p.nr)))
-                for h in range(self.p.nv):
-                    col = b.add(col0, self.i64(h * p.lanes))
+                dst = b.add(dst0, b.mul(kk, u.I64(p.nr)))
+                for h in range(p.nv):
+                    col = b.add(col0, u.I64(h * p.lanes))
                     if contiguous:
                         vec = self.load_row(col, counts[h], masks[h])
                     else:
                         vec = self.gather_row(col, counts[h])
-                    ptr = b.gep(panels, [b.add(dst, self.i64(h * p.lanes))])
+                    ptr = b.gep(panels, [b.add(dst, u.I64(h * p.lanes))])
                     b.store(vec, b.bitcast(ptr, self.vty.as_pointer()), align=64)
 
     def load_row(self, col, count, mask):
@@ -260,7 +258,7 @@ class GemmEmitter:
         ke.env[g.n] = col
         ptr = b.bitcast(b.gep(ke.base_ptr(g.b.buffer), [ke.index(g.b.offset)]),
                         self.vty.as_pointer())
-        full = b.icmp_signed("==", count, self.i64(self.p.lanes))
+        full = b.icmp_signed("==", count, u.I64(self.p.lanes))
         with b.if_else(full) as (then, otherwise):
             with then:
                 whole = b.load(ptr, align=1)
@@ -274,29 +272,28 @@ class GemmEmitter:
         return phi
 
     def gather_row(self, col, count):
-        """One element at a time (strided B, or an edge without masked loads); lanes at or
-        past `count` are zero and read nothing out of bounds (the column is clamped)."""
+        """One element at a time (B strided along n); lanes at or past `count` are zero and
+        read nothing out of bounds (the column is clamped)."""
         b, ke, g = self.b, self.ke, self.g
         vec = u.const(self.vty, 0)
         for c in range(self.p.lanes):
-            valid = b.icmp_signed(">", count, self.i64(c))
-            ke.env[g.n] = _min(b, b.add(col, self.i64(c)), self.i64(max(g.n.extent - 1, 0)))
+            valid = b.icmp_signed(">", count, u.I64(c))
+            ke.env[g.n] = _min(b, b.add(col, u.I64(c)), u.I64(max(g.n.extent - 1, 0)))
             x = b.load(b.gep(ke.base_ptr(g.b.buffer), [ke.index(g.b.offset)]))
             vec = b.insert_element(vec, b.select(valid, x, u.const(self.elem, 0)), u.I32(c))
         return vec
 
     # -- rows and the micro-kernel ----------------------------------------------------------
-    def row_blocks(self, panels, pc, kc, n0, ncols, m_lo, m_hi, first, last):
+    def row_blocks(self, panels, pc, kc, n0, ncols, npanels, m_lo, m_hi, first, last):
         b, p = self.b, self.p
-        npanels = b.sdiv(b.add(ncols, self.i64(p.nr - 1)), self.i64(p.nr))
         with u.for_range(b, m_lo, m_hi, p.mc, "ic", partial=True) as ic:
-            ic_end = _min(b, b.add(ic, self.i64(p.mc)), m_hi)
-            with u.for_range(b, self.i64(0), npanels, 1, name="jr") as jp:
-                col0 = b.add(n0, b.mul(jp, self.i64(p.nr)))
-                ncol = _min(b, self.i64(p.nr), b.sub(b.add(n0, ncols), col0))
-                panel = b.gep(panels, [b.mul(jp, self.i64(p.kc * p.nr))])
+            ic_end = _min(b, b.add(ic, u.I64(p.mc)), m_hi)
+            with u.for_range(b, u.I64(0), npanels, 1, name="jr") as jp:
+                col0 = b.add(n0, b.mul(jp, u.I64(p.nr)))
+                ncol = _min(b, u.I64(p.nr), b.sub(b.add(n0, ncols), col0))
+                panel = b.gep(panels, [b.mul(jp, u.I64(p.kc * p.nr))])
                 with u.for_range(b, ic, ic_end, p.mr, "ir", partial=True) as row0:
-                    nrow = _min(b, self.i64(p.mr), b.sub(ic_end, row0))
+                    nrow = _min(b, u.I64(p.mr), b.sub(ic_end, row0))
                     self.micro(panel, pc, kc, row0)
                     self.update(row0, nrow, col0, ncol, first, last)
 
@@ -309,30 +306,30 @@ class GemmEmitter:
                 b.store(zero, acc)
         ke.env[g.k] = pc
         a_rows, a_base = [], ke.base_ptr(g.a.buffer)
-        last_row = self.i64(max(g.m.extent - 1, 0))
+        last_row = u.I64(max(g.m.extent - 1, 0))
         for r in range(p.mr):           # rows past the edge read the last row, unused
-            ke.env[g.m] = _min(b, b.add(row0, self.i64(r)), last_row)
+            ke.env[g.m] = _min(b, b.add(row0, u.I64(r)), last_row)
             a_rows.append(b.gep(a_base, [ke.index(g.a.offset)]))
         step = g.a.offset.coeff(g.k)        # None: A's index is not linear in k
         vptr = self.vty.as_pointer()
-        with u.for_range(b, self.i64(0), kc, 1, name="k") as kk:
-            bk = b.gep(panel, [b.mul(kk, self.i64(p.nr))])
+        with u.for_range(b, u.I64(0), kc, 1, name="k") as kk:
+            bk = b.gep(panel, [b.mul(kk, u.I64(p.nr))])
             # unaligned loads: a prepacked constant's array is only element-aligned
-            bv = [b.load(b.bitcast(b.gep(bk, [self.i64(h * p.lanes)]), vptr), align=1)
-                  for h in range(self.p.nv)]
-            ak = kk if step == 1 else b.mul(kk, self.i64(step or 0))
+            bv = [b.load(b.bitcast(b.gep(bk, [u.I64(h * p.lanes)]), vptr), align=1)
+                  for h in range(p.nv)]
+            ak = kk if step == 1 else b.mul(kk, u.I64(step or 0))
             for r in range(p.mr):
                 a = b.load(b.gep(a_rows[r], [ak])) if step is not None else \
                     self.a_element(row0, r, b.add(pc, kk))
                 a = u.splat(b, a, p.lanes)
-                for h in range(self.p.nv):
+                for h in range(p.nv):
                     acc = self.accs[r][h]
                     b.store(u.intrinsic(b, "fmuladd", [a, bv[h], b.load(acc)]), acc)
 
     def a_element(self, row0, r, k):
         """A[row0 + r, k] through the general index (A's offset is not linear in k)."""
         b, g, ke = self.b, self.g, self.ke
-        ke.env[g.m] = _min(b, b.add(row0, self.i64(r)), self.i64(max(g.m.extent - 1, 0)))
+        ke.env[g.m] = _min(b, b.add(row0, u.I64(r)), u.I64(max(g.m.extent - 1, 0)))
         ke.env[g.k] = k
         return b.load(b.gep(ke.base_ptr(g.a.buffer), [ke.index(g.a.offset)]))
 
@@ -344,20 +341,20 @@ class GemmEmitter:
         b, p, g, ke = self.b, self.p, self.g, self.ke
         tile = b.bitcast(self.ctile, self.vty.as_pointer())
         for r in range(p.mr):
-            for h in range(self.p.nv):
-                b.store(b.load(self.accs[r][h]), b.gep(tile, [self.i64(p.nv * r + h)]), align=64)
-        with u.for_range(b, self.i64(0), nrow, 1, name="r") as r:
+            for h in range(p.nv):
+                b.store(b.load(self.accs[r][h]), b.gep(tile, [u.I64(p.nv * r + h)]), align=64)
+        with u.for_range(b, u.I64(0), nrow, 1, name="r") as r:
             ke.env[g.m] = b.add(row0, r)
-            with u.for_range(b, self.i64(0), self.i64(p.nv), 1, name="h") as h:
-                ke.env[g.n] = b.add(col0, b.mul(h, self.i64(p.lanes)))
-                acc = b.load(b.gep(tile, [b.add(b.mul(r, self.i64(p.nv)), h)]), align=64)
-                count = _clamp(b, b.sub(ncol, b.mul(h, self.i64(p.lanes))), p.lanes)
-                whole = b.icmp_signed("==", count, self.i64(p.lanes))
+            with u.for_range(b, u.I64(0), u.I64(p.nv), 1, name="h") as h:
+                ke.env[g.n] = b.add(col0, b.mul(h, u.I64(p.lanes)))
+                acc = b.load(b.gep(tile, [b.add(b.mul(r, u.I64(p.nv)), h)]), align=64)
+                count = _clamp(b, b.sub(ncol, b.mul(h, u.I64(p.lanes))), p.lanes)
+                whole = b.icmp_signed("==", count, u.I64(p.lanes))
                 with b.if_else(whole) as (then, otherwise):
                     with then:
                         self.finish(acc, first, last, None)
                     with otherwise:
-                        with b.if_then(b.icmp_signed(">", count, self.i64(0))):
+                        with b.if_then(b.icmp_signed(">", count, u.I64(0))):
                             self.finish(acc, first, last, count)
 
     def finish(self, acc, first, last, count):
@@ -415,8 +412,8 @@ class GemmEmitter:
         spill = u.alloca_once(b, self.vty, name="tile_row")
         b.store(total, spill)
         col0 = ke.env[self.g.n]
-        valid = self.i64(p.lanes) if count is None else count
-        with u.for_range(b, self.i64(0), valid, 1, name="c") as c:
+        valid = u.I64(p.lanes) if count is None else count
+        with u.for_range(b, u.I64(0), valid, 1, name="c") as c:
             ke.env[self.g.n] = b.add(col0, c)
             lane = b.load(b.gep(b.bitcast(spill, self.elem.as_pointer()), [c]))
             memo = {} if self.acc_leaf is None else {id(self.acc_leaf): lane}
