@@ -296,6 +296,26 @@ def test_view_chains(name):
     assert_close(jc.jit(fn)(x, y), ref, F32, msg=name)
 
 
+# a reversed or offset slice of a reshape: the index of the source element is a floor division
+# / modulo of an expression that goes negative (found by the random integer programs)
+RESHAPE_SLICES = [((2, 2, 2), (4, 2), (slice(2, None, -1), slice(0, 2))),
+                  ((2, 2, 2), (4, 2), (slice(None, None, -1),)),
+                  ((3, 4), (2, 6), (slice(None, None, -1), slice(None, None, -2))),
+                  ((2, 3, 4), (6, 4), (slice(4, 0, -3), slice(3, None, -1))),
+                  ((2, 3, 4), (4, 6), (slice(None, None, -1), slice(1, None, 2))),
+                  ((12,), (3, 4), (slice(None, None, -1), slice(None, None, -1))),
+                  ((5, 6), (3, 10), (slice(2, None, -2), slice(7, 1, -3)))]
+
+
+@pytest.mark.parametrize("src, dst, index", RESHAPE_SLICES,
+                         ids=[f"{shape_id(s)}-{shape_id(d)}" for s, d, _ in RESHAPE_SLICES])
+def test_reversed_slice_of_reshape(src, dst, index):
+    x = np.arange(np.prod(src), dtype=np.int32).reshape(src)
+    fn = jc.jit(lambda a: a.reshape(dst)[index])
+    assert_close(fn(x), x.reshape(dst)[index], I32, exact=True)
+    assert_close(fn(x[::-1]), x[::-1].reshape(dst)[index], I32, exact=True)
+
+
 # ---- non-contiguous inputs -----------------------------------------------------------------------
 
 def _inputs(kind, shape=(9, 12)):

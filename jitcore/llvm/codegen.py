@@ -103,11 +103,21 @@ class KernelEmitter:
             if isinstance(atom, Var):
                 v = self.env[atom]
             else:
-                inner = self.index(atom.expr)
-                op = self.b.sdiv if isinstance(atom, Div) else self.b.srem
-                v = op(inner, u.I64(atom.d))
+                v = self.floor_divmod(atom)
             acc = self.b.add(acc, v if coeff == 1 else self.b.mul(v, u.I64(coeff)))
         return acc
+
+    def floor_divmod(self, atom):
+        """`e // d` or `e % d` with Python's (floor) meaning, as the symbolic pass assumes.
+        The inner expression can be negative (a reversed slice of a reshape); it is shifted
+        by a multiple of d that makes its lowest value >= 0, so unsigned ops (shifts and
+        masks for powers of two) give the floor result."""
+        lo, _ = atom.expr.bounds()
+        shift = -(lo // atom.d) if lo < 0 else 0        # lo + shift*d >= 0
+        x = self.index(atom.expr + shift * atom.d)
+        if isinstance(atom, Div):
+            return self.b.sub(self.b.udiv(x, u.I64(atom.d)), u.I64(shift))
+        return self.b.urem(x, u.I64(atom.d))
 
     def load(self, node: Load, lanes: int):
         ptr = self.b.gep(self.base_ptr(node.buffer), [self.index(node.offset)])
