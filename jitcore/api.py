@@ -4,6 +4,7 @@ from __future__ import annotations
 import functools
 import inspect
 import threading
+from collections import OrderedDict
 
 import numpy as np
 
@@ -98,7 +99,9 @@ class JitFunction:
             validate_count(num_threads, "jit(num_threads=)")
         # constant matmul operands are packed into the GEMM's panel layout at compile time
         self.prepack_weights = prepack_weights
-        self._plans: dict = {}        # (shape, strides, dtype) per arg -> CallPlan
+        # (shape, strides, dtype) per arg -> CallPlan; an LRU as long as the compile cache's,
+        # so a function called with ever new shapes does not keep every compiled graph alive
+        self._plans: OrderedDict = OrderedDict()
         self._fast, self._fast_out = _no_plan_yet, _no_plan_yet
         self._lock = threading.Lock()
         if vector_width is not None:
@@ -120,11 +123,16 @@ class JitFunction:
         args = tuple(to_array(a, i, n) for i, (a, n) in
                      enumerate(zip(args, self._arg_names(len(args)))))
         key = tuple((a.shape, a.strides, a.dtype) for a in args)
-        plan = self._plans.get(key)
+        with self._lock:
+            plan = self._plans.get(key)
+            if plan is not None:
+                self._plans.move_to_end(key)
         if plan is None:
             plan = CallPlan(self._compiled(args))
             with self._lock:
                 self._plans[key] = plan
+                while len(self._plans) > config.get().cache_size:
+                    self._plans.popitem(last=False)
         self._fast, self._fast_out = plan.fast, plan.fast_out
         return plan(args, out)
 

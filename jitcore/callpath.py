@@ -88,6 +88,9 @@ class CallPlan:
         self.fast = self._make_fast() if NATIVE_LAYOUT_OK else (lambda args: MISMATCH)
         self.fast_out = self._make_fast_out() if NATIVE_LAYOUT_OK else \
             (lambda args, out: MISMATCH)
+        # a jitted function keeps calling its last fast path after the plan itself may have
+        # been evicted: the closures own the code they call
+        self.fast.compiled = self.fast_out.compiled = compiled
 
     def _make_fast(self):
         """A closure for the common call: arrays in, fresh outputs back."""
