@@ -462,6 +462,15 @@ def test_empty_m_or_n(mkn, dtype):
     assert got.shape == (m, n) and got.dtype == dtype
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_empty_batch(threads):
+    """A batch of zero matrices (the work split divided by the batch: found by the fuzzer)."""
+    x, w = np.ones((0, 3, 4), F32), np.ones((0, 4, 5), F32)
+    f = jc.jit(lambda a, b: jc.relu(a @ b) + 1.0, num_threads=threads)
+    assert f(x, w).shape == (0, 3, 5)
+    assert f(x, np.ones((4, 5), F32)).shape == (0, 3, 5)
+
+
 @pytest.mark.parametrize("dtype", [F32, F64], ids=str)
 def test_empty_k_gives_zeros(dtype):
     x, w = np.ones((17, 0), dtype), np.ones((0, 65), dtype)

@@ -116,7 +116,7 @@ def plan(kernel: Kernel, vector_bits: int, threads: int) -> GemmPlan:
     n_blocks = -(-max(n_ext, 1) // nc)
     row_panels = max(-(-m_ext // mr), 1)
     m_groups = 1
-    if threads > 1 and batch * n_blocks < 2 * threads:
+    if threads > 1 and 0 < batch * n_blocks < 2 * threads:      # batch 0: nothing to split
         m_groups = min(-(-2 * threads // (batch * n_blocks)), row_panels)
     group_rows = -(-row_panels // m_groups) * mr
     m_groups = max(-(-max(m_ext, 1) // group_rows), 1)
