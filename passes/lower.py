@@ -176,6 +176,8 @@ def view_index(node: Node, idx: tuple) -> tuple:
 
 
 def _reshape_index(src_shape, out_shape, idx):
+    if 0 in src_shape:                  # no element: nothing is ever read (no stride to divide)
+        return tuple(lin(0) for _ in src_shape)
     if [d for d in src_shape if d != 1] == [d for d in out_shape if d != 1]:
         it = iter(i for i, d in zip(idx, out_shape) if d != 1)   # only unit dims change
         return tuple(lin(0) if d == 1 else next(it) for d in src_shape)

@@ -398,6 +398,14 @@ def test_empty_elementwise(shape):
     assert got.shape == shape and got.dtype == F32
 
 
+@pytest.mark.parametrize("src, dst", [((0, 2), (0,)), ((2, 0), (0,)), ((0, 3), (3, 0)),
+                                      ((2, 0, 3), (0, 2, 3)), ((0,), (0, 5))], ids=str)
+def test_reshape_of_empty_arrays(src, dst):
+    """The reshape index divided by a zero stride (found by the fuzzer)."""
+    got = jc.jit(lambda a: a.reshape(dst) + 1)(np.zeros(src, np.float32))
+    assert got.shape == dst and got.dtype == np.float32
+
+
 def test_empty_views_and_broadcast():
     x = np.zeros((3, 0), np.float32)
     f = jc.jit(lambda x: x.T[::-1] + 1.0)
