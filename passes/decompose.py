@@ -61,6 +61,8 @@ def _mean(n):
 def _shifted(n):
     """x - max(x, axis) for softmax and log_softmax (keeps exp from overflowing)."""
     x, axes = n.src[0], (n.arg,)
+    if x.shape[n.arg] == 0:           # an empty row has no max (and no element to compute)
+        return x
     return E(Op.SUB, x, b.node(Op.MAX, x, arg=axes))
 
 

@@ -1,4 +1,5 @@
-"""Algebraic clean-up before lowering: constant folding, view chains, small powers.
+"""Algebraic clean-up before lowering: constant folding, view chains, small powers, index
+reductions over extent-1 axes.
 
 CSE happens in the rewrite driver itself; dead code disappears because graphs are walked
 from their outputs.
@@ -9,7 +10,7 @@ import numpy as np
 
 from ir import build as b
 from ir.graph import Node
-from ir.ops import ELEMENTWISE, Op
+from ir.ops import ELEMENTWISE, INDEX_REDUCE, Op
 
 from .rewrite import rewrite
 
@@ -80,8 +81,15 @@ def _views(node: Node):
     return None
 
 
+def _trivial_index_reduction(node: Node):
+    """argmax/argmin over an axis of extent 1 is 0 everywhere (no loop is left to search)."""
+    if node.op in INDEX_REDUCE and all(node.src[0].shape[a] == 1 for a in node.arg):
+        return b.broadcast_to(b.const(0, node.dtype), node.shape)
+    return None
+
+
 def _rule(node: Node):
-    for rule in (_views, _fold, _small_power):
+    for rule in (_views, _fold, _small_power, _trivial_index_reduction):
         out = rule(node)
         if out is not None and out is not node:
             return out

@@ -200,6 +200,27 @@ def test_numpy_integer_axes(axis):
         assert_close(g[0], x.argmax(axis=axis), np.int64)
 
 
+@pytest.mark.parametrize("op", ["argmax", "argmin"])
+@pytest.mark.parametrize("shape, axis", [((3, 1), 1), ((0, 1), 1), ((1, 40), 0),
+                                         ((5, 1, 33), 1), ((1, 1), None)])
+def test_arg_reduction_over_an_extent_one_axis(op, shape, axis):
+    """Index 0 everywhere (the compiler crashed: no reduce loop was left; found by the fuzzer)."""
+    x = make(shape, F32, rng=rng_for("arg-extent-1", shape))
+    for keepdims in (False, True):
+        got = jc.jit(lambda x: getattr(x, op)(axis=axis, keepdims=keepdims))(x)
+        assert_close(got, getattr(x, op)(axis=axis, keepdims=keepdims), np.int64)
+
+
+@pytest.mark.parametrize("shape", [(1, 0), (0, 3), (2, 0, 4)], ids=str)
+def test_row_composites_of_empty_arrays(shape):
+    """softmax / log_softmax / layer_norm of an empty array are empty (the softmax's internal
+    max over an empty row raised; found by the fuzzer)."""
+    x = np.zeros(shape, np.float32)
+    for fn in (jc.softmax, jc.log_softmax, jc.layer_norm):
+        got = jc.jit(fn)(x)
+        assert got.shape == shape and got.dtype == np.float32
+
+
 def test_reduction_axis_errors():
     x = np.ones((3, 4), np.float32)
     for fn in (lambda x: x.sum(axis=2), lambda x: x.max(axis=-3), lambda x: x.sum(axis=(0, 0)),
