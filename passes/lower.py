@@ -423,8 +423,8 @@ def order_and_collapse(kernel: Kernel) -> Kernel:
         changed = False
         offsets = _offsets(kernel)
         for a, b in zip(kernel.loops, kernel.loops[1:]):
-            if a.kind != b.kind or not _mergeable(offsets, a.var, b.var):
-                continue
+            if a.kind != b.kind or b.var.extent == 0 or not _mergeable(offsets, a.var, b.var):
+                continue                 # (an empty loop: nothing runs, nothing to merge)
             merged = Var(f"{a.var.name}{b.var.name}", a.var.extent * b.var.extent)
             mapping = {a.var: floordiv(lin(merged), b.var.extent),
                        b.var: mod(lin(merged), b.var.extent)}

@@ -401,9 +401,14 @@ def test_empty_elementwise(shape):
 @pytest.mark.parametrize("src, dst", [((0, 2), (0,)), ((2, 0), (0,)), ((0, 3), (3, 0)),
                                       ((2, 0, 3), (0, 2, 3)), ((0,), (0, 5))], ids=str)
 def test_reshape_of_empty_arrays(src, dst):
-    """The reshape index divided by a zero stride (found by the fuzzer)."""
-    got = jc.jit(lambda a: a.reshape(dst) + 1)(np.zeros(src, np.float32))
+    """The reshape index divided by a zero stride, loop merging by a zero extent (found by
+    the fuzzer)."""
+    x = np.zeros(src, np.float32)
+    got = jc.jit(lambda a: a.reshape(dst) + 1)(x)
     assert got.shape == dst and got.dtype == np.float32
+    assert_close(jc.jit(lambda a: a.reshape(dst).sum())(x), 0.0, F32, exact=True)
+    assert_close(jc.jit(lambda a: a.reshape(dst).sum(axis=0))(x), x.reshape(dst).sum(axis=0),
+                 F32, exact=True)
 
 
 def test_empty_views_and_broadcast():
