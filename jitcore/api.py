@@ -133,8 +133,9 @@ class JitFunction:
                 self._plans[key] = plan
                 while len(self._plans) > config.get().cache_size:
                     self._plans.popitem(last=False)
-        self._fast, self._fast_out = plan.fast, plan.fast_out
-        return plan(args, out)
+        result = plan(args, out)
+        self._fast, self._fast_out = plan.fast, plan.fast_out      # after it worked once
+        return result
 
     def _compiled(self, args: tuple):
         names = self._arg_names(len(args))

@@ -100,13 +100,19 @@ class CallPlan:
             shape, dtype = specs[0]
 
             def fast(args):
-                r = empty(shape, dtype)
+                try:
+                    r = empty(shape, dtype)
+                except MemoryError:           # maybe not even this signature: ask the slow path
+                    return MISMATCH
                 rc = entry(args + (r,))
                 return r if rc == 0 else status(rc)
             return fast
 
         def fast_general(args):
-            bufs = tuple([empty(s, d) for s, d in specs])
+            try:
+                bufs = tuple([empty(s, d) for s, d in specs])
+            except MemoryError:
+                return MISMATCH
             rc = entry(args + consts + bufs)
             if rc:
                 return status(rc)

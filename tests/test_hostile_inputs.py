@@ -92,6 +92,34 @@ CASES = {
         y = np.broadcast_to(np.int64(2), (2**31 + 1,))
         assert jc.jit(lambda a: (a * 3).sum())(y) == 6 * (2**31 + 1)
     """,
+    "allocation_failure_then_recovery": """
+        f = jc.jit(lambda a, b: a * b + 1.0)
+        huge = (np.broadcast_to(np.float32(1), (2**20, 1)),
+                np.broadcast_to(np.float32(1), (1, 2**21)))        # an 8 TiB result
+        expect(MemoryError, f, *huge)
+        x = np.ones((4, 5), np.float32)
+        assert np.array_equal(f(x, x), x * x + 1)   # the failed signature is not the fast path
+        expect(MemoryError, f, *huge)
+        assert np.array_equal(f(x, x), x * x + 1)
+    """,
+    "unusual_arrays_and_arguments": """
+        f = jc.jit(lambda a, b: a * b + 1.0)
+        x = np.arange(20, dtype=np.float32).reshape(4, 5)
+        want = x * x + 1
+        unaligned = np.zeros(81, np.uint8)[1:].view(np.float32).reshape(4, 5)
+        unaligned[:] = x
+        for a in (x.astype(">f4"), unaligned, np.asfortranarray(x), np.asmatrix(x),
+                  x.tolist()):
+            assert np.array_equal(f(a, x), want), type(a)
+        for bad in (x.astype(np.float16), x.astype(np.int8), x.astype(np.uint64),
+                    x.astype(np.complex64), np.array(["2020-01-01"], "datetime64[D]"), None,
+                    "abc", {"a": 1}):
+            expect(jc.DTypeError, f, bad, x)
+        expect(TypeError, f, x)                                    # wrong arity
+        expect(TypeError, f, x, x, x)
+        expect(OverflowError, jc.jit(lambda a: a + 2**40), np.ones(3, np.int32))  # as numpy
+        expect(jc.ShapeError, jc.jit(lambda a: (a + 1, a * 2)), x, out=(np.empty_like(x),))
+    """,
     "tracing_errors": """
         expect(jc.TraceError, jc.jit(lambda a: a + 1 if a.sum() > 0 else a), np.ones(3))
         expect(jc.TraceError, jc.jit(lambda a: float(a)), np.ones(3))
