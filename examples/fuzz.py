@@ -1,7 +1,9 @@
 """Differential fuzzing: random float and integer tensor programs (tests/test_random_graphs.py's
-hypothesis strategies: elementwise ops, broadcasts, views, reductions, mixed dtypes) jitted and
-compared with numpy, N of each. On a mismatch or a crash of the compiler hypothesis shrinks the
-program and the error shows the minimal program and jitcore's graph (IR text).
+hypothesis strategies: elementwise ops and composites, casts, comparisons and logic,
+broadcasts, views, empty dims, reductions, 2-D / batched / 1-D matmuls and forked tasks)
+jitted and compared with numpy, N of each. On a mismatch or a crash of the compiler
+hypothesis shrinks the program and the error shows the minimal program and jitcore's graph
+(IR text). At the end, how many programs had each feature.
 
     python examples/fuzz.py [--n 2000] [--seed 7]
 """
@@ -10,8 +12,10 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
+import numpy as np
 from hypothesis import HealthCheck, given, seed, settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
@@ -23,11 +27,39 @@ SUITES = {
 }
 
 
-def fuzz(name: str, n: int, rng_seed: int | None) -> float:
+def features(program) -> set:
+    """What a program exercises, for the coverage counts."""
+    found = {"empty input"} if any(0 in s for s in program.input_shapes) else set()
+    vals = [np.zeros(s, d) for s, d in zip(program.input_shapes, program.input_dtypes)]
+    for step in program.steps:
+        inner = step[1] if step[0] == "fork" else step
+        found |= {"fork"} if step[0] == "fork" else set()
+        if inner[0] == "matmul":
+            batched = max(vals[inner[1]].ndim, vals[inner[2]].ndim) > 2
+            found.add("batched matmul" if batched else "matmul")
+        found |= {FEATURE[inner[0]]} if inner[0] in FEATURE else set()
+        if inner[0] == "unary" and inner[1] in rg.ROW_OPS:
+            found.add("softmax/log_softmax/layer_norm")
+        with np.errstate(all="ignore"):
+            vals.append(np.asarray(rg.apply_step(step, vals)))
+    return found
+
+
+FEATURE = {"compare": "bool values", "logic": "bool values", "not": "bool values",
+           "where": "bool values", "astype": "cast", "reduce": "reduction",
+           "transpose": "view", "slice": "view", "reshape": "view", "broadcast_to": "view"}
+
+
+def fuzz(name: str, n: int, rng_seed: int | None, counts: Counter) -> float:
     strategy, test = SUITES[name]
+
+    def counted(program):
+        counts.update(features(program))
+        counts["programs"] += 1
+        test.hypothesis.inner_test(program)
+
     run = settings(max_examples=n, deadline=None, database=None,
-                   suppress_health_check=list(HealthCheck))(
-        given(strategy())(test.hypothesis.inner_test))
+                   suppress_health_check=list(HealthCheck))(given(strategy())(counted))
     if rng_seed is not None:
         run = seed(rng_seed)(run)
     t0 = time.perf_counter()
@@ -42,12 +74,14 @@ def main() -> int:
     opts = ap.parse_args()
     for name in SUITES:
         print(f"{name} programs: {opts.n} ...", flush=True)
+        counts = Counter()
         try:
-            seconds = fuzz(name, opts.n, opts.seed)
+            seconds = fuzz(name, opts.n, opts.seed, counts)
         except AssertionError as e:
             print(f"FAILED ({name}): minimal failing program:\n{e}")
             return 1
-        print(f"  {opts.n} programs matched numpy in {seconds:.1f} s")
+        print(f"  {counts.pop('programs')} programs matched numpy in {seconds:.1f} s")
+        print("  " + ", ".join(f"{k}: {v}" for k, v in sorted(counts.items())))
     return 0
 
 

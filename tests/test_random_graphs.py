@@ -1,12 +1,16 @@
 """Differential testing on random programs: hypothesis builds random graphs of elementwise ops
-(with broadcasting between compatible shapes, including size-1 and odd dims), views
-(transpose, slicing with any step, reshape, expand/broadcast) and reductions (random axes,
-keepdims) over float32/float64 inputs. The same program runs through numpy (float64) and
-through jitcore; results are compared with a tolerance that follows the magnitudes of the
-intermediate values. A failure prints the program and jitcore's graph text."""
+(transcendentals, activations, composites, casts, comparisons and logic), broadcasting between
+compatible shapes (size-1, odd and empty dims), views (transpose, slicing with any step,
+reshape, expand/broadcast), reductions (random axes, keepdims; argmax/argmin and prod on
+integers), matmuls (2-D, batched with broadcast batch dims, transposed operands, 1-D) and
+forked tasks (a step computed by `jc.fork` and waited for at its first use). The same program
+runs through numpy (float64 for float programs, the exact integer dtypes for integer
+programs) and through jitcore; float results are compared with a tolerance that follows the
+magnitudes of the intermediate values. A failure prints the program and jitcore's graph."""
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -14,20 +18,27 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import jitcore as jc
-from helpers import EPS, F32, F64, TOL, assert_close
+from helpers import BOOL, EPS, F32, F64, TOL, U8, assert_close
 
 DIMS = [1, 2, 3, 5, 7, 16, 17]
 MAX_SIZE = 3000
 
 # continuous ops only (a tiny rounding difference must not flip a discrete choice)
 UNARY = ["neg", "abs", "tanh", "sigmoid", "relu", "sin", "cos", "exp_neg_abs", "log1p_abs",
-         "sqrt_abs1", "gelu", "silu", "scale", "shift", "leaky_where"]
-BINARY = ["add", "sub", "mul", "maximum", "minimum", "div_safe", "where_max"]
+         "sqrt_abs1", "gelu", "silu", "scale", "shift", "leaky_where", "erf", "rsqrt_abs1",
+         "recip_abs1", "pow_abs1", "gelu_tanh", "hardtanh", "relu6", "hardswish",
+         "hardsigmoid", "leaky_relu", "softmax", "log_softmax", "layer_norm"]
+BINARY = ["add", "sub", "mul", "maximum", "minimum", "div_safe", "where_max", "pow_tanh"]
 REDUCE = ["sum", "mean", "max", "min"]
 # integer programs: exact ops (wrap-around included), compared for equality
 INT_UNARY = ["neg", "abs", "relu", "scale3", "shift2"]
-INT_BINARY = ["add", "sub", "mul", "maximum", "minimum", "where_max", "floordiv", "mod"]
-INT_REDUCE = ["sum", "max", "min"]
+INT_BINARY = ["add", "sub", "mul", "maximum", "minimum", "where_max", "floordiv", "mod",
+              "pow_small"]
+INT_REDUCE = ["sum", "max", "min", "prod", "argmax", "argmin"]
+BOOL_REDUCE = ["sum", "max", "min"]
+COMPARE = ["less", "less_equal", "greater", "greater_equal", "equal", "not_equal"]
+NO_IDENTITY = {"max", "min", "argmax", "argmin"}   # an empty reduced axis raises in numpy
+ROW_OPS = {"softmax", "log_softmax", "layer_norm"}  # along the last axis (not of 0-d values)
 I32, I64 = np.dtype(np.int32), np.dtype(np.int64)
 
 
@@ -35,8 +46,64 @@ def _is_np(v):
     return isinstance(v, (np.ndarray, np.generic))
 
 
+def _gelu_tanh(v):
+    return 0.5 * v * (1.0 + np.tanh(math.sqrt(2 / math.pi) * (v + 0.044715 * v ** 3)))
+
+
+def _rows(fn, v):
+    """A last-axis composite in numpy; empty rows stay empty (numpy's max would raise)."""
+    return v * 1.0 if v.size == 0 else fn(v)
+
+
+def _softmax(v):
+    e = np.exp(v - v.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def _log_softmax(v):
+    z = v - v.max(axis=-1, keepdims=True)
+    return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+
+
+def _layer_norm(v):                          # eps = 1: well conditioned for near-constant rows
+    m = v.mean(axis=-1, keepdims=True)
+    return (v - m) / np.sqrt(((v - m) ** 2).mean(axis=-1, keepdims=True) + 1.0)
+
+
+NUMPY_UNARY = {
+    "sigmoid": lambda v: 1.0 / (1.0 + np.exp(-v)),
+    "relu": lambda v: np.maximum(v, 0),
+    "silu": lambda v: v / (1.0 + np.exp(-v)),
+    "gelu": lambda v: 0.5 * v * (1.0 + np.vectorize(math.erf, otypes=[np.float64])(
+        v / math.sqrt(2)).astype(v.dtype)),
+    "erf": lambda v: np.vectorize(math.erf, otypes=[np.float64])(v).astype(v.dtype),
+    "rsqrt_abs1": lambda v: 1.0 / np.sqrt(np.abs(v) + 1.0),
+    "recip_abs1": lambda v: 1.0 / (np.abs(v) + 1.0),
+    "gelu_tanh": _gelu_tanh,
+    "hardtanh": lambda v: np.clip(v, -1.0, 1.0),
+    "relu6": lambda v: np.clip(v, 0.0, 6.0),
+    "hardswish": lambda v: v * np.clip(v + 3.0, 0.0, 6.0) / 6.0,
+    "hardsigmoid": lambda v: np.clip(v + 3.0, 0.0, 6.0) / 6.0,
+    "leaky_relu": lambda v: np.where(v > 0, v, v * 0.01),
+    "softmax": lambda v: _rows(_softmax, v),
+    "log_softmax": lambda v: _rows(_log_softmax, v),
+    "layer_norm": lambda v: _rows(_layer_norm, v),
+}
+JC_UNARY = {
+    "sigmoid": jc.sigmoid, "relu": jc.relu, "silu": jc.silu, "gelu": jc.gelu, "erf": jc.erf,
+    "rsqrt_abs1": lambda v: jc.rsqrt(np.abs(v) + 1.0),
+    "recip_abs1": lambda v: jc.reciprocal(np.abs(v) + 1.0),
+    "gelu_tanh": lambda v: jc.gelu(v, approximate="tanh"),
+    "hardtanh": jc.hardtanh, "relu6": jc.relu6, "hardswish": jc.hardswish,
+    "hardsigmoid": jc.hardsigmoid, "leaky_relu": jc.leaky_relu, "softmax": jc.softmax,
+    "log_softmax": jc.log_softmax, "layer_norm": lambda v: jc.layer_norm(v, eps=1.0),
+}
+
+
 def unary(name, v):
-    """One op on a numpy array (the float64 reference) or on a jitcore tracer."""
+    """One op on a numpy array (the reference) or on a jitcore tracer."""
+    if name in JC_UNARY:
+        return NUMPY_UNARY[name](v) if _is_np(v) else JC_UNARY[name](v)
     if name == "neg":
         return -v
     if name == "abs":
@@ -53,6 +120,8 @@ def unary(name, v):
         return np.log(np.abs(v) + 1.0)
     if name == "sqrt_abs1":                  # + 1: no infinite slope at 0
         return np.sqrt(np.abs(v) + 1.0)
+    if name == "pow_abs1":
+        return (np.abs(v) + 1.0) ** 1.5
     if name == "scale":
         return v * 0.75
     if name == "scale3":
@@ -63,17 +132,6 @@ def unary(name, v):
         return v - 0.5
     if name == "leaky_where":
         return np.where(v > 0, v, v * 0.1)
-    if name == "sigmoid":
-        return 1.0 / (1.0 + np.exp(-v)) if _is_np(v) else jc.sigmoid(v)
-    if name == "relu":
-        return np.maximum(v, 0) if _is_np(v) else jc.relu(v)
-    if name == "silu":
-        return v / (1.0 + np.exp(-v)) if _is_np(v) else jc.silu(v)
-    if name == "gelu":
-        if _is_np(v):
-            erf = np.vectorize(math.erf, otypes=[np.float64])(v / math.sqrt(2)).astype(v.dtype)
-            return 0.5 * v * (1.0 + erf)
-        return jc.gelu(v)
     raise AssertionError(name)
 
 
@@ -92,9 +150,17 @@ def binary(name, a, b):
         return a / (np.abs(b) + 1.0)
     if name == "where_max":
         return np.where(a > b, a, b)
-    if name in ("floordiv", "mod"):                 # zero divisors included: 0, never a trap
+    if name == "pow_tanh":                   # positive base, exponent in (-1, 1)
+        return (np.abs(a) + 1.0) ** np.tanh(b)
+    if name == "pow_small":                  # integer power, exponent 0..3 (wraps like numpy)
+        return a ** (np.abs(b) % 4)
+    if name in ("floordiv", "mod"):          # zero divisors included: 0, never a trap
         with np.errstate(divide="ignore", over="ignore"):
             return a // b if name == "floordiv" else a % b
+    if name in COMPARE:
+        return getattr(np, name)(a, b)
+    if name in ("logical_and", "logical_or"):
+        return getattr(np, name)(a, b)
     raise AssertionError(name)
 
 
@@ -116,16 +182,70 @@ class Program:
         return "\n".join(lines)
 
 
-def apply_step(step, vals):
+class Pending:
+    """A value a forked task computes; waited for where it is first used."""
+
+    def __init__(self, future):
+        self.future = future
+
+
+def value(vals, i):
+    v = vals[i]
+    if isinstance(v, Pending):
+        v = vals[i] = jc.wait(v.future)
+    return v
+
+
+def _swap_last(v):
+    return v.transpose(tuple(range(v.ndim - 2)) + (v.ndim - 1, v.ndim - 2))
+
+
+def step_inputs(step) -> tuple:
+    """The value indices a step reads."""
     kind = step[0]
+    if kind in ("unary", "not"):
+        return (step[2],) if kind == "unary" else (step[1],)
+    if kind in ("binary", "compare", "logic"):
+        return step[2], step[3]
+    if kind == "where":
+        return step[1:4]
+    if kind == "matmul":
+        return step[1], step[2]
+    if kind == "fork":
+        return step_inputs(step[1])
+    return (step[1] if kind != "scalar" else step[2],)
+
+
+def apply_step(step, vals, reference=False):
+    """One step on numpy arrays or tracers. `reference`: the float64 run of a float program
+    (a cast to float32 only rounds; the values stay float64)."""
+    kind = step[0]
+    if kind == "fork":
+        inner, refs = step[1], step_inputs(step[1])
+        args = [value(vals, r) for r in refs]
+        if _is_np(args[0]):
+            return apply_step(inner, dict(zip(refs, args)), reference)
+        return Pending(jc.fork(lambda *xs: apply_step(inner, dict(zip(refs, xs))), *args))
     if kind == "unary":
-        return unary(step[1], vals[step[2]])
-    if kind == "binary":
-        return binary(step[1], vals[step[2]], vals[step[3]])
+        return unary(step[1], value(vals, step[2]))
+    if kind in ("binary", "compare", "logic"):
+        return binary(step[1], value(vals, step[2]), value(vals, step[3]))
     if kind == "scalar":                       # a Python scalar on the left or the right
         op, i, c, left = step[1:]
-        return binary(op, c, vals[i]) if left else binary(op, vals[i], c)
-    v = vals[step[1]]
+        return binary(op, c, value(vals, i)) if left else binary(op, value(vals, i), c)
+    if kind == "not":
+        return np.logical_not(value(vals, step[1]))
+    if kind == "where":
+        return np.where(*(value(vals, i) for i in step[1:4]))
+    if kind == "matmul":                       # v @ w or v @ w^T (last two axes swapped)
+        v, w = value(vals, step[1]), value(vals, step[2])
+        return v @ (_swap_last(w) if step[3] else w)
+    v = value(vals, step[1])
+    if kind == "astype":
+        target = np.dtype(step[2])
+        if reference and _is_np(v) and target.kind == "f":
+            return v.astype(target).astype(np.float64)
+        return v.astype(target)
     if kind == "transpose":
         return v.transpose(step[2])
     if kind == "slice":
@@ -136,22 +256,29 @@ def apply_step(step, vals):
         return np.broadcast_to(v, step[2])
     if kind == "reduce":
         op, axis, keepdims = step[2:]
+        if op in ("argmax", "argmin"):
+            return getattr(v, op)(axis=axis, keepdims=keepdims)
+        if op in ("sum", "prod") and _is_np(v) and v.dtype in (U8, BOOL):
+            # jitcore's documented deviation: sums of uint8/bool are int64 (numpy: uint64)
+            return getattr(v, op)(axis=axis, keepdims=keepdims, dtype=np.int64)
         return getattr(v, op)(axis=axis, keepdims=keepdims)
-    if kind == "matmul_t":                     # v @ w.T: a GEMM, its epilogue fused maybe
-        return v @ vals[step[2]].T
     raise AssertionError(kind)
 
 
-def run(program, inputs, record=None):
+def run(program, inputs, record=None, reference=False):
     vals = list(inputs)
     for step in program.steps:
-        v = apply_step(step, vals)
+        with warnings.catch_warnings():          # numpy's "mean of empty slice"
+            warnings.simplefilter("ignore", RuntimeWarning)
+            v = apply_step(step, vals, reference)
         if _is_np(v):
             v = np.asarray(v)
-            if record is not None and v.size:
-                record.append(float(np.max(np.abs(v))))
+            flat = v.reshape(-1)
+            finite = flat[np.isfinite(flat)] if v.dtype.kind == "f" else flat[:0]
+            if record is not None and finite.size:
+                record.append(float(np.max(np.abs(finite))))
         vals.append(v)
-    return tuple(vals[i] for i in program.outputs)
+    return tuple(value(vals, i) for i in program.outputs)
 
 
 # ---- the strategy ---------------------------------------------------------------------------
@@ -164,9 +291,11 @@ def _size(shape):
 def shapes(draw):
     ndim = draw(st.integers(1, 3))
     while True:
-        s = tuple(draw(st.sampled_from(DIMS)) for _ in range(ndim))
+        s = [draw(st.sampled_from(DIMS)) for _ in range(ndim)]
+        if draw(st.sampled_from([False] * 7 + [True])):   # about one shape in eight is empty
+            s[draw(st.integers(0, ndim - 1))] = 0
         if _size(s) <= MAX_SIZE:
-            return s
+            return tuple(s)
 
 
 def _broadcast_variant(draw, shape):
@@ -179,15 +308,30 @@ def _broadcast_variant(draw, shape):
     return tuple(s)
 
 
-def _broadcastable(sa, sb):
+def _broadcastable(*shapes_):
     try:
-        out = np.broadcast_shapes(sa, sb)
+        out = np.broadcast_shapes(*shapes_)
     except ValueError:
         return None
     return out if _size(out) <= MAX_SIZE else None
 
 
+def _matmul_shape(sa, sb, transposed):
+    """The shape of sa @ sb (sb's last two axes swapped when `transposed`), or None."""
+    if len(sb) < 2 or not sa:
+        return None
+    sb = sb[:-2] + (sb[-1], sb[-2]) if transposed else sb
+    if len(sa) == 1:
+        out = sb[:-2] + sb[-1:] if sa[0] == sb[-2] else None
+    else:
+        batch = _broadcastable(sa[:-2], sb[:-2])
+        out = batch + (sa[-2], sb[-1]) if sa[-1] == sb[-2] and batch is not None else None
+    return out if out is not None and _size(out) <= MAX_SIZE else None
+
+
 def _slice_for(draw, n):
+    if n == 0:
+        return slice(None)
     step = draw(st.sampled_from([1, 1, 2, 3, -1, -2]))
     start = draw(st.integers(0, n - 1))
     if step > 0:
@@ -198,7 +342,7 @@ def _slice_for(draw, n):
 
 
 def _reshape_target(draw, shape):
-    options = [(-1,)]
+    options = [(-1,)] if _size(shape) else []
     for i in range(len(shape) - 1):                                     # merge two dims
         options.append(shape[:i] + (shape[i] * shape[i + 1],) + shape[i + 2:])
     for i, d in enumerate(shape):                                       # split one dim
@@ -214,14 +358,128 @@ def _reshape_target(draw, shape):
     return draw(st.sampled_from(options))
 
 
+class _Builder:
+    """The program under construction: its steps, and each value's shape and dtype."""
+
+    def __init__(self, prog: Program):
+        self.prog = prog
+        self.shape = list(prog.input_shapes)
+        self.dtype = [np.dtype(d) for d in prog.input_dtypes]
+
+    def add(self, step, shape, dtype):
+        self.prog.steps.append(step)
+        self.shape.append(tuple(shape))
+        self.dtype.append(np.dtype(dtype))
+
+    def numeric(self):
+        return [i for i, d in enumerate(self.dtype) if d != BOOL]
+
+    def bools(self):
+        return [i for i, d in enumerate(self.dtype) if d == BOOL]
+
+
+def _draw_reduce(draw, b, i, ops):
+    s = b.shape[i]
+    if not s:                                        # a 0-d value has no axis to reduce
+        return None
+    op = draw(st.sampled_from(ops))
+    if op in ("argmax", "argmin"):
+        axis = None if draw(st.booleans()) and draw(st.booleans()) else \
+            draw(st.integers(-len(s), len(s) - 1))
+    elif draw(st.booleans()) and draw(st.booleans()):
+        axis = None
+    else:
+        axes = draw(st.lists(st.integers(-len(s), len(s) - 1), min_size=1,
+                             max_size=len(s), unique_by=lambda a: a % len(s)))
+        axis = axes[0] if len(axes) == 1 else tuple(axes)
+    axes = range(len(s)) if axis is None else np.atleast_1d(axis)
+    folded = math.prod(s[a] for a in axes)           # elements folded into each result
+    if folded == 0 and op in NO_IDENTITY:            # numpy raises on an empty axis
+        if op in ("argmax", "argmin"):
+            return None
+        op = "sum"
+    if op == "prod" and folded > 8:                  # keep products of ints small-ish
+        op = "sum"
+    return ("reduce", i, op, axis, draw(st.booleans()))
+
+
+def _draw_matmul(draw, b):
+    options = [(i, j, t) for i in b.numeric() for j in b.numeric() for t in (True, False)
+               if b.dtype[i].kind == "f" and b.dtype[j].kind == "f"
+               and _matmul_shape(b.shape[i], b.shape[j], t) is not None]
+    return ("matmul", *draw(st.sampled_from(options))) if options else None
+
+
+def _draw_elementwise(draw, b, kind, unary_ops, binary_ops, scalars):
+    numeric = b.numeric()
+    i = draw(st.sampled_from(numeric))
+    if kind == "unary":
+        ops = [o for o in unary_ops if b.shape[i] or o not in ROW_OPS]
+        return ("unary", draw(st.sampled_from(ops)), i)
+    if kind == "scalar":
+        op = draw(st.sampled_from(["add", "sub", "mul", "maximum", "minimum"]))
+        if b.dtype[i] == U8:                         # -3 does not fit uint8 (NEP 50 raises)
+            scalars = [c for c in scalars if c >= 0]
+        return ("scalar", op, i, draw(st.sampled_from(scalars)), draw(st.booleans()))
+    j = draw(st.sampled_from([j for j in numeric
+                              if _broadcastable(b.shape[i], b.shape[j]) is not None]))
+    if draw(st.booleans()):
+        i, j = j, i
+    return ("binary", draw(st.sampled_from(binary_ops)), i, j)
+
+
+def _draw_view(draw, b, i):
+    s = b.shape[i]
+    view = draw(st.sampled_from(["transpose", "slice", "reshape", "broadcast_to"]))
+    if view == "transpose" and len(s) >= 2:
+        return ("transpose", i, tuple(draw(st.permutations(range(len(s))))))
+    if view == "slice":
+        return ("slice", i, tuple(_slice_for(draw, d) for d in s))
+    if view == "broadcast_to" and (1 in s or len(s) < 3):
+        target = tuple(draw(st.sampled_from([3, 5])) if d == 1 else d for d in s)
+        if len(target) < 3 and draw(st.booleans()):
+            target = (draw(st.sampled_from([2, 3])),) + target
+        if _size(target) > MAX_SIZE:
+            target = s
+        return ("broadcast_to", i, target)
+    return ("reshape", i, _reshape_target(draw, s))
+
+
+def _draw_bool_step(draw, b):
+    """Comparisons make bools; logic, where and casts use them (integer programs)."""
+    numeric, bools = b.numeric(), b.bools()
+    kind = draw(st.sampled_from(["compare", "compare"] + (
+        ["logic", "not", "where", "where", "cast", "reduce"] if bools else [])))
+    if kind == "compare":
+        i = draw(st.sampled_from(numeric))
+        j = draw(st.sampled_from([j for j in numeric
+                                  if _broadcastable(b.shape[i], b.shape[j]) is not None]))
+        return ("compare", draw(st.sampled_from(COMPARE)), i, j)
+    c = draw(st.sampled_from(bools))
+    if kind == "logic":
+        d = draw(st.sampled_from([d for d in bools
+                                  if _broadcastable(b.shape[c], b.shape[d]) is not None]))
+        return ("logic", draw(st.sampled_from(["logical_and", "logical_or"])), c, d)
+    if kind == "not":
+        return ("not", c)
+    if kind == "cast":
+        return ("astype", c, draw(st.sampled_from([I32, I64, U8])))
+    if kind == "reduce":
+        return _draw_reduce(draw, b, c, BOOL_REDUCE)
+    pairs = [(x, y) for x in numeric for y in numeric
+             if _broadcastable(b.shape[c], b.shape[x], b.shape[y]) is not None]
+    x, y = draw(st.sampled_from(pairs)) if pairs else (c, c)
+    return ("where", c, x, y)
+
+
 @st.composite
 def programs(draw, kind="float"):
     unary_ops, binary_ops, reduce_ops, dtypes, scalars = {
         "float": (UNARY, BINARY, REDUCE, [F32, F64], [0.5, -1.25, 2.0, 3]),
-        "int": (INT_UNARY, INT_BINARY, INT_REDUCE, [I32, I64], [1, 2, -3]),
+        "int": (INT_UNARY, INT_BINARY, INT_REDUCE, [I32, I64, U8], [1, 2, -3]),
     }[kind]
-    matmuls = kind == "float"          # integer matmul computes in float64 (a documented
-                                       # deviation from numpy's integer result)
+    floats = kind == "float"   # matmuls and float casts; integer matmul computes in float64
+                               # (a documented deviation from numpy's integer result)
     base = draw(shapes())
     n_in = draw(st.integers(1, 3))
     in_shapes = [base] + [_broadcast_variant(draw, base) if draw(st.booleans()) else base
@@ -229,96 +487,65 @@ def programs(draw, kind="float"):
     mixed = draw(st.booleans()) and draw(st.booleans())
     first = draw(st.sampled_from(dtypes))
     in_dtypes = [draw(st.sampled_from(dtypes)) if mixed else first for _ in in_shapes]
-    prog = Program(in_shapes, in_dtypes, seed=draw(st.integers(0, 2**31 - 1)))
-    shp = list(in_shapes)
+    b = _Builder(Program(in_shapes, in_dtypes, seed=draw(st.integers(0, 2**31 - 1))))
+    choices = ["unary", "unary", "binary", "binary", "scalar", "view", "view", "reduce",
+               "fork"] + (["matmul", "cast"] if floats else ["bool", "bool", "cast"])
     for _ in range(draw(st.integers(3, 12))):
-        kind = draw(st.sampled_from(["unary", "unary", "binary", "binary", "scalar", "view",
-                                     "view", "reduce"] + (["matmul"] if matmuls else [])))
-        i = draw(st.integers(0, len(shp) - 1))
-        s = shp[i]
-        if kind == "matmul":
-            partners = [j for j in range(len(shp)) if len(s) == 2 and len(shp[j]) == 2
-                        and shp[j][1] == s[1]]
-            if not partners:
-                continue
-            j = draw(st.sampled_from(partners))
-            prog.steps.append(("matmul_t", i, j))
-            shp.append((s[0], shp[j][0]))
-        elif kind == "unary":
-            prog.steps.append(("unary", draw(st.sampled_from(unary_ops)), i))
-            shp.append(s)
-        elif kind == "binary":
-            partners = [j for j in range(len(shp)) if _broadcastable(s, shp[j]) is not None]
-            j = draw(st.sampled_from(partners))
-            if draw(st.booleans()):
-                i, j = j, i
-            prog.steps.append(("binary", draw(st.sampled_from(binary_ops)), i, j))
-            shp.append(_broadcastable(shp[i], shp[j]))
-        elif kind == "scalar":
-            op = draw(st.sampled_from(["add", "sub", "mul", "maximum", "minimum"]))
-            c = draw(st.sampled_from(scalars))
-            prog.steps.append(("scalar", op, i, c, draw(st.booleans())))
-            shp.append(s)
-        elif kind == "view":
-            if len(s) == 0:
-                prog.steps.append(("reshape", i, (1,)))
-                shp.append((1,))
-                continue
-            view = draw(st.sampled_from(["transpose", "slice", "reshape", "broadcast_to"]))
-            if view == "transpose" and len(s) >= 2:
-                perm = tuple(draw(st.permutations(range(len(s)))))
-                prog.steps.append(("transpose", i, perm))
-                shp.append(tuple(s[p] for p in perm))
-            elif view == "slice":
-                index = tuple(_slice_for(draw, d) for d in s)
-                prog.steps.append(("slice", i, index))
-                shp.append(tuple(len(range(*sl.indices(d))) for sl, d in zip(index, s)))
-            elif view == "broadcast_to" and (1 in s or len(s) < 3):
-                target = tuple(draw(st.sampled_from([3, 5])) if d == 1 else d for d in s)
-                if len(target) < 3 and draw(st.booleans()):
-                    target = (draw(st.sampled_from([2, 3])),) + target
-                if _size(target) > MAX_SIZE:
-                    target = s
-                prog.steps.append(("broadcast_to", i, target))
-                shp.append(target)
-            else:
-                target = _reshape_target(draw, s)
-                prog.steps.append(("reshape", i, target))
-                shp.append((_size(s),) if target == (-1,) else target)
+        step_kind = draw(st.sampled_from(choices))
+        if step_kind == "fork":                      # a unary op or matmul as a forked task
+            inner = _draw_matmul(draw, b) if floats and draw(st.booleans()) else \
+                _draw_elementwise(draw, b, "unary", unary_ops, binary_ops, scalars)
+            step = ("fork", inner) if inner is not None else None
+        elif step_kind == "matmul":
+            step = _draw_matmul(draw, b)
+        elif step_kind == "bool":
+            step = _draw_bool_step(draw, b)
+        elif step_kind == "cast":
+            i = draw(st.sampled_from(b.numeric()))
+            step = ("astype", i, draw(st.sampled_from(dtypes)))
+        elif step_kind in ("unary", "binary", "scalar"):
+            step = _draw_elementwise(draw, b, step_kind, unary_ops, binary_ops, scalars)
+        elif step_kind == "view":
+            i = draw(st.integers(0, len(b.shape) - 1))
+            step = _draw_view(draw, b, i)
         else:
-            if len(s) == 0:
-                continue
-            op = draw(st.sampled_from(reduce_ops))
-            if draw(st.booleans()) and draw(st.booleans()):
-                axis = None
-            else:
-                axes = draw(st.lists(st.integers(-len(s), len(s) - 1), min_size=1,
-                                     max_size=len(s), unique_by=lambda a: a % len(s)))
-                axis = axes[0] if len(axes) == 1 else tuple(axes)
-            keepdims = draw(st.booleans())
-            prog.steps.append(("reduce", i, op, axis, keepdims))
-            shp.append(np.empty(s).sum(axis=axis, keepdims=keepdims).shape)
-    last = len(shp) - 1
-    prog.outputs = [last]
+            step = _draw_reduce(draw, b, draw(st.sampled_from(b.numeric())), reduce_ops)
+        if step is None:
+            continue
+        with np.errstate(all="ignore"):
+            out = np.asarray(apply_step(step, [np.zeros(s, d) for s, d in zip(b.shape, b.dtype)]))
+        b.add(step, out.shape, out.dtype)
+    last = len(b.shape) - 1
+    b.prog.outputs = [last]
     if draw(st.booleans()) and last > 0:
-        prog.outputs.append(draw(st.integers(0, last - 1)))
-    return prog
+        b.prog.outputs.append(draw(st.integers(0, last - 1)))
+    return b.prog
 
 
 # ---- the test -------------------------------------------------------------------------------
 
 def _max_reduced(program):
-    """The largest number of elements folded into one value by any reduction or matmul."""
+    """The largest number of elements folded into one value by any reduction, matmul or
+    last-axis composite."""
     n = 1
     vals = [np.zeros(s) for s in program.input_shapes]
     for step in program.steps:
-        out = np.asarray(apply_step(step, vals))
-        if step[0] == "reduce":
-            n = max(n, vals[step[1]].size // max(out.size, 1))
-        if step[0] == "matmul_t":
-            n = max(n, vals[step[1]].shape[1])
+        with np.errstate(all="ignore"):
+            out = np.asarray(apply_step(step, vals))
+        inner = step[1] if step[0] == "fork" else step
+        if inner[0] == "reduce":
+            n = max(n, vals[inner[1]].size // max(out.size, 1))
+        elif inner[0] == "matmul":
+            n = max(n, vals[inner[1]].shape[-1])
+        elif inner[0] == "unary" and inner[1] in ROW_OPS:
+            n = max(n, vals[inner[2]].shape[-1])
         vals.append(out)
     return n
+
+
+def _float32_anywhere(program) -> bool:
+    return F32 in program.input_dtypes or any(
+        st_[0] == "astype" and np.dtype(st_[2]) == F32 for st_ in program.steps)
 
 
 def _jit_and_run(program, inputs):
@@ -340,12 +567,13 @@ def test_random_programs_match_numpy(program):
     rng = np.random.default_rng(program.seed)
     inputs = [(rng.standard_normal(s) * 2.0).astype(d)
               for s, d in zip(program.input_shapes, program.input_dtypes)]
-    scales = [float(np.max(np.abs(x))) for x in inputs if x.size]
+    scales = [float(np.max(np.abs(x))) for x in inputs if x.size]   # inputs are finite
     with np.errstate(all="ignore"):
-        refs = run(program, [x.astype(np.float64) for x in inputs], record=scales)
+        refs = run(program, [x.astype(np.float64) for x in inputs], record=scales,
+                   reference=True)
         typed = run(program, inputs)            # numpy on the original dtypes: the result dtypes
     f, got = _jit_and_run(program, inputs)
-    least = F32 if F32 in program.input_dtypes else F64
+    least = F32 if _float32_anywhere(program) else F64
     n = _max_reduced(program)
     scale = max(scales, default=1.0)
     rtol = TOL[least][0] * 10
@@ -364,8 +592,8 @@ def test_random_programs_match_numpy(program):
                                  HealthCheck.filter_too_much])
 @given(programs("int"))
 def test_random_integer_programs_match_numpy_exactly(program):
-    """int32/int64 programs: numpy on the same dtypes is the exact reference (wrap-around
-    included)."""
+    """int32/int64/uint8 programs with comparisons, logic, where, casts and bool values: numpy
+    on the same dtypes is the exact reference (wrap-around included)."""
     rng = np.random.default_rng(program.seed)
     inputs = [rng.integers(-50, 50, s).astype(d)
               for s, d in zip(program.input_shapes, program.input_dtypes)]
