@@ -15,9 +15,9 @@ import pytest
 REPO = str(Path(__file__).resolve().parents[1])
 
 
-def run_script(code: str, timeout: int = 240, tmp_path=None) -> str:
+def run_script(code: str, timeout: int = 240, tmp_path=None, env=None) -> str:
     """Run code in a fresh interpreter (from a file when tmp_path is given: multiprocessing's
-    spawn re-imports the main module)."""
+    spawn re-imports the main module), with `env` added to the environment."""
     source = textwrap.dedent(code)
     if tmp_path is not None:
         script = tmp_path / "scenario.py"
@@ -26,7 +26,7 @@ def run_script(code: str, timeout: int = 240, tmp_path=None) -> str:
     else:
         cmd = [sys.executable, "-c", source]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "PYTHONPATH": REPO})
+                          env={**os.environ, "PYTHONPATH": REPO, **(env or {})})
     assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout[-2000:]}\n" \
                                  f"{proc.stderr[-3000:]}"
     return proc.stdout
@@ -84,6 +84,39 @@ def test_one_compile_per_key_under_contention():
         print("new compiles", jc.cache_info()["compiles"] - before)
     """)
     assert "new compiles 1" in out
+
+
+def test_threads_calling_while_the_caches_evict():
+    """JITCORE_CACHE_SIZE=2: eight threads cycle through 6 signatures of two shared functions,
+    so compiled graphs are evicted while other threads still run them (each call holds the
+    code it runs; a use after free would crash or give garbage)."""
+    out = run_script("""
+        import os, threading, numpy as np, jitcore as jc
+        assert jc.cache_info()["max_size"] == 2
+        f = jc.jit(lambda a: jc.tanh(a) * 2.0 + 1.0)
+        g = jc.jit(lambda a, b: (a * b).sum(axis=-1))
+        errors, barrier = [], threading.Barrier(8)
+
+        def worker(k):
+            try:
+                barrier.wait()
+                for i in range(40):
+                    n = 1000 + 37 * ((i + k) % 6)
+                    x = np.linspace(-2, 2, n, dtype=np.float32)
+                    assert np.allclose(f(x), np.tanh(x) * 2 + 1, rtol=1e-5, atol=1e-6)
+                    y = x.reshape(-1, 1)[: n - n % 4].reshape(4, -1)
+                    assert np.allclose(g(y, y), (y * y).sum(axis=-1), rtol=1e-4)
+            except Exception as e:
+                errors.append(repr(e))
+
+        threads = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
+        for t in threads: t.start()
+        for t in threads: t.join(180)
+        assert not any(t.is_alive() for t in threads), "deadlock"
+        assert not errors, errors[:3]
+        print("compiles", jc.cache_info()["compiles"])
+    """, env={"JITCORE_CACHE_SIZE": "2", "JITCORE_DISK_CACHE": "0"})
+    assert int(out.split()[-1]) > 12          # evictions forced recompiles
 
 
 def test_os_fork_children_use_jitcore():

@@ -65,3 +65,27 @@ def test_evicted_graphs_are_freed_and_recompiled_on_demand():
                                             "JITCORE_CACHE_SIZE": "4", "JITCORE_DISK_CACHE": "0"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "compiles 25" in proc.stdout
+
+
+def test_the_fast_path_keeps_the_code_it_calls_alive():
+    """The last signature's fast path can outlive its plan: here the next signature's first
+    call fails (a wrong out=) after its plan evicted the old one from both LRUs of size 1."""
+    code = textwrap.dedent("""
+        import gc, numpy as np, jitcore as jc
+        f = jc.jit(lambda x: x * 3.0 - 1.0)
+        a = np.arange(8, dtype=np.float32)
+        assert np.array_equal(f(a), a * 3 - 1)       # the fast path: a's code
+        try:
+            f(np.arange(9, dtype=np.float32), out=np.empty(3, np.float32))
+        except jc.ShapeError:
+            pass
+        gc.collect()
+        for _ in range(100):
+            assert np.array_equal(f(a), a * 3 - 1)
+        print("ok")
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PYTHONPATH": str(REPO),
+                                            "JITCORE_CACHE_SIZE": "1", "JITCORE_DISK_CACHE": "0"})
+    assert proc.returncode == 0 and "ok" in proc.stdout, \
+        f"exit {proc.returncode}\n{proc.stderr[-3000:]}"
