@@ -14,6 +14,10 @@ Safety:
     is rebuilt; an entry whose recorded target differs from this process's is never loaded;
   - entries are written to a temporary file and renamed, so readers never see half an entry.
 
+Size: at most JITCORE_DISK_CACHE_MB megabytes (default 512). A hit refreshes the entry's
+mtime; when a store takes the directory over the bound, the least recently used entries go
+until it is at 3/4 of it (and temporary files that a killed process left behind).
+
 Location: JITCORE_CACHE_DIR, else $XDG_CACHE_HOME/jitcore, else ~/.cache/jitcore.
 JITCORE_DISK_CACHE=0 turns it off.
 """
@@ -27,6 +31,7 @@ import stat
 import struct
 import tempfile
 import threading
+import time
 import warnings
 import zlib
 
@@ -34,9 +39,12 @@ import llvmlite
 
 MAGIC = b"JITCORE-OBJ-1\n"
 _HEADER = struct.Struct("<QQ32s")          # header json length, payload length, payload sha256
-STATS = {"disk_hits": 0, "disk_misses": 0, "disk_rejected": 0}
+STATS = {"disk_hits": 0, "disk_misses": 0, "disk_rejected": 0, "disk_evicted": 0}
+DEFAULT_MAX_MB = 512
+STALE_TMP_SECONDS = 3600                   # a temporary file this old belongs to no writer
 _LOCK = threading.Lock()
 _UNUSABLE: set = set()                     # directories refused once (warned)
+_USAGE: dict = {}                          # directory -> bytes, as this process estimates
 
 
 def directory() -> str | None:
@@ -124,6 +132,10 @@ def load(entry_key: str, target_key: tuple) -> tuple | None:
             pass
         return None
     _count("disk_hits")
+    try:
+        os.utime(path)                       # recently used: the last to be evicted
+    except OSError:
+        pass
     return parsed
 
 
@@ -168,7 +180,64 @@ def store(entry_key: str, target_key: tuple, obj: bytes, optimized_ir: str) -> N
             os.unlink(tmp)
             raise
     except OSError:
-        pass                                                  # a full disk is not an error
+        return                                                # a full disk is not an error
+    _account(root, len(blob))
+
+
+def max_bytes() -> int:
+    try:
+        mb = float(os.environ.get("JITCORE_DISK_CACHE_MB", DEFAULT_MAX_MB))
+    except ValueError:
+        mb = DEFAULT_MAX_MB
+    return int(max(mb, 0) * 2**20)
+
+
+def _entries(root: str) -> list:
+    """(mtime, size, path, is_temporary) of the files in the cache directory."""
+    out = []
+    try:
+        with os.scandir(root) as it:
+            for e in it:
+                if e.name.endswith(".jco") and e.is_file(follow_symlinks=False):
+                    try:
+                        st = e.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    out.append((st.st_mtime, st.st_size, e.path, e.name.startswith(".tmp-")))
+    except OSError:
+        pass
+    return out
+
+
+def _account(root: str, added: int) -> None:
+    """Count a stored entry; over the bound, evict least recently used entries."""
+    with _LOCK:
+        if root not in _USAGE:
+            _USAGE[root] = sum(size for _, size, _, _ in _entries(root))
+        else:
+            _USAGE[root] += added
+        if _USAGE[root] <= max_bytes():
+            return
+        _USAGE[root] = _evict(root, int(max_bytes() * 0.75))
+
+
+def _evict(root: str, goal: int) -> int:
+    """Remove the oldest entries (and stale temporary files) until at most `goal` bytes stay;
+    returns the bytes that stay."""
+    now, entries = time.time(), sorted(_entries(root))
+    total = sum(size for _, size, _, _ in entries)
+    for mtime, size, path, temporary in entries:
+        if temporary and now - mtime < STALE_TMP_SECONDS:
+            continue                         # another process is writing it
+        if total <= goal and not temporary:
+            break
+        try:
+            os.remove(path)
+        except OSError:
+            continue
+        total -= size
+        STATS["disk_evicted"] += not temporary
+    return total
 
 
 def _count(name: str):

@@ -107,3 +107,39 @@ def test_a_directory_others_can_write_is_not_used(tmp_path):
 def test_entries_hold_no_pickles():
     source = (Path(REPO) / "jitcore" / "diskcache.py").read_text()
     assert "pickle" not in source.replace("nothing is unpickled", "")
+
+
+def test_directory_stays_within_its_size_bound(tmp_path):
+    """JITCORE_DISK_CACHE_MB: the least recently used entries go (the newest stay), and so
+    does a stale temporary file from a killed writer."""
+    stale = tmp_path / ".tmp-killed.jco"
+    stale.write_bytes(b"x" * 100)
+    os.utime(stale, (1, 1))
+    code = """
+import json, os, numpy as np, jitcore as jc
+x = np.ones(16, np.float32)
+first = jc.jit(lambda a: a * -1.0 + 0.5)
+first(x)
+for k in range(150):
+    jc.jit(lambda a, k=k: jc.tanh(a) * float(k))(x)
+    if k % 10 == 0:
+        first(np.ones(16 + k, np.float32))          # kept in use
+size = sum(e.stat().st_size for e in os.scandir(os.environ["JITCORE_CACHE_DIR"]))
+print(json.dumps({"size": size, "evicted": jc.cache_info()["disk_evicted"]}))
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": REPO,
+                               "JITCORE_CACHE_DIR": str(tmp_path),
+                               "JITCORE_DISK_CACHE_MB": "0.25"}, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert r["size"] <= 0.25 * 2**20 and r["evicted"] > 0, r
+    assert not stale.exists()
+    assert len(entries(tmp_path)) > 5                  # evicts down to 3/4, not everything
+    again = subprocess.run([sys.executable, "-c", """
+import numpy as np, jitcore as jc
+jc.jit(lambda a, k=149: jc.tanh(a) * float(k))(np.ones(16, np.float32))
+print(jc.cache_info()["disk_hits"])
+"""], capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": REPO, "JITCORE_CACHE_DIR": str(tmp_path)})
+    assert again.stdout.split()[-1] == "1", again.stderr[-2000:]   # the newest entry stayed
