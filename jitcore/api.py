@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
 import threading
 from collections import OrderedDict
 
@@ -13,6 +14,7 @@ from ir.errors import DTypeError, JitcoreError, ShapeError, TraceError
 from ir.graph import ConstArray
 from ir.graph import Graph as IRGraph
 from ir.ops import Op
+from runtime.forksafe import fresh_lock_in_child
 from runtime.settings import validate_count
 
 from . import config
@@ -21,6 +23,9 @@ from .compiler import compile_graph
 from .llvm.target import Target, host_target
 from .signature import describe, signature_of, to_array
 from .tracer import TRACE, Tracer, node_of
+
+_PLANS_LOCK = threading.Lock()            # guards every JitFunction's plan table
+fresh_lock_in_child(sys.modules[__name__], "_PLANS_LOCK")
 
 
 def select_target(vector_width=None) -> Target:
@@ -103,7 +108,6 @@ class JitFunction:
         # so a function called with ever new shapes does not keep every compiled graph alive
         self._plans: OrderedDict = OrderedDict()
         self._fast, self._fast_out = _no_plan_yet, _no_plan_yet
-        self._lock = threading.Lock()
         if vector_width is not None:
             select_target(vector_width)   # validate early
 
@@ -123,13 +127,13 @@ class JitFunction:
         args = tuple(to_array(a, i, n) for i, (a, n) in
                      enumerate(zip(args, self._arg_names(len(args)))))
         key = tuple((a.shape, a.strides, a.dtype) for a in args)
-        with self._lock:
+        with _PLANS_LOCK:
             plan = self._plans.get(key)
             if plan is not None:
                 self._plans.move_to_end(key)
         if plan is None:
             plan = CallPlan(self._compiled(args))
-            with self._lock:
+            with _PLANS_LOCK:
                 self._plans[key] = plan
                 while len(self._plans) > config.get().cache_size:
                     self._plans.popitem(last=False)

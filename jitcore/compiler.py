@@ -7,6 +7,7 @@ the same graph share code.
 from __future__ import annotations
 
 import ctypes
+import sys
 import threading
 import time
 from collections import OrderedDict
@@ -23,6 +24,7 @@ from .llvm import engine, gemm
 from .llvm.codegen import NDARRAY_TYPE_SYMBOL, build_module
 from .llvm.target import Target
 from runtime import PARALLEL_FOR, TASK_SPAWN, TASK_WAIT
+from runtime.forksafe import fresh_lock_in_child
 
 VERSION = "0.1.0"
 
@@ -80,6 +82,8 @@ class CompiledGraph:
 _CACHE: OrderedDict = OrderedDict()
 _CACHE_LOCK = threading.Lock()
 _KEY_LOCKS: dict = {}
+fresh_lock_in_child(sys.modules[__name__], "_CACHE_LOCK")
+fresh_lock_in_child(sys.modules[__name__], "_KEY_LOCKS", dict)   # held by compiling threads
 STATS = {"compiles": 0, "hits": 0}
 
 

@@ -1,12 +1,19 @@
 """Eager calls: `jc.exp(array)` outside a jitted function jits the op for that signature."""
 from __future__ import annotations
 
+import sys
 import threading
+from collections import OrderedDict
 
 import numpy as np
 
-_CACHE: dict = {}
+from runtime.forksafe import fresh_lock_in_child
+
+from . import config
+
+_CACHE: OrderedDict = OrderedDict()   # an LRU of JITCORE_CACHE_SIZE jitted ops
 _LOCK = threading.Lock()
+fresh_lock_in_child(sys.modules[__name__], "_LOCK")
 
 
 def _is_tensor_arg(a) -> bool:
@@ -29,6 +36,8 @@ def run_eagerly(public, fn, args: tuple, kwargs: dict):
         key = None
     with _LOCK:
         jitted = _CACHE.get(key) if key is not None else None
+        if jitted is not None:
+            _CACHE.move_to_end(key)
     if jitted is None:
         template = [None if i in positions else a for i, a in enumerate(args)]
 
@@ -42,4 +51,6 @@ def run_eagerly(public, fn, args: tuple, kwargs: dict):
         if key is not None:
             with _LOCK:
                 _CACHE[key] = jitted
+                while len(_CACHE) > config.get().cache_size:
+                    _CACHE.popitem(last=False)
     return jitted(*[args[p] for p in positions])

@@ -145,6 +145,47 @@ def test_os_fork_children_use_jitcore():
     """)
 
 
+def test_fork_while_another_thread_compiles():
+    """A lock held by another thread at fork time stays locked in the child: the child's
+    first compile hung (15 of 20 forks) until the LLVM lock was held across fork and the
+    other locks renewed in the child."""
+    run_script("""
+        import os, threading, time, numpy as np, jitcore as jc
+        x = np.linspace(-1, 1, 1000, dtype=np.float32)
+        stop = False
+        def compile_forever():
+            k = 0
+            while not stop:
+                jc.jit(lambda a, k=k: jc.tanh(a) * float(k) + jc.exp(a))(x)
+                k += 1
+        threading.Thread(target=compile_forever, daemon=True).start()
+        time.sleep(0.2)
+        codes = []
+        for i in range(10):
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    g = jc.jit(lambda a, i=i: jc.sin(a) * float(i) + 2.0)
+                    os._exit(0 if np.allclose(g(x), np.sin(x) * i + 2, atol=1e-5) else 3)
+                except BaseException:
+                    os._exit(4)
+            deadline = time.time() + 30
+            while True:
+                done, status = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    codes.append(os.waitstatus_to_exitcode(status))
+                    break
+                if time.time() > deadline:
+                    os.kill(pid, 9)
+                    os.waitpid(pid, 0)
+                    codes.append("hang")
+                    break
+                time.sleep(0.01)
+        stop = True
+        assert codes == [0] * 10, codes
+    """)
+
+
 @pytest.mark.parametrize("method", ["fork", "spawn"])
 def test_multiprocessing_pools(method, tmp_path):
     out = run_script(f"""

@@ -8,15 +8,18 @@ it frees the code. LLVM calls are serialized by a lock: compiles may come from m
 from __future__ import annotations
 
 import itertools
+import sys
 import threading
 
 import llvmlite.binding as llvm
 
 from ir.errors import CompileError
+from runtime.forksafe import hold_during_fork
 
 from .target import Target
 
 _LOCK = threading.RLock()
+hold_during_fork(sys.modules[__name__], "_LOCK", threading.RLock)   # no fork inside LLVM
 _LIB_IDS = itertools.count()
 
 
@@ -49,6 +52,14 @@ class Library:
     def __init__(self, tracker, addresses: dict, optimized_ir: str, mach: _Machine):
         self._tracker, self.addresses = tracker, addresses
         self.optimized_ir, self._machine, self._asm = optimized_ir, mach, None
+
+    def __del__(self):
+        # freeing the code is an LLJIT call like the others: under the lock, never mid-fork
+        # (at interpreter exit the code stays mapped, as llvmlite's own finalizer does)
+        tracker = getattr(self, "_tracker", None)
+        if tracker is not None and not sys.is_finalizing():
+            with _LOCK:
+                tracker.close()
 
     def asm(self) -> str:
         if self._asm is None:
