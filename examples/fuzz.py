@@ -40,7 +40,7 @@ def features(program) -> set:
         found |= {FEATURE[inner[0]]} if inner[0] in FEATURE else set()
         if inner[0] == "unary" and inner[1] in rg.ROW_OPS:
             found.add("softmax/log_softmax/layer_norm")
-        with np.errstate(all="ignore"):
+        with rg.quiet_numpy():
             vals.append(np.asarray(rg.apply_step(step, vals)))
     return found
 

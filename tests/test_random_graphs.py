@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -265,11 +266,18 @@ def apply_step(step, vals, reference=False):
     raise AssertionError(kind)
 
 
+@contextmanager
+def quiet_numpy():
+    """numpy without floating-point warnings ("mean of empty slice", overflow, 0/0)."""
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        yield
+
+
 def run(program, inputs, record=None, reference=False):
     vals = list(inputs)
     for step in program.steps:
-        with warnings.catch_warnings():          # numpy's "mean of empty slice"
-            warnings.simplefilter("ignore", RuntimeWarning)
+        with quiet_numpy():
             v = apply_step(step, vals, reference)
         if _is_np(v):
             v = np.asarray(v)
@@ -512,7 +520,7 @@ def programs(draw, kind="float"):
             step = _draw_reduce(draw, b, draw(st.sampled_from(b.numeric())), reduce_ops)
         if step is None:
             continue
-        with np.errstate(all="ignore"):
+        with quiet_numpy():
             out = np.asarray(apply_step(step, [np.zeros(s, d) for s, d in zip(b.shape, b.dtype)]))
         b.add(step, out.shape, out.dtype)
     last = len(b.shape) - 1
@@ -530,7 +538,7 @@ def _max_reduced(program):
     n = 1
     vals = [np.zeros(s) for s in program.input_shapes]
     for step in program.steps:
-        with np.errstate(all="ignore"):
+        with quiet_numpy():
             out = np.asarray(apply_step(step, vals))
         inner = step[1] if step[0] == "fork" else step
         if inner[0] == "reduce":
@@ -568,7 +576,7 @@ def test_random_programs_match_numpy(program):
     inputs = [(rng.standard_normal(s) * 2.0).astype(d)
               for s, d in zip(program.input_shapes, program.input_dtypes)]
     scales = [float(np.max(np.abs(x))) for x in inputs if x.size]   # inputs are finite
-    with np.errstate(all="ignore"):
+    with quiet_numpy():
         refs = run(program, [x.astype(np.float64) for x in inputs], record=scales,
                    reference=True)
         typed = run(program, inputs)            # numpy on the original dtypes: the result dtypes
@@ -597,7 +605,7 @@ def test_random_integer_programs_match_numpy_exactly(program):
     rng = np.random.default_rng(program.seed)
     inputs = [rng.integers(-50, 50, s).astype(d)
               for s, d in zip(program.input_shapes, program.input_dtypes)]
-    with np.errstate(all="ignore"):
+    with quiet_numpy():
         refs = run(program, inputs)
     f, got = _jit_and_run(program, inputs)
     for k, (g, r) in enumerate(zip(got, refs)):
