@@ -74,6 +74,10 @@ def _outputs_of(result) -> list:
     items = result if isinstance(result, (tuple, list)) else [result]
     if not items:
         raise TraceError("a jitted function must return at least one tensor")
+    for k, x in enumerate(items):
+        if isinstance(x, (tuple, list, dict)):
+            raise TraceError(f"a jitted function returns a tensor or a flat tuple/list of "
+                             f"tensors; output {k} is a {type(x).__name__}")
     return [node_of(x) for x in items]
 
 

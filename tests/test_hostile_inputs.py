@@ -128,6 +128,12 @@ CASES = {
             return a
         expect(jc.TraceError, jc.jit(setitem), np.ones(3))
         expect(jc.TraceError, jc.jit(lambda a: None), np.ones(3))
+        try:
+            jc.jit(lambda a: (a + 1, (a, a)))(np.ones(3))
+            raise AssertionError("a nested tuple was accepted")
+        except jc.TraceError as e:
+            assert "output 1 is a tuple" in str(e), e
+        expect(jc.TraceError, jc.jit(lambda a: {"y": a}), np.ones(3))
     """,
 }
 
