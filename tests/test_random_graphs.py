@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import jitcore as jc
+from jitcore.llvm import codegen
 from helpers import BOOL, EPS, F32, F64, TOL, U8, assert_close
 
 DIMS = [1, 2, 3, 5, 7, 16, 17]
@@ -614,6 +615,55 @@ def test_random_integer_programs_match_numpy_exactly(program):
         except AssertionError as e:
             raise AssertionError(f"{e}\nprogram:\n{program}\ngraph:\n{_graph_text(f, inputs)}"
                                  ) from None
+
+
+@contextmanager
+def tiny_chunks():
+    """Every kernel's range loop split into chunks of a few iterations across the pool."""
+    saved, codegen.MIN_CHUNK_WORK = codegen.MIN_CHUNK_WORK, 64
+    try:
+        yield
+    finally:
+        codegen.MIN_CHUNK_WORK = saved
+
+
+def _same_bits_on_one_and_two_threads(program, inputs):
+    with tiny_chunks():
+        one = jc.jit(lambda *xs: run(program, xs), num_threads=1)(*inputs)
+        f = jc.jit(lambda *xs: run(program, xs), num_threads=2)
+        two = f(*inputs)
+    one, two = (r if isinstance(r, tuple) else (r,) for r in (one, two))
+    for k, (a, b) in enumerate(zip(one, two)):
+        if not (a.dtype == b.dtype and np.array_equal(a, b, equal_nan=a.dtype.kind == "f")):
+            raise AssertionError(f"output {k} differs between 1 and 2 threads\nprogram:\n"
+                                 f"{program}\ngraph:\n{_graph_text(f, inputs)}")
+
+
+THREADS_SETTINGS = settings(max_examples=50, deadline=None, database=None,
+                            suppress_health_check=[HealthCheck.too_slow,
+                                                   HealthCheck.data_too_large,
+                                                   HealthCheck.filter_too_much])
+
+
+@THREADS_SETTINGS
+@given(programs())
+def test_random_programs_give_the_same_bits_on_one_and_two_threads(program):
+    """Chunked over two threads (tiny chunks) and run on one, a program gives identical bits
+    (each output element is computed by one thread in a fixed order), and numpy's values."""
+    rng = np.random.default_rng(program.seed)
+    _same_bits_on_one_and_two_threads(program, [
+        (rng.standard_normal(s) * 2.0).astype(d)
+        for s, d in zip(program.input_shapes, program.input_dtypes)])
+    test_random_programs_match_numpy.hypothesis.inner_test(program)
+
+
+@THREADS_SETTINGS
+@given(programs("int"))
+def test_random_integer_programs_give_the_same_bits_on_one_and_two_threads(program):
+    rng = np.random.default_rng(program.seed)
+    _same_bits_on_one_and_two_threads(program, [
+        rng.integers(-50, 50, s).astype(d)
+        for s, d in zip(program.input_shapes, program.input_dtypes)])
 
 
 def _graph_text(f, inputs):
