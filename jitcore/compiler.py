@@ -95,20 +95,6 @@ def cache_info() -> dict:
                 **diskcache.STATS, "disk_dir": diskcache.directory()}
 
 
-class _DiskEntry:
-    """The disk cache entry of one module (see jitcore/diskcache.py)."""
-
-    def __init__(self, text: str, target: Target, exports: list):
-        self.target_key = target.key()
-        self.key = diskcache.key(text, self.target_key, exports)
-
-    def load(self):
-        return diskcache.load(self.key, self.target_key)
-
-    def store(self, obj: bytes, optimized_ir: str):
-        diskcache.store(self.key, self.target_key, obj, optimized_ir)
-
-
 def cache_key(graph: Graph, strides: tuple, target: Target, threads: int,
               prepack: bool) -> tuple:
     return (graph.text(), strides, target.key(), threads, prepack, VERSION)
@@ -170,7 +156,7 @@ def _compile(graph: Graph, strides: tuple, target: Target, threads: int,
     t2 = time.perf_counter()
     exports = [run_name, entry_name]
     library = engine.compile_ir(text, exports, target, imports=imports,
-                                cache=_DiskEntry(text, target, exports))
+                                cache=diskcache.Entry(text, target.key(), exports))
     t3 = time.perf_counter()
     # the process-wide runtime (built by the first graph that needs it) is not this graph's cost
     setup = t2 - t_runtime

@@ -87,6 +87,20 @@ def _refuse(path: str, why: str) -> bool:
     return False
 
 
+class Entry:
+    """The entry of one module, as engine.compile_ir's `cache` argument wants it."""
+
+    def __init__(self, ir_text: str, target_key: tuple, exports: list):
+        self.target_key = target_key
+        self.key = key(ir_text, target_key, exports)
+
+    def load(self):
+        return load(self.key, self.target_key)
+
+    def store(self, obj: bytes, optimized_ir: str):
+        store(self.key, self.target_key, obj, optimized_ir)
+
+
 def key(ir_text: str, target_key: tuple, exports: list) -> str:
     h = hashlib.sha256()
     for part in (ir_text, repr(target_key), repr(exports), llvmlite.__version__,

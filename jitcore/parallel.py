@@ -27,12 +27,15 @@ class _PoolLibrary:
     """The runtime's JIT library; never freed (worker threads run its code until exit)."""
 
     def __init__(self):
+        from . import diskcache
         from .api import select_target
         from .llvm import engine
         target = select_target()
         mach = engine.machine(target)
         text = build_pool_module(target.triple, mach.data_layout)
-        self.library = engine.compile_ir(text, list(POOL_EXPORTS), target)
+        exports = list(POOL_EXPORTS)
+        self.library = engine.compile_ir(text, exports, target,
+                                         cache=diskcache.Entry(text, target.key(), exports))
         # an extra reference each: at interpreter exit, module teardown must not unmap code
         # that sleeping workers would return into
         for obj in (self.library, mach):
