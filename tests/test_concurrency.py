@@ -15,10 +15,11 @@ import pytest
 REPO = str(Path(__file__).resolve().parents[1])
 
 
-def run_script(code: str, timeout: int = 240, tmp_path=None, env=None) -> str:
-    """Run code in a fresh interpreter (from a file when tmp_path is given: multiprocessing's
-    spawn re-imports the main module), with `env` added to the environment."""
-    source = textwrap.dedent(code)
+def run_script(code: str, timeout: int = 240, tmp_path=None, env=None, prelude="") -> str:
+    """Run prelude + code in a fresh interpreter (from a file when tmp_path is given:
+    multiprocessing's spawn re-imports the main module), with `env` added to the
+    environment."""
+    source = prelude + textwrap.dedent(code)
     if tmp_path is not None:
         script = tmp_path / "scenario.py"
         script.write_text(source)
@@ -32,35 +33,46 @@ def run_script(code: str, timeout: int = 240, tmp_path=None, env=None) -> str:
     return proc.stdout
 
 
+THREADS = """
+import threading
+
+def run_in_threads(worker, n=8, timeout=180):
+    \"\"\"worker(k) on n threads started together; no error, and all done in time.\"\"\"
+    errors, barrier = [], threading.Barrier(n)
+    def body(k):
+        try:
+            barrier.wait()
+            worker(k)
+        except Exception as e:
+            errors.append(repr(e))
+    threads = [threading.Thread(target=body, args=(k,)) for k in range(n)]
+    for t in threads: t.start()
+    for t in threads: t.join(timeout)
+    assert not any(t.is_alive() for t in threads), "deadlock"
+    assert not errors, errors[:3]
+"""
+
+
 def test_eight_threads_call_and_compile_concurrently():
-    out = run_script("""
-        import threading, numpy as np, jitcore as jc
+    out = run_script(prelude=THREADS, code="""
+        import numpy as np, jitcore as jc
         shared = jc.jit(lambda a, b: jc.tanh(a * b) + a.sum(axis=-1, keepdims=True))
-        errors, barrier = [], threading.Barrier(8)
 
         def worker(k):
             rng = np.random.default_rng(k)
-            try:
-                barrier.wait()
-                for i in range(30):
-                    n = 16 + (i % 5)                     # 5 signatures shared by all threads
-                    a = rng.standard_normal((n, 33)).astype(np.float32)
-                    b = rng.standard_normal((n, 33)).astype(np.float32)
-                    got = shared(a, b)
-                    want = np.tanh(a * b) + a.sum(axis=-1, keepdims=True)
-                    assert np.allclose(got, want, rtol=1e-4, atol=1e-4), (k, i)
-                    own = jc.jit(lambda x, s=k + i: x * s + 1.0)   # a new compile per call
-                    assert np.allclose(own(a), a * (k + i) + 1.0)
-                    w = rng.standard_normal((33, 8)).astype(np.float32)
-                    assert np.allclose(jc.jit(lambda a, w: a @ w)(a, w), a @ w, atol=1e-4)
-            except Exception as e:
-                errors.append(repr(e))
+            for i in range(30):
+                n = 16 + (i % 5)                     # 5 signatures shared by all threads
+                a = rng.standard_normal((n, 33)).astype(np.float32)
+                b = rng.standard_normal((n, 33)).astype(np.float32)
+                got = shared(a, b)
+                want = np.tanh(a * b) + a.sum(axis=-1, keepdims=True)
+                assert np.allclose(got, want, rtol=1e-4, atol=1e-4), (k, i)
+                own = jc.jit(lambda x, s=k + i: x * s + 1.0)   # a new compile per call
+                assert np.allclose(own(a), a * (k + i) + 1.0)
+                w = rng.standard_normal((33, 8)).astype(np.float32)
+                assert np.allclose(jc.jit(lambda a, w: a @ w)(a, w), a @ w, atol=1e-4)
 
-        threads = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
-        for t in threads: t.start()
-        for t in threads: t.join(180)
-        assert not any(t.is_alive() for t in threads), "deadlock"
-        assert not errors, errors[:3]
+        run_in_threads(worker)
         # 5 shapes of `shared`, each compiled once; every thread's own functions compiled
         info = jc.cache_info()
         print("compiles", info["compiles"], "hits", info["hits"])
@@ -90,30 +102,21 @@ def test_threads_calling_while_the_caches_evict():
     """JITCORE_CACHE_SIZE=2: eight threads cycle through 6 signatures of two shared functions,
     so compiled graphs are evicted while other threads still run them (each call holds the
     code it runs; a use after free would crash or give garbage)."""
-    out = run_script("""
-        import os, threading, numpy as np, jitcore as jc
+    out = run_script(prelude=THREADS, code="""
+        import numpy as np, jitcore as jc
         assert jc.cache_info()["max_size"] == 2
         f = jc.jit(lambda a: jc.tanh(a) * 2.0 + 1.0)
         g = jc.jit(lambda a, b: (a * b).sum(axis=-1))
-        errors, barrier = [], threading.Barrier(8)
 
         def worker(k):
-            try:
-                barrier.wait()
-                for i in range(40):
-                    n = 1000 + 37 * ((i + k) % 6)
-                    x = np.linspace(-2, 2, n, dtype=np.float32)
-                    assert np.allclose(f(x), np.tanh(x) * 2 + 1, rtol=1e-5, atol=1e-6)
-                    y = x.reshape(-1, 1)[: n - n % 4].reshape(4, -1)
-                    assert np.allclose(g(y, y), (y * y).sum(axis=-1), rtol=1e-4)
-            except Exception as e:
-                errors.append(repr(e))
+            for i in range(40):
+                n = 1000 + 37 * ((i + k) % 6)
+                x = np.linspace(-2, 2, n, dtype=np.float32)
+                assert np.allclose(f(x), np.tanh(x) * 2 + 1, rtol=1e-5, atol=1e-6)
+                y = x.reshape(-1, 1)[: n - n % 4].reshape(4, -1)
+                assert np.allclose(g(y, y), (y * y).sum(axis=-1), rtol=1e-4)
 
-        threads = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
-        for t in threads: t.start()
-        for t in threads: t.join(180)
-        assert not any(t.is_alive() for t in threads), "deadlock"
-        assert not errors, errors[:3]
+        run_in_threads(worker)
         print("compiles", jc.cache_info()["compiles"])
     """, env={"JITCORE_CACHE_SIZE": "2", "JITCORE_DISK_CACHE": "0"})
     assert int(out.split()[-1]) > 12          # evictions forced recompiles
