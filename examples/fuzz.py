@@ -7,6 +7,7 @@ hypothesis shrinks the program and the error shows the minimal program and jitco
 (IR text). At the end, how many programs had each feature.
 
     python examples/fuzz.py [--n 2000] [--seed 7] [--only float,int,float-threads,int-threads]
+                            [--large]
 """
 from __future__ import annotations
 
@@ -78,7 +79,12 @@ def main() -> int:
     ap.add_argument("--n", type=int, default=1000, help="programs per suite")
     ap.add_argument("--seed", type=int, help="hypothesis seed (default: random)")
     ap.add_argument("--only", help=f"comma-separated suites of {','.join(SUITES)}")
+    ap.add_argument("--large", action="store_true",
+                    help="dims up to 1000 and values up to 400,000 elements (GEMM blocking, "
+                         "parallel chunks, tiles at their real sizes)")
     opts = ap.parse_args()
+    if opts.large:                       # larger dims first: hypothesis favours early choices
+        rg.DIMS, rg.MAX_SIZE = [300, 129, 1000, 64, 17, 3, 1], 400_000
     for name in (opts.only.split(",") if opts.only else SUITES):
         print(f"{name} programs: {opts.n} ...", flush=True)
         counts = Counter()
