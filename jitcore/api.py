@@ -5,7 +5,6 @@ import functools
 import inspect
 import sys
 import threading
-from collections import OrderedDict
 
 import numpy as np
 
@@ -14,18 +13,19 @@ from ir.errors import DTypeError, JitcoreError, ShapeError, TraceError
 from ir.graph import ConstArray
 from ir.graph import Graph as IRGraph
 from ir.ops import Op
-from runtime.forksafe import fresh_lock_in_child
+from runtime.forksafe import renew_in_child
 from runtime.settings import validate_count
 
 from . import config
 from .callpath import MISMATCH, CallPlan
 from .compiler import compile_graph
 from .llvm.target import Target, host_target
+from .lru import LRU
 from .signature import describe, signature_of, to_array
 from .tracer import TRACE, Tracer, node_of
 
 _PLANS_LOCK = threading.Lock()            # guards every JitFunction's plan table
-fresh_lock_in_child(sys.modules[__name__], "_PLANS_LOCK")
+renew_in_child(sys.modules[__name__], "_PLANS_LOCK")
 
 
 def select_target(vector_width=None) -> Target:
@@ -110,7 +110,7 @@ class JitFunction:
         self.prepack_weights = prepack_weights
         # (shape, strides, dtype) per arg -> CallPlan; an LRU as long as the compile cache's,
         # so a function called with ever new shapes does not keep every compiled graph alive
-        self._plans: OrderedDict = OrderedDict()
+        self._plans = LRU()
         self._fast, self._fast_out = _no_plan_yet, _no_plan_yet
         if vector_width is not None:
             select_target(vector_width)   # validate early
@@ -132,15 +132,11 @@ class JitFunction:
                      enumerate(zip(args, self._arg_names(len(args)))))
         key = tuple((a.shape, a.strides, a.dtype) for a in args)
         with _PLANS_LOCK:
-            plan = self._plans.get(key)
-            if plan is not None:
-                self._plans.move_to_end(key)
+            plan = self._plans.lookup(key)
         if plan is None:
             plan = CallPlan(self._compiled(args))
             with _PLANS_LOCK:
-                self._plans[key] = plan
-                while len(self._plans) > config.get().cache_size:
-                    self._plans.popitem(last=False)
+                self._plans.put(key, plan)
         result = plan(args, out)
         self._fast, self._fast_out = plan.fast, plan.fast_out      # after it worked once
         return result

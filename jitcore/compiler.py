@@ -10,7 +10,6 @@ import ctypes
 import sys
 import threading
 import time
-from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,8 +22,9 @@ from . import config, diskcache
 from .llvm import engine, gemm
 from .llvm.codegen import NDARRAY_TYPE_SYMBOL, build_module
 from .llvm.target import Target
+from .lru import LRU
 from runtime import PARALLEL_FOR, TASK_SPAWN, TASK_WAIT
-from runtime.forksafe import fresh_lock_in_child
+from runtime.forksafe import renew_in_child
 
 VERSION = "0.1.0"
 
@@ -79,11 +79,11 @@ class CompiledGraph:
         return coverage(self.lowered.kernels)
 
 
-_CACHE: OrderedDict = OrderedDict()
+_CACHE = LRU()
 _CACHE_LOCK = threading.Lock()
 _KEY_LOCKS: dict = {}
-fresh_lock_in_child(sys.modules[__name__], "_CACHE_LOCK")
-fresh_lock_in_child(sys.modules[__name__], "_KEY_LOCKS", dict)   # held by compiling threads
+renew_in_child(sys.modules[__name__], "_CACHE_LOCK")
+renew_in_child(sys.modules[__name__], "_KEY_LOCKS", dict)   # held by compiling threads
 STATS = {"compiles": 0, "hits": 0}
 
 
@@ -108,9 +108,8 @@ def compile_graph(graph: Graph, strides: tuple, target: Target, threads: int = 0
     prepack = prepack and config.get().prepack
     key = cache_key(graph, strides, target, threads, prepack)
     with _CACHE_LOCK:
-        hit = _CACHE.get(key)
+        hit = _CACHE.lookup(key)
         if hit is not None:
-            _CACHE.move_to_end(key)
             STATS["hits"] += 1
             return hit
         key_lock = _KEY_LOCKS.setdefault(key, threading.Lock())
@@ -120,10 +119,8 @@ def compile_graph(graph: Graph, strides: tuple, target: Target, threads: int = 0
         if hit is None:
             hit = _compile(graph, strides, target, threads, prepack)
             with _CACHE_LOCK:
-                _CACHE[key] = hit
+                _CACHE.put(key, hit)
                 STATS["compiles"] += 1
-                while len(_CACHE) > config.get().cache_size:
-                    _CACHE.popitem(last=False)
     with _CACHE_LOCK:
         _KEY_LOCKS.pop(key, None)
     return hit

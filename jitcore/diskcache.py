@@ -38,7 +38,7 @@ import zlib
 
 import llvmlite
 
-from runtime.forksafe import fresh_lock_in_child
+from runtime.forksafe import renew_in_child
 
 MAGIC = b"JITCORE-OBJ-1\n"
 _HEADER = struct.Struct("<QQ32s")          # header json length, payload length, payload sha256
@@ -46,7 +46,7 @@ STATS = {"disk_hits": 0, "disk_misses": 0, "disk_rejected": 0, "disk_evicted": 0
 DEFAULT_MAX_MB = 512
 STALE_TMP_SECONDS = 3600                   # a temporary file this old belongs to no writer
 _LOCK = threading.Lock()
-fresh_lock_in_child(sys.modules[__name__], "_LOCK")
+renew_in_child(sys.modules[__name__], "_LOCK")
 _UNUSABLE: set = set()                     # directories refused once (warned)
 _USAGE: dict = {}                          # directory -> bytes, as this process estimates
 

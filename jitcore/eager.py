@@ -3,17 +3,16 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections import OrderedDict
 
 import numpy as np
 
-from runtime.forksafe import fresh_lock_in_child
+from runtime.forksafe import renew_in_child
 
-from . import config
+from .lru import LRU
 
-_CACHE: OrderedDict = OrderedDict()   # an LRU of JITCORE_CACHE_SIZE jitted ops
+_CACHE = LRU()                         # key -> the jitted op
 _LOCK = threading.Lock()
-fresh_lock_in_child(sys.modules[__name__], "_LOCK")
+renew_in_child(sys.modules[__name__], "_LOCK")
 
 
 def _is_tensor_arg(a) -> bool:
@@ -35,9 +34,7 @@ def run_eagerly(public, fn, args: tuple, kwargs: dict):
     except TypeError:
         key = None
     with _LOCK:
-        jitted = _CACHE.get(key) if key is not None else None
-        if jitted is not None:
-            _CACHE.move_to_end(key)
+        jitted = _CACHE.lookup(key) if key is not None else None
     if jitted is None:
         template = [None if i in positions else a for i, a in enumerate(args)]
 
@@ -50,7 +47,5 @@ def run_eagerly(public, fn, args: tuple, kwargs: dict):
         jitted = jit(traced)
         if key is not None:
             with _LOCK:
-                _CACHE[key] = jitted
-                while len(_CACHE) > config.get().cache_size:
-                    _CACHE.popitem(last=False)
+                _CACHE.put(key, jitted)
     return jitted(*[args[p] for p in positions])

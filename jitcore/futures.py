@@ -20,7 +20,7 @@ import threading
 from ir import build as b
 from ir.errors import TraceError
 from ir.ops import Op
-from runtime.forksafe import fresh_lock_in_child
+from runtime.forksafe import renew_in_child
 
 from .api import JitFunction
 from .parallel import pool, start_interop
@@ -30,7 +30,7 @@ _TASK = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 _PENDING: dict = {}              # token -> Future whose body has not run yet
 _TOKENS = itertools.count(1)
 _LOCK = threading.Lock()
-fresh_lock_in_child(sys.modules[__name__], "_LOCK")
+renew_in_child(sys.modules[__name__], "_LOCK")
 
 
 @_TASK

@@ -12,12 +12,12 @@ import sys
 import threading
 
 from runtime import POOL_EXPORTS, ThreadSettings, build_pool_module
-from runtime.forksafe import fresh_lock_in_child
+from runtime.forksafe import renew_in_child
 
 SETTINGS = ThreadSettings()
-fresh_lock_in_child(SETTINGS, "_lock")
+renew_in_child(SETTINGS, "_lock")
 _LOCK = threading.Lock()
-fresh_lock_in_child(sys.modules[__name__], "_LOCK")
+renew_in_child(sys.modules[__name__], "_LOCK")
 _LIB = None
 # the pools sleep on Linux futexes; elsewhere kernels and tasks run on the calling thread
 THREADS_SUPPORTED = sys.platform.startswith("linux")

@@ -37,8 +37,19 @@ def test_calls_and_distinct_compiles_stay_within_the_rss_bound():
     assert r["live_compiled_graphs"] <= 32 + 1, r
 
 
+def run_with_cache_size(code: str, size: int) -> str:
+    """Run code in a fresh interpreter with an in-memory LRU of `size` and no disk cache;
+    its stdout (a crash or a failed assert fails the test)."""
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                          text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO),
+                               "JITCORE_CACHE_SIZE": str(size), "JITCORE_DISK_CACHE": "0"})
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stderr[-3000:]}"
+    return proc.stdout
+
+
 def test_evicted_graphs_are_freed_and_recompiled_on_demand():
-    code = textwrap.dedent("""
+    out = run_with_cache_size("""
         import gc, weakref, numpy as np, jitcore as jc
         from jitcore.compiler import CompiledGraph
         f = jc.jit(lambda x: x * 3.0 - 1.0)
@@ -59,18 +70,14 @@ def test_evicted_graphs_are_freed_and_recompiled_on_demand():
         for _ in range(1000):
             assert np.array_equal(f(y), y * 3 - 1)
         print("compiles", jc.cache_info()["compiles"])
-    """)
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120, env={**os.environ, "PYTHONPATH": str(REPO),
-                                            "JITCORE_CACHE_SIZE": "4", "JITCORE_DISK_CACHE": "0"})
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "compiles 25" in proc.stdout
+    """, size=4)
+    assert "compiles 25" in out
 
 
 def test_the_fast_path_keeps_the_code_it_calls_alive():
     """The last signature's fast path can outlive its plan: here the next signature's first
     call fails (a wrong out=) after its plan evicted the old one from both LRUs of size 1."""
-    code = textwrap.dedent("""
+    out = run_with_cache_size("""
         import gc, numpy as np, jitcore as jc
         f = jc.jit(lambda x: x * 3.0 - 1.0)
         a = np.arange(8, dtype=np.float32)
@@ -83,9 +90,5 @@ def test_the_fast_path_keeps_the_code_it_calls_alive():
         for _ in range(100):
             assert np.array_equal(f(a), a * 3 - 1)
         print("ok")
-    """)
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120, env={**os.environ, "PYTHONPATH": str(REPO),
-                                            "JITCORE_CACHE_SIZE": "1", "JITCORE_DISK_CACHE": "0"})
-    assert proc.returncode == 0 and "ok" in proc.stdout, \
-        f"exit {proc.returncode}\n{proc.stderr[-3000:]}"
+    """, size=1)
+    assert "ok" in out

@@ -367,18 +367,41 @@ def _reshape_target(draw, shape):
     return draw(st.sampled_from(options))
 
 
+def zero_values(program):
+    """Zero-filled stand-ins of a program's inputs: running steps on them gives every value's
+    shape and dtype without real data."""
+    return [np.zeros(s, d) for s, d in zip(program.input_shapes, program.input_dtypes)]
+
+
+def walk(program):
+    """(step, the values before it, its result) for each step, on zero stand-ins."""
+    vals = zero_values(program)
+    for step in program.steps:
+        with quiet_numpy():
+            out = np.asarray(apply_step(step, vals))
+        yield step, vals, out
+        vals.append(out)
+
+
 class _Builder:
-    """The program under construction: its steps, and each value's shape and dtype."""
+    """The program under construction: its steps and each value on zero stand-ins."""
 
     def __init__(self, prog: Program):
         self.prog = prog
-        self.shape = list(prog.input_shapes)
-        self.dtype = [np.dtype(d) for d in prog.input_dtypes]
+        self.vals = zero_values(prog)
 
-    def add(self, step, shape, dtype):
+    @property
+    def shape(self):
+        return [v.shape for v in self.vals]
+
+    @property
+    def dtype(self):
+        return [v.dtype for v in self.vals]
+
+    def add(self, step):
+        with quiet_numpy():
+            self.vals.append(np.asarray(apply_step(step, self.vals)))
         self.prog.steps.append(step)
-        self.shape.append(tuple(shape))
-        self.dtype.append(np.dtype(dtype))
 
     def numeric(self):
         return [i for i, d in enumerate(self.dtype) if d != BOOL]
@@ -521,9 +544,7 @@ def programs(draw, kind="float"):
             step = _draw_reduce(draw, b, draw(st.sampled_from(b.numeric())), reduce_ops)
         if step is None:
             continue
-        with quiet_numpy():
-            out = np.asarray(apply_step(step, [np.zeros(s, d) for s, d in zip(b.shape, b.dtype)]))
-        b.add(step, out.shape, out.dtype)
+        b.add(step)
     last = len(b.shape) - 1
     b.prog.outputs = [last]
     if draw(st.booleans()) and last > 0:
@@ -537,10 +558,7 @@ def _max_reduced(program):
     """The largest number of elements folded into one value by any reduction, matmul or
     last-axis composite."""
     n = 1
-    vals = [np.zeros(s) for s in program.input_shapes]
-    for step in program.steps:
-        with quiet_numpy():
-            out = np.asarray(apply_step(step, vals))
+    for step, vals, out in walk(program):
         inner = step[1] if step[0] == "fork" else step
         if inner[0] == "reduce":
             n = max(n, vals[inner[1]].size // max(out.size, 1))
@@ -548,7 +566,6 @@ def _max_reduced(program):
             n = max(n, vals[inner[1]].shape[-1])
         elif inner[0] == "unary" and inner[1] in ROW_OPS:
             n = max(n, vals[inner[2]].shape[-1])
-        vals.append(out)
     return n
 
 

@@ -98,7 +98,7 @@ def _optimize(mod, tm):
 
 def _free_pass_manager(mpm):
     """Free the O3 pipeline now. llvmlite's ModulePassManager never frees it (its _dispose
-    is shadowed by ObjectRef's empty one in the class's MRO: ~70 KB lost per compile, see
+    is shadowed by ObjectRef's empty one in the class's MRO: 70-110 KB lost per compile, see
     tests/test_memory.py); detaching afterwards keeps a fixed llvmlite from freeing it twice."""
     dispose = getattr(llvm.ffi.lib, "LLVMPY_DisposeNewModulePassManger", None)
     if dispose is not None and not mpm.closed:
