@@ -11,8 +11,8 @@ import numpy as np
 from . import dtypes as dt
 from .errors import DTypeError, ShapeError
 from .graph import ConstArray, Node
-from .ops import (ARITH_BINARY, COMPARE, FLOAT_UNARY, INDEX_REDUCE, LOGICAL_BINARY, REDUCE,
-                  UNARY, Op)
+from .ops import (BINARY, BITWISE, BITWISE_BINARY, COMPARE, FLOAT_UNARY, INDEX_REDUCE,
+                  LOGICAL_BINARY, REDUCE, SHIFT, UNARY, Op)
 from .shapes import broadcast_shapes, numel
 
 # numpy rejects these for bool (abs, floor and ceil of bool are bool)
@@ -42,12 +42,25 @@ def _infer_unary(op, x, arg):
     if op == Op.LOGICAL_NOT:
         _require(x.dtype == dt.bool_, DTypeError, "logical_not: source must be bool")
         return dt.bool_, x.shape
+    if op == Op.BITWISE_NOT:
+        _require_bitwise(op, x.dtype)
+        return x.dtype, x.shape
     if op in FLOAT_UNARY:
         _require(x.dtype.is_float, DTypeError,
                  f"{_name(op)}: needs a float source, got {x.dtype.name}")
     elif op in _ANY_NUMERIC_UNARY:
         _require(x.dtype != dt.bool_, DTypeError, f"{_name(op)}: not defined for bool")
     return x.dtype, x.shape
+
+
+def _require_bitwise(op, dtype, bool_ok=True):
+    """numpy's bitwise ufuncs take integers and bool, shifts integers only (numpy shifts
+    bools as int8, a dtype jitcore does not have); floats are a type error."""
+    ok = dtype.is_int or (bool_ok and dtype == dt.bool_)
+    why = " (numpy shifts bools as int8, which jitcore does not have)" \
+        if dtype == dt.bool_ else ""
+    _require(ok, DTypeError, f"{_name(op)}: needs integer{' or bool' if bool_ok else ''} "
+             f"operands, got {dtype.name}{why}")
 
 
 def _infer_binary(op, a, b):
@@ -58,6 +71,9 @@ def _infer_binary(op, a, b):
     if op in LOGICAL_BINARY:
         _require(a.dtype == dt.bool_, DTypeError, f"{_name(op)}: sources must be bool")
         return dt.bool_, a.shape
+    if op in BITWISE_BINARY or op in SHIFT:
+        _require_bitwise(op, a.dtype, bool_ok=op not in SHIFT)
+        return a.dtype, a.shape
     if op == Op.DIV:
         _require(a.dtype.is_float, DTypeError, "div: needs float sources")
     elif op in (Op.SUB, Op.POW, Op.FLOORDIV, Op.MOD):
@@ -126,7 +142,7 @@ def infer(op: Op, src: tuple, arg) -> tuple:
     """(dtype, shape) of op applied to src with arg, or a ShapeError/DTypeError saying why not."""
     if op in UNARY:
         return _infer_unary(op, src[0], arg)
-    if op in ARITH_BINARY or op in COMPARE or op in LOGICAL_BINARY:
+    if op in BINARY:
         return _infer_binary(op, *src)
     if op == Op.WHERE:
         c, a, b = src
@@ -203,6 +219,11 @@ def broadcast_to(x: Node, shape: tuple) -> Node:
 def elementwise(op: Op, *src: Node, arg=None) -> Node:
     """Apply an elementwise op with numpy broadcasting and promotion of the sources."""
     shape = broadcast_shapes(*(s.shape for s in src))
+    if op in BITWISE:
+        # name the operands' own dtypes (the promoted one would hide which was a float)
+        _require(not any(s.dtype.is_float for s in src), DTypeError,
+                 f"{_name(op)}: needs integer or bool operands, got "
+                 + ", ".join(s.dtype.name for s in src))
     if op == Op.WHERE:
         c, a, b = src
         common = dt.promote(a.dtype, b.dtype)

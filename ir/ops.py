@@ -15,7 +15,7 @@ class Op(Enum):
     # unary elementwise primitives
     NEG = auto(); ABS = auto(); EXP = auto(); LOG = auto(); SQRT = auto(); TANH = auto()
     ERF = auto(); SIN = auto(); COS = auto(); FLOOR = auto(); CEIL = auto()
-    LOGICAL_NOT = auto(); CAST = auto()
+    LOGICAL_NOT = auto(); CAST = auto(); BITWISE_NOT = auto()
     # unary composites (decomposed into primitives by passes.decompose)
     RSQRT = auto(); RECIPROCAL = auto(); SIGMOID = auto(); RELU = auto(); GELU = auto()
     SILU = auto(); HARDTANH = auto(); HARDSWISH = auto(); HARDSIGMOID = auto()
@@ -26,6 +26,8 @@ class Op(Enum):
     MAXIMUM = auto(); MINIMUM = auto()
     EQ = auto(); NE = auto(); LT = auto(); LE = auto(); GT = auto(); GE = auto()
     LOGICAL_AND = auto(); LOGICAL_OR = auto()
+    BITWISE_AND = auto(); BITWISE_OR = auto(); BITWISE_XOR = auto()
+    LEFT_SHIFT = auto(); RIGHT_SHIFT = auto()
     # ternary
     WHERE = auto()
     # reductions (arg: sorted tuple of axes; the result keeps them with size 1)
@@ -44,7 +46,8 @@ class Op(Enum):
 
 
 UNARY_PRIMITIVE = frozenset({Op.NEG, Op.ABS, Op.EXP, Op.LOG, Op.SQRT, Op.TANH, Op.ERF, Op.SIN,
-                             Op.COS, Op.FLOOR, Op.CEIL, Op.LOGICAL_NOT, Op.CAST})
+                             Op.COS, Op.FLOOR, Op.CEIL, Op.LOGICAL_NOT, Op.CAST,
+                             Op.BITWISE_NOT})
 UNARY_COMPOSITE = frozenset({Op.RSQRT, Op.RECIPROCAL, Op.SIGMOID, Op.RELU, Op.GELU, Op.SILU,
                              Op.HARDTANH, Op.HARDSWISH, Op.HARDSIGMOID, Op.LEAKY_RELU, Op.RELU6})
 UNARY = UNARY_PRIMITIVE | UNARY_COMPOSITE
@@ -56,7 +59,11 @@ ARITH_BINARY = frozenset({Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.POW, Op.FLOORDIV, O
                           Op.MAXIMUM, Op.MINIMUM})
 COMPARE = frozenset({Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE})
 LOGICAL_BINARY = frozenset({Op.LOGICAL_AND, Op.LOGICAL_OR})
-BINARY = ARITH_BINARY | COMPARE | LOGICAL_BINARY
+# integer and bool sources only (numpy's bitwise ufuncs); shifts take integers only
+BITWISE_BINARY = frozenset({Op.BITWISE_AND, Op.BITWISE_OR, Op.BITWISE_XOR})
+SHIFT = frozenset({Op.LEFT_SHIFT, Op.RIGHT_SHIFT})
+BINARY = ARITH_BINARY | COMPARE | LOGICAL_BINARY | BITWISE_BINARY | SHIFT
+BITWISE = BITWISE_BINARY | SHIFT | {Op.BITWISE_NOT}
 ELEMENTWISE = UNARY | BINARY | {Op.WHERE}
 REDUCE = frozenset({Op.SUM, Op.PROD, Op.MAX, Op.MIN, Op.ARGMAX, Op.ARGMIN, Op.MEAN})
 INDEX_REDUCE = frozenset({Op.ARGMAX, Op.ARGMIN})

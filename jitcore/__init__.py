@@ -16,15 +16,17 @@ from ir.errors import CompileError, DTypeError, JitcoreError, ShapeError, TraceE
 from .api import Graph, JitFunction, compile, jit
 from .compiler import VERSION as __version__
 from .compiler import cache_info
-from .ops import (abs, add, amax, amin, argmax, argmin, astype, broadcast_to, ceil, cos, div,
+from .ops import (abs, add, amax, amin, argmax, argmin, astype, bitwise_and, bitwise_not,
+                  bitwise_or, bitwise_xor, broadcast_to, ceil, cos, div,
                   divide, equal, erf, exp, expand_dims, floor, floor_divide, gelu, greater,
                   greater_equal,
-                  hardsigmoid, hardswish, hardtanh, layer_norm, leaky_relu, less, less_equal,
+                  hardsigmoid, hardswish, hardtanh, invert, layer_norm, leaky_relu, left_shift,
+                  less, less_equal,
                   log, log_softmax, logical_and, logical_not, logical_or, matmul, max, maximum,
                   mean, min, minimum, mod, mul, multiply, neg, negative, not_equal, pow, power,
                   prod, remainder,
-                  reciprocal, relu, relu6, reshape, rsqrt, sigmoid, silu, sin, softmax, sqrt,
-                  squeeze, sub, subtract, sum, tanh, transpose, where)
+                  reciprocal, relu, relu6, reshape, right_shift, rsqrt, sigmoid, silu, sin,
+                  softmax, sqrt, squeeze, sub, subtract, sum, tanh, transpose, where)
 from .futures import Future, fork, wait
 from .parallel import (get_num_interop_threads, get_num_threads, parallel_info,
                        set_num_interop_threads, set_num_threads)

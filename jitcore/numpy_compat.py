@@ -22,6 +22,9 @@ UFUNCS = {
     np.not_equal: ops.not_equal, np.less: ops.less, np.less_equal: ops.less_equal,
     np.greater: ops.greater, np.greater_equal: ops.greater_equal,
     np.logical_and: ops.logical_and, np.logical_or: ops.logical_or, np.matmul: ops.matmul,
+    np.bitwise_and: ops.bitwise_and, np.bitwise_or: ops.bitwise_or,
+    np.bitwise_xor: ops.bitwise_xor, np.invert: ops.invert, np.left_shift: ops.left_shift,
+    np.right_shift: ops.right_shift,
     np.positive: lambda x: x,
 }
 REDUCING_UFUNCS = {np.add: ops.sum, np.multiply: ops.prod, np.maximum: ops.max,

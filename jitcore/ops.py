@@ -122,6 +122,16 @@ greater = _binary_op(Op.GT, "greater", "a > b (bool).")
 greater_equal = _binary_op(Op.GE, "greater_equal", "a >= b (bool).")
 logical_and = _binary_op(Op.LOGICAL_AND, "logical_and", "Logical and (bool).")
 logical_or = _binary_op(Op.LOGICAL_OR, "logical_or", "Logical or (bool).")
+bitwise_and = _binary_op(Op.BITWISE_AND, "bitwise_and", "a & b on integer or bool dtypes.")
+bitwise_or = _binary_op(Op.BITWISE_OR, "bitwise_or", "a | b on integer or bool dtypes.")
+bitwise_xor = _binary_op(Op.BITWISE_XOR, "bitwise_xor", "a ^ b on integer or bool dtypes.")
+invert = _unary_op(Op.BITWISE_NOT, "~x: bitwise not of integers, logical not of bools.")
+bitwise_not = invert
+left_shift = _binary_op(Op.LEFT_SHIFT, "left_shift", "a << b on integers, wrapping as numpy; "
+                        "a count below 0 or of at least the bit width gives 0.")
+right_shift = _binary_op(Op.RIGHT_SHIFT, "right_shift", "a >> b on integers (arithmetic for "
+                         "signed dtypes); a count below 0 or of at least the bit width gives "
+                         "-1 for negative signed values, else 0 (numpy's rule).")
 
 
 @op

@@ -155,21 +155,21 @@ def _binary(name, reflected=False):
     return method
 
 
+# & | ^ ~ are numpy's bitwise ufuncs (on bools they are the logical ops), never logical_and
 for _dunder, _fn in [("add", "add"), ("sub", "sub"), ("mul", "mul"), ("truediv", "div"),
                      ("floordiv", "floor_divide"), ("mod", "remainder"), ("pow", "pow"),
-                     ("matmul", "matmul")]:
+                     ("matmul", "matmul"), ("and", "bitwise_and"), ("or", "bitwise_or"),
+                     ("xor", "bitwise_xor"), ("lshift", "left_shift"),
+                     ("rshift", "right_shift")]:
     setattr(Tracer, f"__{_dunder}__", _binary(_fn))
     setattr(Tracer, f"__r{_dunder}__", _binary(_fn, reflected=True))
 for _dunder, _fn in [("eq", "equal"), ("ne", "not_equal"), ("lt", "less"), ("le", "less_equal"),
-                     ("gt", "greater"), ("ge", "greater_equal"), ("and", "logical_and"),
-                     ("or", "logical_or")]:
+                     ("gt", "greater"), ("ge", "greater_equal")]:
     setattr(Tracer, f"__{_dunder}__", _binary(_fn))
-Tracer.__rand__ = _binary("logical_and", reflected=True)
-Tracer.__ror__ = _binary("logical_or", reflected=True)
 Tracer.__neg__ = lambda self: _ops().neg(self)
 Tracer.__pos__ = lambda self: self
 Tracer.__abs__ = lambda self: _ops().abs(self)
-Tracer.__invert__ = lambda self: _ops().logical_not(self)
+Tracer.__invert__ = lambda self: _ops().invert(self)
 
 
 def node_of(x, like: Node | None = None) -> Node:

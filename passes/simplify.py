@@ -23,7 +23,9 @@ _NUMPY = {
     Op.MAXIMUM: np.maximum, Op.MINIMUM: np.minimum,
     Op.EQ: np.equal, Op.NE: np.not_equal, Op.LT: np.less, Op.LE: np.less_equal,
     Op.GT: np.greater, Op.GE: np.greater_equal, Op.LOGICAL_AND: np.logical_and,
-    Op.LOGICAL_OR: np.logical_or, Op.WHERE: np.where,
+    Op.LOGICAL_OR: np.logical_or, Op.WHERE: np.where, Op.BITWISE_AND: np.bitwise_and,
+    Op.BITWISE_OR: np.bitwise_or, Op.BITWISE_XOR: np.bitwise_xor, Op.BITWISE_NOT: np.invert,
+    Op.LEFT_SHIFT: np.left_shift, Op.RIGHT_SHIFT: np.right_shift,
 }
 
 

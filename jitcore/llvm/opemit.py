@@ -218,6 +218,22 @@ def _divmod(b, out, x, y):
     return b.select(by_zero, zero, q), b.select(by_zero, zero, r)
 
 
+def _shift(left: bool):
+    """numpy's shifts (npy_lshift / npy_rshift): a count outside [0, bits), negative ones
+    included, shifts every bit out: 0, or -1 for a right shift of a negative signed value.
+    LLVM's shifts give poison for such counts, so they are clamped or selected away."""
+    def emit(b, out, inp, args, arg):
+        x, n = args
+        bits = u.element_type(x.type).width
+        in_range = b.icmp_unsigned("<", n, u.const(n.type, bits))    # negatives are huge
+        if not left and out.kind == "i":
+            # an arithmetic shift by bits - 1 already gives numpy's 0 or -1
+            return b.ashr(x, b.select(in_range, n, u.const(n.type, bits - 1)))
+        shifted = b.shl(x, n) if left else b.lshr(x, n)
+        return b.select(in_range, shifted, u.const(x.type, 0))     # a poison lane is dropped
+    return emit
+
+
 def _copysign(b, mag, sign):
     return u.intrinsic(b, "copysign", [mag, sign])
 
@@ -241,6 +257,11 @@ EMITTERS = {
     Op.LE: _compare("<="), Op.GT: _compare(">"), Op.GE: _compare(">="),
     Op.LOGICAL_AND: lambda b, out, inp, args, arg: b.and_(*args),
     Op.LOGICAL_OR: lambda b, out, inp, args, arg: b.or_(*args),
+    Op.BITWISE_AND: lambda b, out, inp, args, arg: b.and_(*args),
+    Op.BITWISE_OR: lambda b, out, inp, args, arg: b.or_(*args),
+    Op.BITWISE_XOR: lambda b, out, inp, args, arg: b.xor(*args),
+    Op.BITWISE_NOT: lambda b, out, inp, args, arg: b.not_(args[0]),
+    Op.LEFT_SHIFT: _shift(left=True), Op.RIGHT_SHIFT: _shift(left=False),
     Op.WHERE: lambda b, out, inp, args, arg: b.select(*args),
 }
 
