@@ -112,3 +112,20 @@ def float_result(d: DType) -> DType:
 def sum_result(d: DType) -> DType:
     """Accumulator dtype of sum/prod: ints widen to int64 (numpy widens uint8 to uint64; we use int64)."""
     return d if d.is_float else int64
+
+
+def convert(values, dtype: DType) -> np.ndarray:
+    """The IR's CAST applied to numpy values (for constant folding): numpy's astype, except
+    float -> integer, which numpy leaves undefined out of range and jitcore defines as the
+    kernels compute it: truncate toward zero, saturate at the target's bounds, NaN -> 0."""
+    a = np.asarray(values)
+    if a.dtype.kind != "f" or not dtype.is_int:
+        return a.astype(dtype.np)
+    t = np.trunc(a.astype(np.float64))            # float32 -> float64 is exact
+    t = np.where(np.isnan(t), 0.0, t)
+    signed = dtype.kind == "i"
+    above = t >= 2.0 ** (dtype.bits - signed)     # the bounds are powers of two: exact
+    below = t < (-(2.0 ** (dtype.bits - 1)) if signed else 0.0)
+    info = np.iinfo(dtype.np)
+    inside = np.where(above | below, 0.0, t).astype(dtype.np)
+    return np.where(above, info.max, np.where(below, info.min, inside)).astype(dtype.np)

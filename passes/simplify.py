@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ir import build as b
+from ir import dtypes as dt
 from ir.graph import Node
 from ir.ops import ELEMENTWISE, INDEX_REDUCE, Op
 
@@ -43,7 +44,7 @@ def _fold(node: Node):
     if any(v is None for v in values):
         return None
     if node.op == Op.CAST:
-        folded = node.dtype.np.type(values[0])
+        folded = dt.convert(np.asarray(values[0], node.src[0].dtype.np), node.dtype)
     elif node.op in _NUMPY:
         args = [np.asarray(v, dtype=s.dtype.np) for v, s in zip(values, node.src)]
         with np.errstate(all="ignore"):

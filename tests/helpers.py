@@ -193,6 +193,26 @@ def make(shape, dtype, *, rng=None, low=None, high=None, positive=False, nonzero
     return x.astype(d)
 
 
+def saturating_astype(x, dtype) -> np.ndarray:
+    """numpy's astype, with jitcore's rule for float -> integer (README: casts saturate, NaN ->
+    0): truncate toward zero, then clamp to the target's range. numpy itself gives
+    platform-dependent values out of range, so this reference converts element by element
+    in Python integers, exactly, independently of jitcore's own code."""
+    x, d = np.asarray(x), np.dtype(dtype)
+    if x.dtype.kind != "f" or d.kind not in "iu":
+        return x.astype(d)
+    info = np.iinfo(d)
+
+    def one(v: float) -> int:
+        if math.isnan(v):
+            return 0
+        if math.isinf(v):
+            return int(info.max) if v > 0 else int(info.min)
+        return min(max(math.trunc(v), int(info.min)), int(info.max))
+    flat = [one(float(v)) for v in x.reshape(-1)]
+    return np.array(flat, dtype=d).reshape(x.shape)
+
+
 def f64(x):
     """A float64 copy, for references."""
     return np.asarray(x).astype(np.float64)

@@ -8,6 +8,7 @@ NaN behaviour follows numpy: maximum/minimum propagate NaN, `!=` is true for NaN
 """
 from __future__ import annotations
 
+import numpy as np
 from llvmlite import ir
 
 from ir import dtypes as dt
@@ -65,11 +66,28 @@ def _round(name):
 
 
 def _float_to_int(b, x, out: dt.DType, ty):
-    # saturating conversion: defined for NaN and out-of-range values (plain fptosi is poison)
-    wide = ir.VectorType(u.I64, u.lanes_of(x)) if u.lanes_of(x) > 1 else u.I64
-    fn = u.declare_intrinsic(b.module, "fptosi.sat", [wide, x.type],
-                             ir.FunctionType(wide, [x.type]))
-    return b.trunc(b.call(fn, [x]), ty) if out.bits < 64 else b.call(fn, [x])
+    """Truncate toward zero, saturating at the target's bounds, NaN -> 0 (the README's rule;
+    plain fptosi gives poison there). LLVM's llvm.fptosi.sat/fptoui.sat do this but x86
+    scalarizes their vector forms, so the value is clamped into range with selects first
+    and converted with a plain fptosi, which stays one vector instruction (through i32 for
+    uint8: there is no byte conversion)."""
+    signed = out.kind == "i"
+    lo = -(2.0 ** (out.bits - 1)) if signed else 0.0     # exact in float32 and float64
+    above = 2.0 ** (out.bits - signed)                   # the first value past the maximum
+    fdtype = np.float32 if u.element_type(x.type) == u.F32 else np.float64
+    below_above = float(np.nextafter(fdtype(above), fdtype(0)))   # largest float in range
+    clamped = b.select(b.fcmp_ordered("<", x, u.const(x.type, lo)), u.const(x.type, lo), x)
+    clamped = b.select(b.fcmp_ordered(">", clamped, u.const(x.type, below_above)),
+                       u.const(x.type, below_above), clamped)
+    clamped = b.select(b.fcmp_unordered("uno", x, x), u.const(x.type, 0.0), clamped)
+    lanes = u.lanes_of(x)
+    via = ty if out.bits >= 32 else u.value_type(dt.int32, lanes)
+    r = b.fptosi(clamped, via)
+    r = b.trunc(r, ty) if via != ty else r
+    top = np.iinfo(out.np).max
+    if int(below_above) != top:          # e.g. float32 -> int32: 2147483520 < 2**31 - 1
+        r = b.select(b.fcmp_ordered(">=", x, u.const(x.type, above)), u.const(ty, top), r)
+    return r
 
 
 def cast(b, out: dt.DType, inp: dt.DType, x):
