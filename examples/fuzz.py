@@ -17,6 +17,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 from hypothesis import HealthCheck, given, seed, settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
@@ -45,11 +46,16 @@ def features(program) -> set:
         found |= {FEATURE[inner[0]]} if inner[0] in FEATURE else set()
         if inner[0] == "unary" and inner[1] in rg.ROW_OPS:
             found.add("softmax/log_softmax/layer_norm")
+        if len(inner) > 1 and inner[1] in rg.BITWISE + ["invert"]:
+            found.add("shift" if "shift" in inner[1] else "bitwise")
+        if inner[0] == "astype" and vals[inner[1]].dtype.kind == "f" \
+                and np.dtype(inner[2]).kind in "iu":
+            found.add("float->int cast")
     return found
 
 
 FEATURE = {"compare": "bool values", "logic": "bool values", "not": "bool values",
-           "where": "bool values", "astype": "cast", "reduce": "reduction",
+           "invert": "bool values", "where": "bool values", "astype": "cast", "reduce": "reduction",
            "transpose": "view", "slice": "view", "reshape": "view", "broadcast_to": "view"}
 
 

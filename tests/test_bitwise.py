@@ -78,7 +78,7 @@ def jitted(op, form):
     return jc.jit(lambda a, b: fn(a, b))
 
 
-# ---- every dtype pair -------------------------------------------------------------------------
+# ---- every dtype pair ------------------------------------------------------------------------
 
 @pytest.mark.parametrize("db", BIT_DTYPES, ids=dtype_id)
 @pytest.mark.parametrize("da", BIT_DTYPES, ids=dtype_id)
@@ -137,7 +137,7 @@ def test_eager_calls(op):
         assert_close(jcfn(a, b), want, want.dtype, msg=f"{da}, {db}")
 
 
-# ---- scalars, broadcasting, views, out= ---------------------------------------------------------
+# ---- scalars, broadcasting, views, out= ------------------------------------------------------
 
 # (description, function, input dtype): Python ints are weak (NEP 50), numpy scalars strong
 SCALAR_CASES = [
@@ -240,7 +240,7 @@ def test_in_place_operators_and_out():
     assert_close(x, values(I32, 1003, ("ip",)), I32, msg="input untouched")
 
 
-# ---- errors, folding, vectorization ---------------------------------------------------------------
+# ---- errors, folding, vectorization ----------------------------------------------------------
 
 @pytest.mark.parametrize("dtype", [F32, F64], ids=dtype_id)
 @pytest.mark.parametrize("op", list(BINARY) + ["invert"])

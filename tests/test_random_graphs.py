@@ -1,11 +1,14 @@
 """Differential testing on random programs: hypothesis builds random graphs of elementwise ops
-(transcendentals, activations, composites, casts, comparisons and logic), broadcasting between
+(transcendentals, activations, composites, casts, comparisons and logic; in integer programs
+also the bitwise family, shifts by any count, and float -> integer casts of float inputs full
+of NaN, infinities and out-of-range values), broadcasting between
 compatible shapes (size-1, odd and empty dims), views (transpose, slicing with any step,
 reshape, expand/broadcast), reductions (random axes, keepdims; argmax/argmin and prod on
 integers), matmuls (2-D, batched with broadcast batch dims, transposed operands, 1-D) and
 forked tasks (a step computed by `jc.fork` and waited for at its first use). The same program
 runs through numpy (float64 for float programs, the exact integer dtypes for integer
-programs) and through jitcore; float results are compared with a tolerance that follows the
+programs, float -> integer casts saturating as jitcore defines them: `saturating_astype`) and
+through jitcore; float results are compared with a tolerance that follows the
 magnitudes of the intermediate values. A failure prints the program and jitcore's graph."""
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ from hypothesis import strategies as st
 
 import jitcore as jc
 from jitcore.llvm import codegen
-from helpers import BOOL, EPS, F32, F64, TOL, U8, assert_close
+from helpers import BOOL, EPS, F32, F64, TOL, U8, assert_close, saturating_astype
 
 DIMS = [1, 2, 3, 5, 7, 16, 17]
 MAX_SIZE = 3000
@@ -33,15 +36,20 @@ UNARY = ["neg", "abs", "tanh", "sigmoid", "relu", "sin", "cos", "exp_neg_abs", "
 BINARY = ["add", "sub", "mul", "maximum", "minimum", "div_safe", "where_max", "pow_tanh"]
 REDUCE = ["sum", "mean", "max", "min"]
 # integer programs: exact ops (wrap-around included), compared for equality
-INT_UNARY = ["neg", "abs", "relu", "scale3", "shift2"]
+BITWISE = ["bitwise_and", "bitwise_or", "bitwise_xor", "left_shift", "right_shift"]
+INT_UNARY = ["neg", "abs", "relu", "scale3", "shift2", "invert"]
 INT_BINARY = ["add", "sub", "mul", "maximum", "minimum", "where_max", "floordiv", "mod",
-              "pow_small"]
+              "pow_small"] + BITWISE
+SCALAR_OPS = ["add", "sub", "mul", "maximum", "minimum"]
 INT_REDUCE = ["sum", "max", "min", "prod", "argmax", "argmin"]
 BOOL_REDUCE = ["sum", "max", "min"]
 COMPARE = ["less", "less_equal", "greater", "greater_equal", "equal", "not_equal"]
 NO_IDENTITY = {"max", "min", "argmax", "argmin"}   # an empty reduced axis raises in numpy
 ROW_OPS = {"softmax", "log_softmax", "layer_norm"}  # along the last axis (not of 0-d values)
 I32, I64 = np.dtype(np.int32), np.dtype(np.int64)
+# float values of integer programs: cast to integers or bool (exact, so compared exactly)
+CAST_EDGES = [np.nan, np.inf, -np.inf, 0.0, -0.0, 0.5, -0.5, -1.5, 255.5, 256.0, 300.0, 3e9,
+              -3e9, 2.0**31, -2.0**31 - 1, 1e10, -1e10, 2.0**63, -2.0**63, 1e20, -1e20]
 
 
 def _is_np(v):
@@ -130,6 +138,8 @@ def unary(name, v):
         return v * 3
     if name == "shift2":
         return v - 2
+    if name == "invert":
+        return ~v
     if name == "shift":
         return v - 0.5
     if name == "leaky_where":
@@ -163,6 +173,11 @@ def binary(name, a, b):
         return getattr(np, name)(a, b)
     if name in ("logical_and", "logical_or"):
         return getattr(np, name)(a, b)
+    if name in BITWISE:                      # the operators; any shift count (numpy's rule)
+        with np.errstate(all="ignore"):
+            return {"bitwise_and": lambda: a & b, "bitwise_or": lambda: a | b,
+                    "bitwise_xor": lambda: a ^ b, "left_shift": lambda: a << b,
+                    "right_shift": lambda: a >> b}[name]()
     raise AssertionError(name)
 
 
@@ -205,7 +220,7 @@ def _swap_last(v):
 def step_inputs(step) -> tuple:
     """The value indices a step reads."""
     kind = step[0]
-    if kind in ("unary", "not"):
+    if kind in ("unary", "not", "invert"):
         return (step[2],) if kind == "unary" else (step[1],)
     if kind in ("binary", "compare", "logic"):
         return step[2], step[3]
@@ -237,6 +252,8 @@ def apply_step(step, vals, reference=False):
         return binary(op, c, value(vals, i)) if left else binary(op, value(vals, i), c)
     if kind == "not":
         return np.logical_not(value(vals, step[1]))
+    if kind == "invert":
+        return ~value(vals, step[1])
     if kind == "where":
         return np.where(*(value(vals, i) for i in step[1:4]))
     if kind == "matmul":                       # v @ w or v @ w^T (last two axes swapped)
@@ -247,6 +264,8 @@ def apply_step(step, vals, reference=False):
         target = np.dtype(step[2])
         if reference and _is_np(v) and target.kind == "f":
             return v.astype(target).astype(np.float64)
+        if _is_np(v) and v.dtype.kind == "f" and target.kind in "iu":
+            return saturating_astype(v, target)      # numpy's own cast is undefined there
         return v.astype(target)
     if kind == "transpose":
         return v.transpose(step[2])
@@ -386,8 +405,9 @@ def walk(program):
 class _Builder:
     """The program under construction: its steps and each value on zero stand-ins."""
 
-    def __init__(self, prog: Program):
+    def __init__(self, prog: Program, floats: bool):
         self.prog = prog
+        self.floats = floats
         self.vals = zero_values(prog)
 
     @property
@@ -404,7 +424,13 @@ class _Builder:
         self.prog.steps.append(step)
 
     def numeric(self):
-        return [i for i, d in enumerate(self.dtype) if d != BOOL]
+        """The values arithmetic draws from: floats in a float program, integers in an
+        integer program (whose float values only feed casts and views)."""
+        return [i for i, d in enumerate(self.dtype)
+                if d != BOOL and (d.kind == "f") == self.floats]
+
+    def float_values(self):
+        return [i for i, d in enumerate(self.dtype) if d.kind == "f"]
 
     def bools(self):
         return [i for i, d in enumerate(self.dtype) if d == BOOL]
@@ -442,14 +468,14 @@ def _draw_matmul(draw, b):
     return ("matmul", *draw(st.sampled_from(options))) if options else None
 
 
-def _draw_elementwise(draw, b, kind, unary_ops, binary_ops, scalars):
+def _draw_elementwise(draw, b, kind, unary_ops, binary_ops, scalars, scalar_ops=SCALAR_OPS):
     numeric = b.numeric()
     i = draw(st.sampled_from(numeric))
     if kind == "unary":
         ops = [o for o in unary_ops if b.shape[i] or o not in ROW_OPS]
         return ("unary", draw(st.sampled_from(ops)), i)
     if kind == "scalar":
-        op = draw(st.sampled_from(["add", "sub", "mul", "maximum", "minimum"]))
+        op = draw(st.sampled_from(scalar_ops))
         if b.dtype[i] == U8:                         # -3 does not fit uint8 (NEP 50 raises)
             scalars = [c for c in scalars if c >= 0]
         return ("scalar", op, i, draw(st.sampled_from(scalars)), draw(st.booleans()))
@@ -478,22 +504,30 @@ def _draw_view(draw, b, i):
 
 
 def _draw_bool_step(draw, b):
-    """Comparisons make bools; logic, where and casts use them (integer programs)."""
+    """Comparisons make bools; logic, bitwise ops (with bools or integers), where and casts
+    use them (integer programs)."""
     numeric, bools = b.numeric(), b.bools()
     kind = draw(st.sampled_from(["compare", "compare"] + (
-        ["logic", "not", "where", "where", "cast", "reduce"] if bools else [])))
+        ["logic", "not", "where", "where", "cast", "reduce", "mixed"] if bools else [])))
     if kind == "compare":
         i = draw(st.sampled_from(numeric))
         j = draw(st.sampled_from([j for j in numeric
                                   if _broadcastable(b.shape[i], b.shape[j]) is not None]))
         return ("compare", draw(st.sampled_from(COMPARE)), i, j)
     c = draw(st.sampled_from(bools))
-    if kind == "logic":
+    if kind == "logic":                              # & | ^ of bools are logical too
         d = draw(st.sampled_from([d for d in bools
                                   if _broadcastable(b.shape[c], b.shape[d]) is not None]))
-        return ("logic", draw(st.sampled_from(["logical_and", "logical_or"])), c, d)
+        return ("logic", draw(st.sampled_from(["logical_and", "logical_or"] + BITWISE[:3])),
+                c, d)
     if kind == "not":
-        return ("not", c)
+        return (draw(st.sampled_from(["not", "invert"])), c)
+    if kind == "mixed":                              # bool with an integer: an integer result
+        others = [i for i in numeric if _broadcastable(b.shape[c], b.shape[i]) is not None]
+        if not others:
+            return None
+        i = draw(st.sampled_from(others))
+        return ("binary", draw(st.sampled_from(BITWISE)), *draw(st.permutations([c, i])))
     if kind == "cast":
         return ("astype", c, draw(st.sampled_from([I32, I64, U8])))
     if kind == "reduce":
@@ -502,6 +536,17 @@ def _draw_bool_step(draw, b):
              if _broadcastable(b.shape[c], b.shape[x], b.shape[y]) is not None]
     x, y = draw(st.sampled_from(pairs)) if pairs else (c, c)
     return ("where", c, x, y)
+
+
+def _draw_float_cast(draw, b):
+    """Integer programs: a float value (an input full of NaN, infinities and out-of-range
+    values, or an integer converted to float) cast to an integer dtype or bool, which
+    saturates; or an integer cast to a float (to be cast back)."""
+    floats = b.float_values()
+    if floats and draw(st.sampled_from([True, True, False])):
+        return ("astype", draw(st.sampled_from(floats)), draw(st.sampled_from([I32, I64, U8,
+                                                                               BOOL])))
+    return ("astype", draw(st.sampled_from(b.numeric())), draw(st.sampled_from([F32, F64])))
 
 
 @st.composite
@@ -519,9 +564,15 @@ def programs(draw, kind="float"):
     mixed = draw(st.booleans()) and draw(st.booleans())
     first = draw(st.sampled_from(dtypes))
     in_dtypes = [draw(st.sampled_from(dtypes)) if mixed else first for _ in in_shapes]
-    b = _Builder(Program(in_shapes, in_dtypes, seed=draw(st.integers(0, 2**31 - 1))))
+    float_input = not floats and draw(st.booleans())  # an input for float -> int casts
+    if float_input:
+        in_shapes.append(_broadcast_variant(draw, base) if draw(st.booleans()) else base)
+        in_dtypes.append(draw(st.sampled_from([F32, F64])))
+    b = _Builder(Program(in_shapes, in_dtypes, seed=draw(st.integers(0, 2**31 - 1))), floats)
+    scalar_ops = SCALAR_OPS if floats else SCALAR_OPS + BITWISE
     choices = ["unary", "unary", "binary", "binary", "scalar", "view", "view", "reduce",
-               "fork"] + (["matmul", "cast"] if floats else ["bool", "bool", "cast"])
+               "fork"] + (["matmul", "cast"] if floats else ["bool", "bool", "cast"]
+                          + ["float_cast"] * (3 if float_input else 1))
     for _ in range(draw(st.integers(3, 12))):
         step_kind = draw(st.sampled_from(choices))
         if step_kind == "fork":                      # a unary op or matmul as a forked task
@@ -535,8 +586,11 @@ def programs(draw, kind="float"):
         elif step_kind == "cast":
             i = draw(st.sampled_from(b.numeric()))
             step = ("astype", i, draw(st.sampled_from(dtypes)))
+        elif step_kind == "float_cast":
+            step = _draw_float_cast(draw, b)
         elif step_kind in ("unary", "binary", "scalar"):
-            step = _draw_elementwise(draw, b, step_kind, unary_ops, binary_ops, scalars)
+            step = _draw_elementwise(draw, b, step_kind, unary_ops, binary_ops, scalars,
+                                     scalar_ops)
         elif step_kind == "view":
             i = draw(st.integers(0, len(b.shape) - 1))
             step = _draw_view(draw, b, i)
@@ -613,16 +667,31 @@ def test_random_programs_match_numpy(program):
                                  ) from None
 
 
+def integer_program_inputs(program):
+    """Integers in [-50, 50) (so shift counts fall on both sides of every range); float
+    inputs (cast to integers only) mix NaN, infinities, out-of-range values and fractions."""
+    rng = np.random.default_rng(program.seed)
+    inputs = []
+    for s, d in zip(program.input_shapes, program.input_dtypes):
+        if np.dtype(d).kind != "f":
+            inputs.append(rng.integers(-50, 50, s).astype(d))
+            continue
+        pick = rng.integers(0, 3, s)
+        x = np.where(pick == 0, rng.choice(CAST_EDGES, s),
+                     np.where(pick == 1, rng.uniform(-3e9, 3e9, s), rng.normal(0, 200, s)))
+        with quiet_numpy():
+            inputs.append(x.astype(d))
+    return inputs
+
+
 @settings(max_examples=150, deadline=None, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                  HealthCheck.filter_too_much])
 @given(programs("int"))
 def test_random_integer_programs_match_numpy_exactly(program):
-    """int32/int64/uint8 programs with comparisons, logic, where, casts and bool values: numpy
-    on the same dtypes is the exact reference (wrap-around included)."""
-    rng = np.random.default_rng(program.seed)
-    inputs = [rng.integers(-50, 50, s).astype(d)
-              for s, d in zip(program.input_shapes, program.input_dtypes)]
+    """int32/int64/uint8 programs with comparisons, logic, bitwise ops, where, casts and bool
+    values: numpy on the same dtypes is the exact reference (wrap-around included)."""
+    inputs = integer_program_inputs(program)
     with quiet_numpy():
         refs = run(program, inputs)
     f, got = _jit_and_run(program, inputs)
@@ -677,10 +746,7 @@ def test_random_programs_give_the_same_bits_on_one_and_two_threads(program):
 @THREADS_SETTINGS
 @given(programs("int"))
 def test_random_integer_programs_give_the_same_bits_on_one_and_two_threads(program):
-    rng = np.random.default_rng(program.seed)
-    _same_bits_on_one_and_two_threads(program, [
-        rng.integers(-50, 50, s).astype(d)
-        for s, d in zip(program.input_shapes, program.input_dtypes)])
+    _same_bits_on_one_and_two_threads(program, integer_program_inputs(program))
 
 
 def _graph_text(f, inputs):
