@@ -167,6 +167,9 @@ SCALAR_CASES = [
     ("i32&np.int64", lambda x: x & np.int64(6), I32),     # numpy scalars are strong
     ("u8|np.int32", lambda x: x | np.int32(3), U8),
     ("u8<<np.uint8(255)", lambda x: x << np.uint8(255), U8),
+    ("array&i32", lambda x: np.arange(67, dtype=np.int32) * 7 & x, I32),   # ndarray operands
+    ("array<<u8", lambda x: np.arange(67, dtype=np.int64) << x, U8),
+    ("i32>>array", lambda x: x >> (np.arange(67, dtype=np.uint8) % 40), I32),
 ]
 
 
@@ -259,6 +262,22 @@ def test_float_operands_are_a_dtype_error_naming_the_op(op, dtype):
             jc.jit(fn)(x, i)
     with pytest.raises(jc.DTypeError, match=name):
         (jc.invert(x) if op == "invert" else BINARY[op][2](x, i))
+
+
+def test_ir_typing_rules():
+    """The IR's own rule (ir.build.infer, also the verifier's): one integer or bool dtype per
+    bitwise node, integers only for shifts."""
+    from ir import build as b
+    from ir.ops import Op
+    i32, i64 = b.input_node("a", (4,), jc.int32), b.input_node("b", (4,), jc.int64)
+    f32, m = b.input_node("f", (4,), jc.float32), b.input_node("m", (4,), jc.bool)
+    assert b.node(Op.BITWISE_AND, m, m).dtype == jc.bool
+    assert b.node(Op.BITWISE_NOT, i64).dtype == jc.int64
+    assert b.node(Op.RIGHT_SHIFT, i32, i32).dtype == jc.int32
+    for op, src in [(Op.BITWISE_AND, (i32, i64)), (Op.BITWISE_OR, (f32, f32)),
+                    (Op.LEFT_SHIFT, (m, m)), (Op.BITWISE_NOT, (f32,))]:
+        with pytest.raises(jc.DTypeError, match=op.name.lower()):
+            b.node(op, *src)
 
 
 def test_logical_ops_stay_logical():
