@@ -30,9 +30,9 @@ from ir.graph import Graph, Node
 from ir.ops import ELEMENTWISE, REDUCE, Op
 from ir.shapes import contiguous_strides, numel
 
-from .recompute import VIEWS_THROUGH, recompute_materialized
 from .kernel import (Acc, Buffer, Compute, Const, Gemm, Kernel, Load, Loop, Reduction, Store,
                      rebuild)
+from .recompute import VIEWS_THROUGH, recompute_materialized
 from .symbolic import Lin, Var, floordiv, lin, mod, substitute
 from .tasks import task_of_nodes
 

@@ -24,7 +24,7 @@ class TempPlan:
     sizes: list
 
 
-def _live_ranges(lowered) -> dict:
+def live_ranges(lowered) -> dict:
     """slot -> [first, last] step index of every temp some kernel touches."""
     temps = {b.slot for b in lowered.buffers if b.kind == "temp"}
     position = {arg: pos for pos, (step, arg) in enumerate(lowered.steps) if step == "kernel"}
@@ -48,7 +48,7 @@ def plan_temps(lowered) -> TempPlan:
     the largest, grown) whenever one is free at the temp's first step."""
     nbytes = {b.slot: max(-(-b.nbytes // ALIGN) * ALIGN, ALIGN)
               for b in lowered.buffers if b.kind == "temp"}
-    ranges = _live_ranges(lowered)
+    ranges = live_ranges(lowered)
     block_of, sizes, busy_until = {}, [], []
     for slot in sorted(ranges, key=lambda s: (ranges[s][0], s)):
         first, last = ranges[slot]
