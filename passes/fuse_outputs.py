@@ -9,19 +9,23 @@ A run of kernels merges when every kernel
   - is pointwise with the same loops (variables and kinds) and the same task as the first,
   - reads what an earlier kernel of the run wrote only at the very offset it was stored (an
     element never needs a neighbour computed in another iteration),
-  - agrees with the first on being vectorized (merging never makes a vector kernel scalar).
+  - agrees with the first on being vectorized (merging never makes a vector kernel scalar),
+  - keeps the run within MAX_FUSED_OPS ops.
 Stores of temporaries that nothing outside the run reads are dropped: the value never touches
 memory. The merged kernel's vector decision is made again by the legality check.
 """
 from __future__ import annotations
 
-from .kernel import Kernel, Load, rebuild
+from .kernel import MAX_FUSED_OPS, Kernel, Load, rebuild
 from .legality import check
 
 
-def _mergeable(kernel: Kernel, first: Kernel, written: dict) -> bool:
+def _mergeable(kernel: Kernel, run: list, written: dict) -> bool:
+    first = run[0]
     if "pointwise" != kernel.kind or "pointwise" != first.kind:   # a reduction over extent-1
         return False                                              # axes has pointwise loops
+    if len(kernel.ops) + sum(len(k.ops) for k in run) > MAX_FUSED_OPS:
+        return False
     if not kernel.loops or kernel.loops != first.loops:
         return False
     if kernel.task != first.task or kernel.vectorized != first.vectorized:
@@ -50,7 +54,7 @@ def fuse_outputs(kernels: list, vector_bits: int, masked_tails: bool = False) ->
     """Merge runs of pointwise kernels that share their loop nest; others pass unchanged."""
     runs, written = [], {}
     for k in kernels:
-        if runs and _mergeable(k, runs[-1][0], written):
+        if runs and _mergeable(k, runs[-1], written):
             runs[-1].append(k)
         else:
             runs.append([k])

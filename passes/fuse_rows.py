@@ -8,6 +8,7 @@ loop is what threads split.
 A run of kernels fuses when every kernel
   - starts with the same parallel loop (the row variable: same name and extent),
   - belongs to the same task,
+  - keeps the group within MAX_FUSED_OPS ops,
   - is pointwise or a horizontal reduction (a vertical one needs all rows first),
   - reads what an earlier part wrote only at the very offset that part stored it, where
     each row's stores are disjoint from the others' (so a part never needs another row's
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 from ir.ops import TRANSCENDENTAL
 
-from .kernel import Const, Kernel, Load, Loop, Store, rebuild, walk
+from .kernel import MAX_FUSED_OPS, Const, Kernel, Load, Loop, Store, rebuild, walk
 from .symbolic import lin
 
 
@@ -125,7 +126,8 @@ def fuse_rows(kernels: list) -> list:
     for k in kernels:
         row = _row_var(k)
         fits = (group and row is not None and row == _row_var(group[0])
-                and k.task == group[0].task and _reads_fit(k, written, row))
+                and k.task == group[0].task and _reads_fit(k, written, row)
+                and len(k.ops) + sum(len(g.ops) for g in group) <= MAX_FUSED_OPS)
         if not fits:
             flush()
         if row is None:

@@ -111,6 +111,12 @@ class Gemm:
     prepacked: bool = False   # b's buffer holds the packed panels (see jitcore/llvm/gemm.py)
 
 
+# The fusion passes (fuse_outputs, fuse_rows) stop growing a kernel at this many ops: the work
+# and compile time of one kernel stay bounded however long the graph (lowering bounds what a
+# single kernel inlines the same way, passes/recompute.py).
+MAX_FUSED_OPS = 256
+
+
 @dataclass
 class Kernel:
     name: str

@@ -4,9 +4,11 @@ Which nodes get memory (the fusion rule of this stage):
   - graph outputs and reductions are always materialized;
   - a computed node that a broadcast replicates (EXPAND by a factor > 1) is materialized,
     so that e.g. `relu(a) @ w` or `exp(x)[:, None] + y` never recompute it per copy;
-  - a transcendental op (exp, log, tanh, erf, sin, cos, pow) that more than RECOMPUTE_LIMIT
-    kernels would inline is materialized: recomputing it costs more than a memory round trip
-    (softmax's exp, read by two kernels, is not: row fusion lets them share it);
+  - a value whose recomputation in every kernel that reads it would cost more than storing
+    and loading it, and the most expensive inlined sources of a kernel that would otherwise
+    compute more than a bounded number of ops per element (the recompute rule,
+    `passes/recompute.py`: softmax's exp, read by two kernels, stays inlined and row fusion
+    lets them share it; each step of an iterative program read by all later ones is stored);
   - a forked task's results (the sources of WAIT nodes) live in memory;
   - a matmul's operands live in memory (the GEMM reads them through strides), and so does
     its result, unless one node alone reads it through elementwise ops of the same shape and
@@ -25,15 +27,14 @@ from dataclasses import dataclass
 
 from ir.errors import CompileError
 from ir.graph import Graph, Node
-from ir.ops import ELEMENTWISE, REDUCE, TRANSCENDENTAL, Op
+from ir.ops import ELEMENTWISE, REDUCE, Op
 from ir.shapes import contiguous_strides, numel
 
 from .kernel import (Acc, Buffer, Compute, Const, Gemm, Kernel, Load, Loop, Reduction, Store,
                      rebuild)
+from .recompute import VIEWS_THROUGH, recompute_materialized
 from .symbolic import Lin, Var, floordiv, lin, mod, substitute
 from .tasks import task_of_nodes
-
-VIEWS_THROUGH = (Op.RESHAPE, Op.PERMUTE, Op.EXPAND, Op.SLICE, Op.FORKARG, Op.WAIT)
 
 
 @dataclass
@@ -55,26 +56,6 @@ def _strip_views(node: Node) -> Node:
     while node.op in VIEWS_THROUGH:
         node = node.src[0]
     return node
-
-
-RECOMPUTE_LIMIT = 2
-
-
-def _inlining_kernels(nodes: list, chosen: set) -> dict:
-    """id(node) -> ids of the materialized nodes whose kernels would inline it."""
-    readers = {}
-    for m in nodes:
-        if id(m) not in chosen:
-            continue
-        stack, seen = list(m.src), set()
-        while stack:
-            n = stack.pop()
-            if id(n) in seen or id(n) in chosen or n.op in (Op.INPUT, Op.CONST):
-                continue
-            seen.add(id(n))
-            readers.setdefault(id(n), set()).add(id(m))
-            stack.extend(n.src)
-    return readers
 
 
 def _epilogue_owner(matmul: Node, users: dict, chosen: set, task: dict):
@@ -137,9 +118,7 @@ def materialized_nodes(graph: Graph) -> tuple:
             base = _strip_views(n.src[0])
             if base.op not in (Op.INPUT, Op.CONST):
                 chosen.add(id(base))
-    readers = _inlining_kernels(nodes, chosen)
-    chosen |= {id(n) for n in nodes
-               if n.op in TRANSCENDENTAL and len(readers.get(id(n), ())) > RECOMPUTE_LIMIT}
+    chosen |= recompute_materialized(nodes, chosen)
     users, task, by_id = {}, task_of_nodes(graph), {id(n): n for n in nodes}
     for n in nodes:
         for s in n.src:

@@ -18,6 +18,7 @@ from llvmlite import ir
 
 from ir.ops import REDUCE_COMBINE, Op
 from passes.legality import bytes_moved, flops
+from passes.memory_plan import ALIGN, plan_temps
 from passes.kernel import Compute, Const, Kernel, Load, walk
 from passes.symbolic import Div, Lin, Var
 from runtime import emit_parallel_for, emit_spawn, emit_wait, kernel_type
@@ -556,21 +557,21 @@ def _emit_run(module, lowered, kernel_fns, name, threads: int):
     aligned_alloc = ir.Function(module, ir.FunctionType(u.I8P, [u.I64, u.I64]), "aligned_alloc")
     free = ir.Function(module, ir.FunctionType(ir.VoidType(), [u.I8P]), "free")
     temps = []
-    used = {buf.slot for k in lowered.kernels for buf in k.buffers()}
+    plan = plan_temps(lowered)                  # temps with disjoint lifetimes share a block
+    for size in plan.sizes:
+        p = b.call(aligned_alloc, [u.I64(ALIGN), u.I64(size)], name=f"block{len(temps)}")
+        fail = b.icmp_unsigned("==", p, ir.Constant(u.I8P, None))
+        with b.if_then(fail, likely=False):
+            for t in temps:
+                b.call(free, [t])
+            b.ret(u.I32(OUT_OF_MEMORY))
+        temps.append(p)
     for buf in lowered.buffers:
         dst = b.gep(slots, [u.I64(buf.slot)])
-        if buf.kind == "temp" and buf.slot not in used:     # its kernels were fused away
+        if buf.kind == "temp" and buf.slot not in plan.block_of:  # its kernels were fused away
             b.store(ir.Constant(u.I8P, None), dst)
         elif buf.kind == "temp":
-            size = max(-(-buf.nbytes // 64) * 64, 64)
-            p = b.call(aligned_alloc, [u.I64(64), u.I64(size)], name=buf.name)
-            fail = b.icmp_unsigned("==", p, ir.Constant(u.I8P, None))
-            with b.if_then(fail, likely=False):
-                for t in temps:
-                    b.call(free, [t])
-                b.ret(u.I32(OUT_OF_MEMORY))
-            temps.append(p)
-            b.store(p, dst)
+            b.store(temps[plan.block_of[buf.slot]], dst)
         else:
             b.store(b.load(b.gep(given, [u.I64(buf.slot)])), dst)
     handles = {}
