@@ -284,19 +284,43 @@ class _Lowering:
             if id(node) in out_ids:
                 write_buffer[id(node)] = self._buffer(f"out{out_ids.index(id(node))}",
                                                       "output", node)
+        outputs, repeats = self._output_slots(write_buffer)
         mats = self._write_reshaped_outputs_in_place(mats, write_buffer)
         for node in mats:
             if id(node) not in write_buffer:
                 write_buffer[id(node)] = self._buffer(f"t{len(self.buffers)}", "temp", node)
         kernels, owner = [], task_of_nodes(self.graph)
         for node in mats:
-            kernels.append(self._kernel(node, write_buffer[id(node)], len(kernels)))
-            kernels[-1].task = owner.get(id(node))
+            out = write_buffer[id(node)]
+            kernel = self._kernel(node, out, len(kernels))
+            kernel.task = owner.get(id(node))
+            kernels.append(kernel)
+            for extra in repeats.get(out.slot, ()):
+                copy = _repeat_output(kernel, out, extra, len(kernels))
+                if copy is not None:
+                    copy.task = kernel.task
+                    kernels.append(copy)
             if node.op not in (Op.INPUT, Op.CONST):
-                self.read_buffer[id(node)] = write_buffer[id(node)]
-        outputs = [write_buffer[i].slot for i in out_ids]
+                self.read_buffer[id(node)] = out
         return LoweredGraph(self.graph.name, self.buffers, kernels, self.consts, outputs,
                             [("kernel", i) for i in range(len(kernels))])
+
+    def _output_slots(self, write_buffer: dict) -> tuple:
+        """The buffer slot of each output position, and the extra output buffers by the slot
+        of the first: a node returned at several positions (equal outputs merged by CSE,
+        `(y, y)`, an input returned twice) gets a buffer for each, so that no two outputs
+        are ever one array."""
+        slots, repeats, seen = [], {}, set()
+        for k, node in enumerate(self.graph.outputs):
+            first = write_buffer[id(node)]
+            if id(node) in seen:
+                extra = self._buffer(f"out{k}", "output", node)
+                repeats.setdefault(first.slot, []).append(extra)
+                slots.append(extra.slot)
+            else:
+                seen.add(id(node))
+                slots.append(first.slot)
+        return slots, repeats
 
     def _write_reshaped_outputs_in_place(self, mats: list, write_buffer: dict) -> list:
         """An output that only reshapes a materialized node (`x.sum(axis=1)` drops a kept axis)
@@ -363,6 +387,26 @@ class _Lowering:
             [Loop(m, "parallel"), Loop(k, "reduce"), Loop(n, "parallel")]
         return Kernel(f"k{index}_matmul", loops, [Store(out, offset(out, out_idx), value)],
                       None, ops, gemm=gemm)
+
+
+def _repeat_output(kernel: Kernel, out: Buffer, extra: Buffer, index: int) -> Kernel | None:
+    """Make `extra` (another output position of the value `kernel` stores into `out`) get the
+    same value. A pointwise kernel stores it a second time from the register it is computed
+    in: one pass, no extra read, where a copy afterwards would read `out` back. Reductions and
+    GEMMs store one value (codegen's contract), so they get a copy kernel, returned: it moves
+    no more than the output itself, a fraction of what computing it read."""
+    # both are contiguous arrays of the same element count, so `out`'s offsets fit `extra`
+    # (`out` may be a reduction's result written in place of its reshaped output)
+    twin = Buffer(extra.name, "output", out.dtype, out.shape, out.strides, extra.slot)
+    if kernel.reduction is None and kernel.gemm is None:
+        first = kernel.stores[0]
+        kernel.stores.append(Store(twin, first.offset, first.value))
+        return None
+    dims = [Var(f"i{k}", d) for k, d in enumerate(out.shape)]
+    idx = tuple(lin(v) for v in dims)
+    store = Store(twin, offset(twin, idx), Load(out, offset(out, idx)))
+    loops = [Loop(v, "parallel") for v in dims if v.extent != 1]
+    return order_and_collapse(Kernel(f"k{index}_copy", loops, [store], None, ("copy",)))
 
 
 # ---- loop order and dimension collapsing -----------------------------------------------------
