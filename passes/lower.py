@@ -296,10 +296,8 @@ class _Lowering:
             kernel.task = owner.get(id(node))
             kernels.append(kernel)
             for extra in repeats.get(out.slot, ()):
-                copy = _repeat_output(kernel, out, extra, len(kernels))
-                if copy is not None:
-                    copy.task = kernel.task
-                    kernels.append(copy)
+                kernels.append(_copy_kernel(out, extra, len(kernels)))
+                kernels[-1].task = kernel.task
             if node.op not in (Op.INPUT, Op.CONST):
                 self.read_buffer[id(node)] = out
         return LoweredGraph(self.graph.name, self.buffers, kernels, self.consts, outputs,
@@ -389,19 +387,16 @@ class _Lowering:
                       None, ops, gemm=gemm)
 
 
-def _repeat_output(kernel: Kernel, out: Buffer, extra: Buffer, index: int) -> Kernel | None:
-    """Make `extra` (another output position of the value `kernel` stores into `out`) get the
-    same value. A pointwise kernel stores it a second time from the register it is computed
-    in: one pass, no extra read, where a copy afterwards would read `out` back. Reductions and
-    GEMMs store one value (codegen's contract), so they get a copy kernel, returned: it moves
-    no more than the output itself, a fraction of what computing it read."""
-    # both are contiguous arrays of the same element count, so `out`'s offsets fit `extra`
+def _copy_kernel(out: Buffer, extra: Buffer, index: int) -> Kernel:
+    """A kernel copying `out` into `extra`, another output position of the same value.
+
+    Computing once and copying keeps one rule for every producer (pointwise, reduction,
+    GEMM, row-fused): the value's kernel is untouched. Where the producer is pointwise over
+    the same loop nest, multi-output fusion (fuse_outputs.py) merges the copy into it: the
+    value is stored a second time from its register, with no re-read of `out`."""
+    # both are contiguous with the same element count, so `out`'s indices fit `extra`
     # (`out` may be a reduction's result written in place of its reshaped output)
     twin = Buffer(extra.name, "output", out.dtype, out.shape, out.strides, extra.slot)
-    if kernel.reduction is None and kernel.gemm is None:
-        first = kernel.stores[0]
-        kernel.stores.append(Store(twin, first.offset, first.value))
-        return None
     dims = [Var(f"i{k}", d) for k, d in enumerate(out.shape)]
     idx = tuple(lin(v) for v in dims)
     store = Store(twin, offset(twin, idx), Load(out, offset(out, idx)))

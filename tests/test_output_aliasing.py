@@ -142,8 +142,9 @@ def test_matmul_and_softmax_returned_twice():
 
 
 def test_pointwise_repeats_are_stored_by_the_same_kernel():
-    """The cheaper of the two ways: one loop that stores twice (no second read of the
-    result); a reduction gets a copy of its (smaller) result."""
+    """Lowering copies a repeated output; multi-output fusion merges the copy into a
+    pointwise producer over the same loop nest (one loop storing twice, no re-read of the
+    result). A reduction keeps a copy of its (smaller) result."""
     x = make((64, 128), F32, rng=rng_for("one kernel"))
     ks = jc.jit(lambda x: (x * 2, x * 2)).kernels(x)
     assert len(ks) == 1 and ks[0].bytes == 3 * x.nbytes      # read once, written twice
