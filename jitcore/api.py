@@ -44,10 +44,10 @@ def _positional_names(fn) -> list:
         return []
 
 
-def _input_names(fn, count: int, skip=()) -> list:
+def _input_names(params: list, count: int, skip=()) -> list:
     """Names of the first `count` arguments a call passes (parameters bound as constants are
     not passed); `arg<i>` past the named ones."""
-    names = [n for n in _positional_names(fn) if n not in skip][:count]
+    names = [n for n in params if n not in skip][:count]
     names += [f"arg{i}" for i in range(len(names), count)]
     return names
 
@@ -101,6 +101,7 @@ class JitFunction:
                  constants=None):
         functools.update_wrapper(self, fn)
         self._fn = fn
+        self._params = _positional_names(fn)    # once: inspect.signature costs ~10 us a call
         # parameters bound to arrays at jit time: traced as constants, not passed at calls
         self._constants = _constant_arrays(fn, constants or {})
         self._vector_width = vector_width
@@ -120,7 +121,7 @@ class JitFunction:
             select_target(vector_width)   # validate early
 
     def _arg_names(self, count: int) -> list:
-        return _input_names(self._fn, count, skip=self._constants)
+        return _input_names(self._params, count, skip=self._constants)
 
     # -- calling --------------------------------------------------------------------------
     def __call__(self, *args, out=None):
@@ -180,7 +181,7 @@ class JitFunction:
         if not self._constants:
             return tracers
         rest, args = iter(tracers), []
-        for name in _positional_names(self._fn):
+        for name in self._params:
             if name in self._constants:
                 args.append(Tracer(b.const_array(self._constants[name])))
             else:
