@@ -24,12 +24,12 @@ _LAYOUT = operator.attrgetter("shape", "strides", "dtype")
 _POSITION = {"shape": 0, "strides": 1, "dtype": 2}     # in _LAYOUT's triple
 # attributes in the order they are tried: reading a dtype makes no new object
 _ATTRS = ("dtype", "shape", "strides")
+_ARITY = ("arity", None)                  # the feature "number of arguments"
 
 
 def plan_key(arrays: tuple) -> tuple:
     """The key of a signature's plan: (shape, strides in bytes, dtype) of each array."""
     return tuple(map(_LAYOUT, arrays))
-_ARITY = ("arity", None)
 
 
 def _reader(feature: tuple, guarded: bool):
