@@ -90,7 +90,7 @@ def main():
             got, ref = f(*args), numpy_fn(*args)
             assert got.dtype == ref.dtype and np.allclose(got, ref, rtol=1e-6)
     compiles = jc.cache_info()["compiles"]
-    print(f"a * b + c, 1,024 elements per call, us per call (medians of {opts.repeat} samples "
+    print(f"a * b + c, 1,024 elements per call, CPU us per call (medians of {opts.repeat} samples "
           f"of {opts.calls} calls, all columns interleaved)")
     print(f"{'case':30s} {'steady':>8s} {'alternating':>12s} {'ratio':>6s} "
           f"{'vs 1 sig':>9s} | {'numpy steady':>12s} {'alternating':>12s} {'ratio':>6s}")
