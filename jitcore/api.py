@@ -19,6 +19,7 @@ from runtime.settings import validate_count
 from . import config
 from .callpath import MISMATCH, CallPlan
 from .compiler import compile_graph
+from .dispatch import Dispatch, lookup_paths, plan_key
 from .llvm.target import Target, host_target
 from .lru import LRU
 from .signature import describe, signature_of, to_array
@@ -43,10 +44,10 @@ def _positional_names(fn) -> list:
         return []
 
 
-def _input_names(fn, count: int, skip=()) -> list:
+def _input_names(params: list, count: int, skip=()) -> list:
     """Names of the first `count` arguments a call passes (parameters bound as constants are
     not passed); `arg<i>` past the named ones."""
-    names = [n for n in _positional_names(fn) if n not in skip][:count]
+    names = [n for n in params if n not in skip][:count]
     names += [f"arg{i}" for i in range(len(names), count)]
     return names
 
@@ -100,6 +101,7 @@ class JitFunction:
                  constants=None):
         functools.update_wrapper(self, fn)
         self._fn = fn
+        self._params = _positional_names(fn)    # once: inspect.signature costs ~10 us a call
         # parameters bound to arrays at jit time: traced as constants, not passed at calls
         self._constants = _constant_arrays(fn, constants or {})
         self._vector_width = vector_width
@@ -111,32 +113,42 @@ class JitFunction:
         # (shape, strides, dtype) per arg -> CallPlan; an LRU as long as the compile cache's,
         # so a function called with ever new shapes does not keep every compiled graph alive
         self._plans = LRU()
-        self._fast, self._fast_out = _no_plan_yet, _no_plan_yet
+        # what a call tries first: the last plan's fast paths, or, while signatures change
+        # between calls, the lookup paths (jitcore/dispatch.py), rebuilt when a plan is added
+        self._lookup = _no_plan_yet, _no_plan_yet
+        self._fast, self._fast_out = self._lookup
         if vector_width is not None:
             select_target(vector_width)   # validate early
 
     def _arg_names(self, count: int) -> list:
-        return _input_names(self._fn, count, skip=self._constants)
+        return _input_names(self._params, count, skip=self._constants)
 
     # -- calling --------------------------------------------------------------------------
     def __call__(self, *args, out=None):
-        # the last signature's plan; the native entry checks that the arguments fit it
+        # steady: the last signature's plan; its native entry checks that the arguments fit
         result = self._fast(args) if out is None else self._fast_out(args, out)
-        if result is not MISMATCH:
-            return result
-        return self._call_slow(args, out)
+        if result is MISMATCH:
+            # another signature: find its plan by one lookup, and keep looking up first
+            # while signatures keep changing (a failed native call costs more than that)
+            self._fast, self._fast_out = self._lookup
+            result = self._fast(args) if out is None else self._fast_out(args, out)
+            if result is MISMATCH:
+                result = self._call_slow(args, out)
+        return result
 
     def _call_slow(self, args: tuple, out):
         """Normalize the arguments, find or build the plan for their signature, call it."""
         args = tuple(to_array(a, i, n) for i, (a, n) in
                      enumerate(zip(args, self._arg_names(len(args)))))
-        key = tuple((a.shape, a.strides, a.dtype) for a in args)
+        key = plan_key(args)
         with _PLANS_LOCK:
             plan = self._plans.lookup(key)
         if plan is None:
             plan = CallPlan(self._compiled(args))
             with _PLANS_LOCK:
                 self._plans.put(key, plan)
+                # new lookup paths over a snapshot of the plans: calls read it unlocked
+                self._lookup = lookup_paths(Dispatch(self._plans), self)
         result = plan(args, out)
         self._fast, self._fast_out = plan.fast, plan.fast_out      # after it worked once
         return result
@@ -169,7 +181,7 @@ class JitFunction:
         if not self._constants:
             return tracers
         rest, args = iter(tracers), []
-        for name in _positional_names(self._fn):
+        for name in self._params:
             if name in self._constants:
                 args.append(Tracer(b.const_array(self._constants[name])))
             else:

@@ -81,6 +81,8 @@ class CallPlan:
         self.out_specs = [(b.shape, b.dtype.np) for b in out_bufs]
         first_out = out_bufs[0].slot if out_bufs else 0
         self.out_index = [s - first_out for s in lowered.outputs]   # graph output -> buffer
+        # one buffer per output position: outputs are distinct arrays, never one twice
+        assert sorted(self.out_index) == list(range(len(out_bufs)))
         self.single = len(lowered.outputs) == 1
         self.expected = [(lowered.buffers[s].shape, lowered.buffers[s].dtype)
                          for s in lowered.outputs]
@@ -165,17 +167,17 @@ class CallPlan:
 
     def _call_with_out(self, args: tuple, out):
         """Write into the user's arrays: directly when each is C-contiguous and overlaps no
-        input, else through a fresh result and a copy (so `f(x, out=x)` is always right)."""
+        input, else through a fresh result and a copy (so `f(x, out=x)` is always right).
+        Each output has its own buffer (lowering gives repeated outputs one each), so the
+        out= arrays, which check_out makes sure are disjoint, are the buffers in some order."""
         outs = check_out(out, self.expected)
-        by_buffer = {}
-        for o, i in zip(outs, self.out_index):
-            by_buffer.setdefault(i, []).append(o)
-        direct = len(by_buffer) == len(self.out_specs) and all(
-            len(v) == 1 and v[0].flags.c_contiguous
-            and not any(np.may_share_memory(v[0], a) for a in args)
-            for v in by_buffer.values())
+        direct = all(o.flags.c_contiguous and not any(np.may_share_memory(o, a) for a in args)
+                     for o in outs)
         if direct:
-            self._invoke((*args, *self.consts, *[by_buffer[i][0] for i in range(len(by_buffer))]))
+            bufs = [None] * len(self.out_specs)
+            for o, i in zip(outs, self.out_index):
+                bufs[i] = o
+            self._invoke((*args, *self.consts, *bufs))
         else:
             bufs = self._run_fresh(args)
             for o, i in zip(outs, self.out_index):

@@ -87,4 +87,11 @@ def check_out(out, expected: list) -> list:
             raise DTypeError(f"out[{i}] has dtype {o.dtype}, expected {dtype.name}")
         if not o.flags.writeable:
             raise ValueError(f"out[{i}] is read-only")
+    for i, o in enumerate(outs):
+        for j in range(i):
+            # numpy accepts ufunc(out=(a, a)) and keeps whichever store came last; here two
+            # outputs written into the same memory would leave one of them wrong
+            if o is outs[j] or np.shares_memory(o, outs[j]):
+                raise ValueError(f"out[{j}] and out[{i}] share memory: each output needs "
+                                 "an array of its own")
     return outs

@@ -263,19 +263,41 @@ class _Lowering:
             if id(node) in out_ids:
                 write_buffer[id(node)] = self._buffer(f"out{out_ids.index(id(node))}",
                                                       "output", node)
+        outputs, repeats = self._output_slots(write_buffer)
         mats = self._write_reshaped_outputs_in_place(mats, write_buffer)
         for node in mats:
             if id(node) not in write_buffer:
                 write_buffer[id(node)] = self._buffer(f"t{len(self.buffers)}", "temp", node)
         kernels, owner = [], task_of_nodes(self.graph)
         for node in mats:
-            kernels.append(self._kernel(node, write_buffer[id(node)], len(kernels)))
-            kernels[-1].task = owner.get(id(node))
+            out = write_buffer[id(node)]
+            kernel = self._kernel(node, out, len(kernels))
+            kernel.task = owner.get(id(node))
+            kernels.append(kernel)
+            for extra in repeats.get(out.slot, ()):
+                kernels.append(_copy_kernel(out, extra, len(kernels)))
+                kernels[-1].task = kernel.task
             if node.op not in (Op.INPUT, Op.CONST):
-                self.read_buffer[id(node)] = write_buffer[id(node)]
-        outputs = [write_buffer[i].slot for i in out_ids]
+                self.read_buffer[id(node)] = out
         return LoweredGraph(self.graph.name, self.buffers, kernels, self.consts, outputs,
                             [("kernel", i) for i in range(len(kernels))])
+
+    def _output_slots(self, write_buffer: dict) -> tuple:
+        """The buffer slot of each output position, and the extra output buffers by the slot
+        of the first: a node returned at several positions (equal outputs merged by CSE,
+        `(y, y)`, an input returned twice) gets a buffer for each, so that no two outputs
+        are ever one array."""
+        slots, repeats, seen = [], {}, set()
+        for k, node in enumerate(self.graph.outputs):
+            first = write_buffer[id(node)]
+            if id(node) in seen:
+                extra = self._buffer(f"out{k}", "output", node)
+                repeats.setdefault(first.slot, []).append(extra)
+                slots.append(extra.slot)
+            else:
+                seen.add(id(node))
+                slots.append(first.slot)
+        return slots, repeats
 
     def _write_reshaped_outputs_in_place(self, mats: list, write_buffer: dict) -> list:
         """An output that only reshapes a materialized node (`x.sum(axis=1)` drops a kept axis)
@@ -342,6 +364,23 @@ class _Lowering:
             [Loop(m, "parallel"), Loop(k, "reduce"), Loop(n, "parallel")]
         return Kernel(f"k{index}_matmul", loops, [Store(out, offset(out, out_idx), value)],
                       None, ops, gemm=gemm)
+
+
+def _copy_kernel(out: Buffer, extra: Buffer, index: int) -> Kernel:
+    """A kernel copying `out` into `extra`, another output position of the same value.
+
+    Computing once and copying keeps one rule for every producer (pointwise, reduction,
+    GEMM, row-fused): the value's kernel is untouched. Where the producer is pointwise over
+    the same loop nest, multi-output fusion (fuse_outputs.py) merges the copy into it: the
+    value is stored a second time from its register, with no re-read of `out`."""
+    # both are contiguous with the same element count, so `out`'s indices fit `extra`
+    # (`out` may be a reduction's result written in place of its reshaped output)
+    twin = Buffer(extra.name, "output", out.dtype, out.shape, out.strides, extra.slot)
+    dims = [Var(f"i{k}", d) for k, d in enumerate(out.shape)]
+    idx = tuple(lin(v) for v in dims)
+    store = Store(twin, offset(twin, idx), Load(out, offset(out, idx)))
+    loops = [Loop(v, "parallel") for v in dims if v.extent != 1]
+    return order_and_collapse(Kernel(f"k{index}_copy", loops, [store], None, ("copy",)))
 
 
 # ---- loop order and dimension collapsing -----------------------------------------------------

@@ -603,6 +603,8 @@ def programs(draw, kind="float"):
     b.prog.outputs = [last]
     if draw(st.booleans()) and last > 0:
         b.prog.outputs.append(draw(st.integers(0, last - 1)))
+    if draw(st.integers(0, 3)) == 0:         # a value returned twice: still two arrays
+        b.prog.outputs.append(draw(st.sampled_from(b.prog.outputs)))
     return b.prog
 
 
@@ -636,7 +638,12 @@ def _jit_and_run(program, inputs):
     except Exception as e:
         raise AssertionError(f"jitcore failed on\n{program}\n{type(e).__name__}: {e}\n"
                              f"graph:\n{_graph_text(f, inputs)}") from e
-    return f, (got if isinstance(got, tuple) else (got,))
+    got = got if isinstance(got, tuple) else (got,)
+    for k, g in enumerate(got):                # outputs never alias each other or an input
+        for other in got[k + 1:] + tuple(inputs):
+            if g is other or np.shares_memory(g, other):
+                raise AssertionError(f"output {k} shares memory with another array\n{program}")
+    return f, got
 
 
 @settings(max_examples=300, deadline=None, database=None,
