@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jitcore.bench import child, cli
+from jitcore.bench import child, cli, markdown
 from jitcore.bench.workloads import BY_NAME, SUITE
 
 REPO = str(Path(__file__).resolve().parents[1])
@@ -57,6 +57,15 @@ def test_tiny_suite_runs_every_workload(tiny_suite):
         assert title in stdout
     for name in ("chain", "softmax", "mlp2", "fork_wait", "masked_row_max_causal"):
         assert name in stdout
+
+
+def test_markdown_tables_have_both_columns(tiny_suite):
+    data, _ = tiny_suite
+    text = markdown.tables(data)
+    assert "| workload | jitcore | numpy |" in text and "natural use / compute only" in text
+    chain = next(line for line in text.splitlines() if line.startswith("| chain | "))
+    assert chain.count(" / ") == 2 and "(1.00x) / " in chain      # numpy: 1.00x in both
+    assert "first call, cold / warm cache" in text
 
 
 def test_children_are_pinned_and_interop_bounded(tiny_suite):
