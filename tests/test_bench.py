@@ -33,10 +33,10 @@ def run_cli(tmp_path, *args):
 
 @pytest.fixture(scope="module")
 def tiny_suite(tmp_path_factory):
-    """The whole suite, tiny, jitcore and numpy at 1 and 2 threads (no cold children: the
-    --runs test covers those)."""
+    """The whole suite, tiny, jitcore, numpy and numexpr at 1 and 2 threads (no cold
+    children: the --runs test covers those)."""
     return run_cli(tmp_path_factory.mktemp("bench"), "--threads", "1,2",
-                   "--systems", "jitcore,numpy", "--no-cold")
+                   "--systems", "jitcore,numpy,numexpr", "--no-cold")
 
 
 def test_tiny_suite_runs_every_workload(tiny_suite):
@@ -52,6 +52,9 @@ def test_tiny_suite_runs_every_workload(tiny_suite):
                 assert c[field] >= 0 and c["compute_only"][field] >= 0, (name, field)
             assert c["first_call_cold_s"] is None and c["first_call_s"] > 0
         assert run["bandwidth_gbs"]["copy"] > 0 and run["fma_peak_gflops_per_core"] > 0
+    numexpr = [r for r in data["runs"] if r["system"] == "numexpr"]
+    statuses = {c["status"] for r in numexpr for c in r["results"].values()}
+    assert statuses <= {"ok", "n/a", "missing"} and statuses
     for title in ("natural use", "compute only", "CPU-s per wall-s",
                   "fp32 FMA peak"):
         assert title in stdout
@@ -64,7 +67,7 @@ def test_markdown_tables_have_both_columns(tiny_suite):
     text = markdown.tables(data)
     assert "| workload | jitcore | numpy |" in text and "natural use / compute only" in text
     chain = next(line for line in text.splitlines() if line.startswith("| chain | "))
-    assert chain.count(" / ") == 2 and "(1.00x) / " in chain      # numpy: 1.00x in both
+    assert chain.count(" / ") == 3 and "(1.00x) / " in chain      # numpy: 1.00x in both
     assert "first call, cold / warm cache" in text
 
 

@@ -105,11 +105,12 @@ def child_env(threads: int, cache_dir: str) -> dict:
 
 
 def run_child(system: str, threads: int, names: list, opts, progress: Progress,
-              cache_dir: str, first_calls_only: bool = False) -> dict:
+              cache_dir: str, first_calls_only: bool = False, data_dir=None) -> dict:
     cores = cores_for(threads)
     cmd = [sys.executable, "-m", "jitcore.bench.child", "--system", system,
            "--threads", str(threads), "--workloads", ",".join(names),
            "--repeat", str(opts.repeat)] + (["--tiny"] if opts.tiny else []) + \
+        (["--data-dir", data_dir] if data_dir else []) + \
         (["--first-calls-only"] if first_calls_only else [])
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=child_env(threads, cache_dir),
@@ -149,6 +150,8 @@ def run_suite(names: list, systems: list, threads_list: list, opts) -> dict:
     cold = not getattr(opts, "no_cold", False)
     progress = Progress(len(names) * len(present) * len(threads_list) * (runs + cold))
     root = tempfile.mkdtemp(prefix="jitcore-bench-")
+    data_dir = os.path.join(root, "data")             # inputs + references, made once
+    os.mkdir(data_dir)
     raw, colds = [], {}
     try:
         for r in range(runs):
@@ -159,8 +162,9 @@ def run_suite(names: list, systems: list, threads_list: list, opts) -> dict:
                     cache_dir = os.path.join(root, f"{system}-{threads}")
                     if r == 0 and cold:                # empty caches: cold first calls
                         colds[system, threads] = run_child(system, threads, names, opts,
-                                                           progress, cache_dir, True)
-                    report = run_child(system, threads, names, opts, progress, cache_dir)
+                                                           progress, cache_dir, True, data_dir)
+                    report = run_child(system, threads, names, opts, progress, cache_dir,
+                                       data_dir=data_dir)
                     raw.append({"run": r, "system": system, "threads": threads, **report})
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -299,10 +303,10 @@ def print_tables(data: dict):
         jit = at.get("jitcore", {"results": {}})
         bw = max((jit.get("bandwidth_gbs") or {"-": 0}).values())
         peak = (jit.get("fma_peak_gflops_per_core") or 0) * threads
-        cores = jit.get("cores")
-        print(f"\n=== {threads} thread(s), pinned to cores {cores}; bandwidth measured in this "
-              f"run: {bw:.1f} GB/s; fp32 FMA peak: {peak:.0f} GFLOP/s "
-              f"({peak / threads if threads else 0:.0f} per core) ===")
+        cores = next((r["cores"] for r in at.values() if r.get("cores")), "unpinned")
+        measured = (f"; bandwidth measured in this run: {bw:.1f} GB/s; fp32 FMA peak: "
+                    f"{peak:.0f} GFLOP/s ({peak / threads:.0f} per core)") if bw else ""
+        print(f"\n=== {threads} thread(s), pinned to cores {cores}{measured} ===")
         numpy_at = at.get("numpy", {"results": {}})
 
         def base(name, column=None):
