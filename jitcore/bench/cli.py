@@ -250,8 +250,10 @@ def status_text(c: dict) -> str:
     return {"n/a": "n/a", "missing": "missing"}.get(c.get("status"), c.get("status", "?"))
 
 
-def fmt_seconds(s: float, unit: str) -> str:
-    return f"{s * (1e6 if unit == 'us' else 1e3):.3g}"
+def fmt_seconds(s: float, unit: str = "ms") -> str:
+    """Three significant digits, no exponent (12.3, 0.582, 4567)."""
+    v = s * (1e6 if unit == "us" else 1e3)
+    return f"{v:.0f}" if v >= 100 else f"{v:.3g}"
 
 
 def time_cell(c: dict, base: dict, unit: str, spread: bool) -> str:
@@ -271,8 +273,8 @@ def first_call_cell(c: dict) -> str:
     if c.get("status") != "ok":
         return status_text(c)
     cold = c.get("first_call_cold_s")
-    cold_text = "-" if cold is None else f"{cold * 1e3:.3g}"
-    return f"{cold_text} / {c['first_call_s'] * 1e3:.3g}"
+    cold_text = "-" if cold is None else fmt_seconds(cold)
+    return f"{cold_text} / {fmt_seconds(c['first_call_s'])}"
 
 
 def usage_cell(c: dict) -> str:
@@ -332,9 +334,11 @@ def print_tables(data: dict):
                     lambda n, s: time_cell(cell(at[s], n).get("compute_only", cell(at[s], n)),
                                            base(n, "compute_only"), BY_NAME[n].unit, False))
         print_table("first call (build + first call, compile included), ms: cold cache / "
-                    "warm cache", names, systems, at, lambda n, s: first_call_cell(cell(at[s], n)))
+                    "warm cache", names, systems, at, lambda n, s: first_call_cell(cell(at[s], n)),
+                    width=20)
         print_table("natural use, per call: CPU-s per wall-s, minor page faults, system time "
-                    "as % of wall", names, systems, at, lambda n, s: usage_cell(cell(at[s], n)))
+                    "as % of wall", names, systems, at, lambda n, s: usage_cell(cell(at[s], n)),
+                    width=20)
         problems = []
         for s in systems:
             for n in names:

@@ -24,7 +24,7 @@ def _first(c: dict) -> str:
     if c.get("status") != "ok":
         return c.get("status", "?")
     cold = c.get("first_call_cold_s")
-    return f"{'-' if cold is None else f'{cold * 1e3:.3g}'} / {c['first_call_s'] * 1e3:.3g}"
+    return f"{'-' if cold is None else fmt_seconds(cold)} / {fmt_seconds(c['first_call_s'])}"
 
 
 def tables(data: dict) -> str:
