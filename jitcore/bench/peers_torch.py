@@ -68,7 +68,7 @@ def t_mlp(x, W1, b1, W2, b2, out=None):
 
 
 def t_fork_wait_eager(x, w_y, w_z):
-    """fork_wait without the fork, for torch.compile (dynamo does not trace torch.jit.fork)."""
+    """fork_wait as plain ops, for torch.compile (the TorchScript fork is for eager)."""
     return torch.mm(x, w_y).add_(torch.tanh(torch.mm(x, w_z)).mul_(0.5))
 
 
