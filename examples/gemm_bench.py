@@ -3,18 +3,21 @@
 Four sections: plain float32 GEMM (square 256-2048; goal >= 0.9x the best peer at sizes >= 512),
 plain float64 GEMM (512, 1024; informational), a tanh-GELU layer gelu(x @ W + b) and a 2-layer
 MLP gelu(x @ W1 + b1) @ W2 + b2 (goal >= 1.1x the best peer for both). GFLOP/s counts the
-GEMMs only (2*M*N*K per matmul) from median times; ratio = best jitcore GFLOP/s / best peer
-GFLOP/s (> 1 means jitcore is faster). Peers: numpy and torch (torch.mm / torch.addmm) for
-the plain GEMMs, plus torch.compile (compiled once before timing) for the MLPs.
+GEMMs only (2*M*N*K per matmul) from median times; ratio = jitcore GFLOP/s (weights passed
+as arguments, like every peer's) / best peer GFLOP/s (> 1 means jitcore is faster). Peers:
+numpy and torch (torch.mm / torch.addmm, under one torch.inference_mode) for the plain GEMMs,
+plus torch.compile (compiled once before timing) for the MLPs.
 
-jitcore runs the MLPs three ways: "jitcore" (weights passed as arguments), "jc const" (weights
-bound by jc.jit(fn, constants={...}) and prepacked at compile time) and "jc nopack" (constants,
-prepack_weights=False).
-Every jitcore variant is checked against a float64 numpy reference before timing.
+jitcore also runs the MLPs with the weights bound as constants, a variant no peer has: "jc
+const" (jc.jit(fn, constants={...}), prepacked at compile time) and "jc nopack" (constants,
+prepack_weights=False). They are shown in their own columns, labelled, and their gain over
+"jitcore" printed apart; they do not enter the ratio. Every column, peers included, is
+checked against a float64 numpy reference before it is timed.
 
-Each thread count N runs in a subprocess of this script, started with OPENBLAS_NUM_THREADS,
-OMP_NUM_THREADS and MKL_NUM_THREADS set to N (OpenBLAS fixes its threads when numpy is
-imported); jitcore gets num_threads=N and torch torch.set_num_threads(N).
+Each thread count N runs in a subprocess of this script pinned to N cores (CPU affinity, so
+every library's threads share them), started with OPENBLAS_NUM_THREADS, OMP_NUM_THREADS and
+MKL_NUM_THREADS set to N (OpenBLAS fixes its threads when numpy is imported); jitcore gets
+num_threads=N and torch torch.set_num_threads(N) and set_num_interop_threads(N).
 
     python examples/gemm_bench.py [--threads 1 2] [--quick] [--repeat N] [--no-torch]
                                   [--only gemm,gemm_f64,mlp,mlp2]
@@ -39,14 +42,15 @@ from typing import Callable
 import numpy as np
 
 import jitcore as jc
-from jitcore.bench.workloads import (jc_linear_gelu, jc_mlp, np_linear_gelu, np_mlp,
-                                     t_linear_gelu, t_mlp)
+from jitcore.bench.peers_numpy import np_linear_gelu, np_mlp
+from jitcore.bench.workloads import jc_linear_gelu, jc_mlp
 from timing import median_time
 
 try:
     import torch
+    from jitcore.bench.peers_torch import t_linear_gelu, t_mlp
 except ImportError:
-    torch = None
+    torch = t_linear_gelu = t_mlp = None
 
 QUICK_DIV = 4                 # --quick divides every dimension by this
 CELL_BUDGET_S = 1.5           # a cell's repeats are cut (to MIN_REPEAT) to stay near this
@@ -64,6 +68,7 @@ SECTIONS = {
 }
 # jitcore columns: prepack_weights for the constants= variants, None: weights as arguments
 JC_VARIANTS = {"jitcore": None, "jc const": True, "jc nopack": False}
+CONST_VARIANTS = ("jc const", "jc nopack")        # weights as constants: no peer's equivalent
 PEERS = ("numpy", "torch", "torch.compile")
 
 
@@ -143,10 +148,12 @@ def shape_label(shapes: dict) -> str:
 
 
 def check(name: str, got, ref, shapes: dict, dtype):
+    """Every column's output against the float64 reference (a peer's too)."""
+    got = got.numpy() if hasattr(got, "numpy") else got
     k = max(s[0] for key, s in shapes.items() if key[0] == "W")
     atol = ATOL_PER_K * k * np.finfo(dtype).eps
     np.testing.assert_allclose(got, ref, rtol=1e-3, atol=atol,
-                               err_msg=f"{name}: jitcore differs from the float64 reference")
+                               err_msg=f"{name} differs from the float64 reference")
 
 
 # -- timing -------------------------------------------------------------------------------------
@@ -169,8 +176,7 @@ def jitcore_variant(w: Workload, inputs: dict, threads: int, prepack):
     return f, tuple(v for k, v in inputs.items() if k not in consts)
 
 
-def time_jitcore(w: Workload, inputs: dict, result: Result, threads: int, repeat: int):
-    ref = w.numpy(*(a.astype(np.float64) for a in inputs.values()))
+def time_jitcore(w: Workload, inputs: dict, ref, result: Result, threads: int, repeat: int):
     flops = gemm_flops(result.shapes)
     for column, prepack in JC_VARIANTS.items():
         if prepack is not None and not w.constants:
@@ -180,14 +186,16 @@ def time_jitcore(w: Workload, inputs: dict, result: Result, threads: int, repeat
         result.gflops[column] = gflops_of(lambda: f(*args), flops, repeat)
 
 
-def time_torch(w: Workload, inputs: dict, result: Result, repeat: int, compile_: bool):
+def time_torch(w: Workload, inputs: dict, ref, result: Result, repeat: int, compile_: bool):
     targs = tuple(torch.from_numpy(a) for a in inputs.values())
     flops = gemm_flops(result.shapes)
-    with torch.no_grad():
+    with torch.inference_mode():                              # once, not per call
+        check(f"{w.section} torch", w.torch(*targs), ref, result.shapes, w.dtype)
         result.gflops["torch"] = gflops_of(lambda: w.torch(*targs), flops, repeat)
         if compile_ and w.compile:
             compiled = torch.compile(w.torch, dynamic=False)
-            compiled(*targs)                                   # compiles, outside timing
+            check(f"{w.section} torch.compile", compiled(*targs), ref, result.shapes,
+                  w.dtype)                                     # compiles, outside timing
             result.gflops["torch.compile"] = gflops_of(lambda: compiled(*targs), flops, repeat)
 
 
@@ -195,11 +203,13 @@ def run_workload(w: Workload, threads: int, opts) -> Result:
     shapes = scaled(w.shapes, opts.quick)
     inputs = make_inputs(shapes, w.dtype)
     result = Result(w, shapes)
-    time_jitcore(w, inputs, result, threads, opts.repeat)
+    ref = w.numpy(*(a.astype(np.float64) for a in inputs.values()))
+    time_jitcore(w, inputs, ref, result, threads, opts.repeat)
+    check(f"{w.section} numpy", w.numpy(*inputs.values()), ref, shapes, w.dtype)
     result.gflops["numpy"] = gflops_of(lambda: w.numpy(*inputs.values()),
                                        gemm_flops(shapes), opts.repeat)
     if torch is not None and opts.torch:
-        time_torch(w, inputs, result, opts.repeat, opts.compile)
+        time_torch(w, inputs, ref, result, opts.repeat, opts.compile)
     return result
 
 
@@ -217,19 +227,25 @@ def print_section(section: str, results: list) -> list:
     """Print one section's table; returns whether each row that has a goal met it."""
     columns = [c for c in (*JC_VARIANTS, *PEERS)
                if any(c in r.gflops for r in results)]
+    consts = any(c in r.gflops for r in results for c in CONST_VARIANTS)
     head = (f"{'shape':>18s} " + " ".join(f"{c:>13s}" for c in columns)
-            + f"  {'best jitcore':>20s} {'best peer':>20s} {'ratio':>7s}  goal")
-    print(f"\n{SECTIONS[section]} (GFLOP/s)")
+            + f"  {'best peer':>20s} {'ratio':>7s}  goal"
+            + ("   const/args (jitcore only)" if consts else ""))
+    print(f"\n{SECTIONS[section]} (GFLOP/s; ratio = jitcore, weights as arguments, / best "
+          f"peer)")
     print(head)
     print("-" * len(head))
     outcomes = []
     for r in results:
         cells = " ".join(f"{fmt_cell(r, c):>13s}" for c in columns)
-        jc_col, jc_best = r.best(JC_VARIANTS)
         peer, peer_best = r.best(PEERS)
-        ratio = jc_best / peer_best
-        print(f"{shape_label(r.shapes):>18s} {cells}  {f'{jc_col} {jc_best:.1f}':>20s} "
-              f"{f'{peer} {peer_best:.1f}':>20s} {ratio:6.2f}x  {verdict(r, ratio)}")
+        ratio = r.gflops["jitcore"] / peer_best
+        gain = ""
+        if consts:
+            const_col, const_best = r.best(CONST_VARIANTS)
+            gain = f"   {const_col} {const_best / r.gflops['jitcore']:.2f}x"
+        print(f"{shape_label(r.shapes):>18s} {cells}  {f'{peer} {peer_best:.1f}':>20s} "
+              f"{ratio:6.2f}x  {verdict(r, ratio)}{gain}")
         if r.workload.goal is not None:
             outcomes.append(ratio >= r.workload.goal)
     return outcomes
@@ -239,6 +255,7 @@ def run_child(threads: int, opts):
     """One thread count; this process was started with THREAD_ENV set to `threads`."""
     if torch is not None:
         torch.set_num_threads(threads)
+        torch.set_num_interop_threads(threads)
     env = ", ".join(f"{k}={os.environ.get(k, 'unset')}" for k in THREAD_ENV)
     torch_threads = torch.get_num_threads() if torch is not None else "-"
     print(f"\n=== {threads} thread(s): jitcore num_threads={threads}, torch {torch_threads}, "
@@ -289,10 +306,15 @@ def children_cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def run_measured(cmd: list, env: dict) -> int:
-    """Run one child; report the CPUs other processes kept busy meanwhile."""
+def run_measured(cmd: list, env: dict, threads: int) -> int:
+    """Run one child pinned to `threads` cores; report the CPUs other processes kept busy
+    meanwhile."""
+    pin = None
+    if hasattr(os, "sched_setaffinity"):
+        cores = sorted(os.sched_getaffinity(0))[:threads]
+        pin = lambda: os.sched_setaffinity(0, cores)                   # noqa: E731
     busy, own, t0 = busy_cpu_seconds(), children_cpu_seconds(), time.perf_counter()
-    rc = subprocess.run(cmd, env=env).returncode
+    rc = subprocess.run(cmd, env=env, preexec_fn=pin).returncode
     wall = time.perf_counter() - t0
     others = (busy_cpu_seconds() - busy) - (children_cpu_seconds() - own)
     print(f"(other processes kept {max(others, 0.0) / wall:.2f} cpus busy during this "
@@ -306,7 +328,7 @@ def run_parent(opts) -> int:
     for n in opts.threads:
         sys.stdout.flush()
         env = {**os.environ, **{k: str(n) for k in THREAD_ENV}}
-        if run_measured(child_command(n, opts), env) != 0:
+        if run_measured(child_command(n, opts), env, n) != 0:
             failed.append(n)
     if failed:
         print(f"\nthe run(s) with {', '.join(map(str, failed))} thread(s) failed")

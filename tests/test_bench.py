@@ -1,6 +1,8 @@
 """The benchmark suite (`python -m jitcore bench`) in its tiny mode: every workload runs and
-checks against its float64 reference in child processes, the table, JSON and exit status
-come out, and a peer that is not installed is reported, not dropped."""
+checks against its float64 reference in child processes pinned to as many cores as threads;
+natural-use and compute-only timings, CPU per wall second, page faults, system time, cold and
+warm first calls come out in the JSON and the tables; --runs aggregates interleaved runs; a
+wrong or missing peer is reported, not dropped."""
 from __future__ import annotations
 
 import json
@@ -9,37 +11,141 @@ import subprocess
 import sys
 from pathlib import Path
 
-from jitcore.bench import cli
-from jitcore.bench.workloads import SUITE
+import numpy as np
+import pytest
+
+from jitcore.bench import child, cli, markdown
+from jitcore.bench.workloads import BY_NAME, SUITE
 
 REPO = str(Path(__file__).resolve().parents[1])
+TIMED_FIELDS = ("median_s", "min_s", "cpu_per_wall", "minflt_per_call", "sys_s_per_call")
 
 
-def test_tiny_suite_runs_every_workload(tmp_path):
+def run_cli(tmp_path, *args):
     out = tmp_path / "bench.json"
     env = {**os.environ, "PYTHONPATH": REPO}
-    proc = subprocess.run([sys.executable, "-m", "jitcore", "bench", "--tiny", "--threads", "1,2",
-                           "--systems", "jitcore,numpy,numexpr", "--json", str(out)],
-                          capture_output=True, text=True, env=env, timeout=600)
+    proc = subprocess.run([sys.executable, "-m", "jitcore", "bench", "--tiny", *args,
+                           "--json", str(out)], capture_output=True, text=True, env=env,
+                          timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    data = json.loads(out.read_text())
+    return json.loads(out.read_text()), proc.stdout
+
+
+@pytest.fixture(scope="module")
+def tiny_suite(tmp_path_factory):
+    """The whole suite, tiny, jitcore, numpy and numexpr at 1 and 2 threads (no cold
+    children: the --runs test covers those)."""
+    return run_cli(tmp_path_factory.mktemp("bench"), "--threads", "1,2",
+                   "--systems", "jitcore,numpy,numexpr", "--no-cold")
+
+
+def test_tiny_suite_runs_every_workload(tiny_suite):
+    data, stdout = tiny_suite
     assert set(data["workloads"]) == {w.name for w in SUITE}
     jit_runs = [r for r in data["runs"] if r["system"] == "jitcore"]
     assert sorted(r["threads"] for r in jit_runs) == [1, 2]
     for run in jit_runs:
-        assert all(c["status"] == "ok" for c in run["results"].values()), run["results"]
-        assert run["bandwidth_gbs"]["copy"] > 0
+        for name, c in run["results"].items():
+            assert c["status"] == "ok", (name, c)
+            assert c["compute_only"]["status"] == "ok", (name, c["compute_only"])
+            for field in TIMED_FIELDS:
+                assert c[field] >= 0 and c["compute_only"][field] >= 0, (name, field)
+            assert c["first_call_cold_s"] is None and c["first_call_s"] > 0
+        assert run["bandwidth_gbs"]["copy"] > 0 and run["fma_peak_gflops_per_core"] > 0
     numexpr = [r for r in data["runs"] if r["system"] == "numexpr"]
     statuses = {c["status"] for r in numexpr for c in r["results"].values()}
     assert statuses <= {"ok", "n/a", "missing"} and statuses
-    for name in ("chain", "softmax", "mlp2", "fork_wait"):
-        assert name in proc.stdout
+    for title in ("natural use", "compute only", "CPU-s per wall-s",
+                  "fp32 FMA peak"):
+        assert title in stdout
+    for name in ("chain", "softmax", "mlp2", "fork_wait", "masked_row_max_causal"):
+        assert name in stdout
+
+
+def test_markdown_tables_have_both_columns(tiny_suite):
+    data, _ = tiny_suite
+    text = markdown.tables(data)
+    assert "| workload | jitcore | numpy |" in text and "natural use / compute only" in text
+    chain = next(line for line in text.splitlines() if line.startswith("| chain | "))
+    assert chain.count(" / ") == 3 and "(1.00x) / " in chain      # numpy: 1.00x in both
+    assert "first call, cold / warm cache" in text
+
+
+def test_children_are_pinned_and_interop_bounded(tiny_suite):
+    data, _ = tiny_suite
+    allowed = sorted(os.sched_getaffinity(0))
+    for run in data["runs"]:
+        want = allowed[:run["threads"]]
+        assert run["cores"] == want and run["affinity"] == want, run
+    one = next(r for r in data["runs"] if r["system"] == "jitcore" and r["threads"] == 1)
+    assert one["interop_threads"] == 1
+    # one core: the fork runs on it too, so at most ~1 CPU-second per wall-second
+    assert one["results"]["fork_wait"]["cpu_per_wall"] <= 1.2
+
+
+def test_runs_are_interleaved_and_aggregated(tmp_path):
+    """Two runs, the system order rotated; the first run adds cold-cache children."""
+    data, stdout = run_cli(tmp_path, "--threads", "1", "--systems", "jitcore,numpy",
+                           "--only", "chain,fork_wait", "--runs", "2")
+    assert data["runs_count"] == 2
+    assert [(r["run"], r["system"]) for r in data["raw"]] == \
+        [(0, "jitcore"), (0, "numpy"), (1, "numpy"), (1, "jitcore")]
+    for run in data["runs"]:
+        for c in run["results"].values():
+            lo, hi = c["spread_s"]
+            assert len(c["per_run_s"]) == 2 and lo <= c["median_s"] <= hi
+            assert c["first_call_cold_s"] > 0 and c["first_call_s"] > 0
+    jit = next(r for r in data["runs"] if r["system"] == "jitcore")
+    # the cold child compiles with LLVM; the warm one loads the machine code it left on disk
+    assert jit["results"]["fork_wait"]["first_call_cold_s"] > \
+        jit["results"]["fork_wait"]["first_call_s"]
+    assert "±" in stdout and "cold cache / warm cache" in stdout
+
+
+def test_merge_takes_medians_and_spreads():
+    def report(median, status="ok"):
+        cell = {"status": status, "median_s": median, "min_s": median / 2, "cpu_per_wall": 1.0,
+                "sys_s_per_call": 0.0, "minflt_per_call": median * 10, "first_call_s": 0.5,
+                "bytes": 100, "max_error": 0.1,
+                "compute_only": {"status": "n/a"}}
+        return {"results": {"chain": cell}, "cores": [0]}
+    merged = cli.merge_runs("numpy", 1, ["chain"], [report(3.0), report(1.0), report(2.0)],
+                            {"results": {"chain": {"status": "ok", "first_call_s": 0.9}}})
+    c = merged["results"]["chain"]
+    assert c["median_s"] == 2.0 and c["spread_s"] == [1.0, 3.0] and c["minflt_per_call"] == 20
+    assert c["per_run_s"] == [3.0, 1.0, 2.0] and c["first_call_cold_s"] == 0.9
+    assert c["gbs"] == pytest.approx(100 / 2.0 / 1e9) and c["compute_only"]["status"] == "n/a"
+    bad = cli.merge_runs("numpy", 1, ["chain"], [report(1.0), report(1.0, "wrong")], None)
+    assert bad["results"]["chain"]["status"] == "wrong"
+
+
+@pytest.mark.parametrize("broken", ["natural", "into", "into_not_out"])
+def test_wrong_peer_answer_is_reported(broken):
+    """A peer whose answer is off (or whose out= variant never writes the output) is wrong."""
+    w = BY_NAME["chain"]
+
+    def calls_for(name, args, out):
+        a, b, c = args
+        good = lambda: np.maximum(a * b + c, 0) * np.float32(0.5)           # noqa: E731
+        bad = lambda: good() * np.float32(1.01)                             # noqa: E731
+
+        def into():
+            if broken == "into_not_out":
+                return good()              # right values, but not in the preallocated output
+            np.copyto(out, bad() if broken == "into" else good())
+            return out
+        return (bad if broken == "natural" else good), into
+    c = child.run_one(w, calls_for, tiny=True, repeat=2)
+    if broken == "natural":
+        assert c["status"] == "wrong" and "tolerance" in c["error"]
+    else:
+        assert c["status"] == "ok" and c["compute_only"]["status"] == "wrong"
 
 
 def test_missing_peer_is_reported(monkeypatch, capsys):
     monkeypatch.setitem(cli.SYSTEM_MODULES, "numba", "no_such_module_for_jitcore_tests")
-    opts = cli.parse(["--tiny", "--only", "chain", "--systems", "jitcore,numba",
-                      "--threads", "1"])
+    opts = cli.parse(["--tiny", "--only", "chain", "--systems", "numba",
+                      "--threads", "1", "--no-cold"])
     data = cli.run_suite(opts.names, opts.systems_list, opts.threads_list, opts)
     cli.print_tables(data)
     numba = next(r for r in data["runs"] if r["system"] == "numba")

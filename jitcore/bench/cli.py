@@ -1,16 +1,25 @@
 """`python -m jitcore bench`: the benchmark suite against peers, each system in its own process.
 
     python -m jitcore bench [--only chain,softmax] [--threads 1,2] [--systems jitcore,numpy]
-                            [--repeat N] [--json PATH] [--plot PATH] [--tiny]
+                            [--runs R] [--repeat N] [--no-cold] [--json PATH] [--plot PATH]
+                            [--tiny]
 
-For every thread count and system (jitcore and numpy always; numexpr, numba, torch and
-torch.compile when installed) one child process runs the selected workloads with the thread
-variables of every library set before they load. Each cell is checked against a float64
-numpy reference, then timed (median and min); the table shows median times and the speedup
-over numpy, jitcore's GB/s as a fraction of the bandwidth measured by a copy/triad in the same
-run, and GFLOP/s where a workload multiplies matrices. A missing, failing or wrong peer is
-reported as such. --json writes every number; --plot a PNG bar chart of speedups over numpy
-(needs matplotlib). --tiny runs small sizes and few repeats (the test suite uses it).
+For every run, thread count and system (jitcore and numpy always; numexpr, numba, torch,
+torch.compile and jax when installed) one child process runs the selected workloads, pinned
+to as many cores as threads (CPU affinity: every thread of every library shares them), with
+the thread variables of every library and XLA_FLAGS set before they load; jitcore's and
+torch's inter-op pools get the same count. Each cell is checked against a float64 numpy
+reference, then timed in natural use (fresh outputs) and compute only (a preallocated
+output), recording CPU seconds per wall second, minor page faults and system time per call.
+First calls come cold (a child of its own with empty JITCORE/TORCHINDUCTOR/NUMBA/JAX cache
+directories, in the first run) and warm (the timing child, whose caches the cold child
+filled). --runs R repeats the whole suite R times interleaved, the system order rotated per
+run; the tables show the median over runs and the spread (min-max) of the natural-use
+medians. jitcore's child also measures the copy/triad bandwidth and a core's fp32 FMA peak:
+the tables show jitcore's GB/s as a share of that bandwidth and matmul GFLOP/s as a share of
+the peak times the threads. A missing, failing or wrong peer is reported as such. --json
+writes every number; --plot a PNG of natural-use speedups over numpy (needs matplotlib).
+--tiny runs small sizes and few repeats (the test suite uses it).
 """
 from __future__ import annotations
 
@@ -20,16 +29,21 @@ import importlib.util
 import json
 import os
 import platform
+import shutil
+import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
-from .workloads import BY_NAME, SUITE, SYSTEM_MODULES, SYSTEMS
+from .systems import INTO_NOTES, SYSTEM_MODULES, SYSTEMS
+from .workloads import BY_NAME, SUITE
 
 THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
                     "NUMBA_NUM_THREADS", "JITCORE_NUM_THREADS", "NUMEXPR_MAX_THREADS")
 CHILD_TIMEOUT_S = 900
+TIMED = ("median_s", "min_s", "cpu_per_wall", "sys_s_per_call", "minflt_per_call")
 
 
 def installed(system: str) -> bool:
@@ -65,53 +79,159 @@ class Progress:
         sys.stderr.write("\n")
 
 
-def run_child(system: str, threads: int, names: list, opts, progress: Progress) -> dict:
+# ---- one child ---------------------------------------------------------------------------------
+def cores_for(threads: int):
+    """The first `threads` cores this process may run on (all of them if fewer); None where
+    the OS has no CPU affinity call (the child then runs unpinned)."""
+    if not hasattr(os, "sched_setaffinity"):
+        return None
+    return sorted(os.sched_getaffinity(0))[:threads]
+
+
+def child_env(threads: int, cache_dir: str) -> dict:
     env = {**os.environ, **{v: str(threads) for v in THREAD_VARIABLES}}
+    env.pop("JITCORE_DISK_CACHE", None)                # warm first calls need the disk cache
+    env.update({
+        "XLA_FLAGS": (f"--xla_cpu_multi_thread_eigen={'true' if threads > 1 else 'false'} "
+                      f"intra_op_parallelism_threads={threads}"),
+        "JITCORE_CACHE_DIR": os.path.join(cache_dir, "jitcore"),
+        "TORCHINDUCTOR_CACHE_DIR": os.path.join(cache_dir, "inductor"),
+        "NUMBA_CACHE_DIR": os.path.join(cache_dir, "numba"),
+        "JAX_COMPILATION_CACHE_DIR": os.path.join(cache_dir, "jax"),
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+        "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
+    })
+    return env
+
+
+def run_child(system: str, threads: int, names: list, opts, progress: Progress,
+              cache_dir: str, first_calls_only: bool = False, data_dir=None) -> dict:
+    cores = cores_for(threads)
     cmd = [sys.executable, "-m", "jitcore.bench.child", "--system", system,
            "--threads", str(threads), "--workloads", ",".join(names),
-           "--repeat", str(opts.repeat)] + (["--tiny"] if opts.tiny else [])
+           "--repeat", str(opts.repeat)] + (["--tiny"] if opts.tiny else []) + \
+        (["--data-dir", data_dir] if data_dir else []) + \
+        (["--first-calls-only"] if first_calls_only else [])
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env)
+                            env=child_env(threads, cache_dir),
+                            preexec_fn=None if cores is None else
+                            lambda: os.sched_setaffinity(0, cores))
     report = None
     watchdog = threading.Timer(CHILD_TIMEOUT_S, proc.kill)     # a hung child is killed
     watchdog.start()
+    stderr = []
+    drain = threading.Thread(target=lambda: stderr.append(proc.stderr.read()), daemon=True)
+    drain.start()                                  # a chatty child must not block on stderr
     try:
         for line in proc.stdout:
             msg = json.loads(line)
             if "progress" in msg:
                 progress.done += 1
-                progress.show(f"{system} @ {threads}: {msg['progress']}")
+                progress.show(f"{system} @ {threads}{' cold' * first_calls_only}: "
+                              f"{msg['progress']}")
             else:
                 report = msg
-        stderr = proc.stderr.read()
         proc.wait()
+        drain.join()
     finally:
         watchdog.cancel()
     if report is None:
-        why = (stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
+        why = ("".join(stderr).strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
         return {"results": {n: {"status": "failed", "error": f"process: {why}"[:300]}
                             for n in names}}
+    report["cores"] = cores
     return report
 
 
+# ---- the suite: runs interleaved, then the median over runs -----------------------------------
 def run_suite(names: list, systems: list, threads_list: list, opts) -> dict:
-    cells = len(names) * sum(installed(s) for s in systems) * len(threads_list)
-    progress = Progress(cells)
-    runs = []
+    present = [s for s in systems if installed(s)]
+    runs = getattr(opts, "runs", 1)
+    cold = not getattr(opts, "no_cold", False)
+    progress = Progress(len(names) * len(present) * len(threads_list) * (runs + cold))
+    root = tempfile.mkdtemp(prefix="jitcore-bench-")
+    data_dir = os.path.join(root, "data")             # inputs + references, made once
+    os.mkdir(data_dir)
+    raw, colds = [], {}
+    try:
+        for r in range(runs):
+            k = r % max(len(present), 1)
+            order = present[k:] + present[:k]          # each run starts with another system
+            for threads in threads_list:
+                for system in order:
+                    cache_dir = os.path.join(root, f"{system}-{threads}")
+                    if r == 0 and cold:                # empty caches: cold first calls
+                        colds[system, threads] = run_child(system, threads, names, opts,
+                                                           progress, cache_dir, True, data_dir)
+                    report = run_child(system, threads, names, opts, progress, cache_dir,
+                                       data_dir=data_dir)
+                    raw.append({"run": r, "system": system, "threads": threads, **report})
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    progress.finish()
+    merged = []
     for threads in threads_list:
         for system in systems:
-            if not installed(system):
+            if system not in present:
                 results = {n: {"status": "missing", "error": f"{SYSTEM_MODULES[system]} is not "
                                f"installed (pip install '.[bench]')"} for n in names}
-                runs.append({"system": system, "threads": threads, "results": results})
+                merged.append({"system": system, "threads": threads, "results": results})
                 continue
-            progress.show(f"{system} @ {threads}")
-            report = run_child(system, threads, names, opts, progress)
-            runs.append({"system": system, "threads": threads, **report})
-    progress.finish()
+            reports = [x for x in raw if x["system"] == system and x["threads"] == threads]
+            merged.append(merge_runs(system, threads, names, reports,
+                                     colds.get((system, threads))))
     return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "machine": machine(), "versions": versions(), "tiny": opts.tiny,
-            "workloads": {n: BY_NAME[n].title for n in names}, "runs": runs}
+            "machine": machine(), "versions": versions(), "tiny": opts.tiny, "runs_count": runs,
+            "compute_only_means": {s: INTO_NOTES[s] for s in systems},
+            "workloads": {n: BY_NAME[n].title for n in names}, "runs": merged, "raw": raw}
+
+
+def _median_of(dicts: list, key: str):
+    values = [d[key] for d in dicts if d.get(key) is not None]
+    return float(statistics.median(values)) if values else None
+
+
+def merge_timed(cells: list) -> dict:
+    """The median over runs of each timed figure, with the spread of the medians."""
+    bad = next((c for c in cells if c.get("status") != "ok"), None)
+    if bad is not None:
+        return dict(bad)
+    out = dict(cells[0])
+    for key in TIMED + ("first_call_s", "max_error"):
+        if key in out:
+            out[key] = _median_of(cells, key)
+    medians = [c["median_s"] for c in cells]
+    out["spread_s"] = [min(medians), max(medians)]
+    out["per_run_s"] = medians
+    return out
+
+
+def merge_runs(system: str, threads: int, names: list, reports: list, cold) -> dict:
+    results = {}
+    for n in names:
+        cells = [rep["results"][n] for rep in reports]
+        cell = merge_timed(cells)
+        if cell.get("status") == "ok":
+            cell["compute_only"] = merge_timed([c["compute_only"] for c in cells])
+            cell["gbs"] = cell["bytes"] / cell["median_s"] / 1e9
+            if "flops" in cell:
+                cell["gflops"] = cell["flops"] / cell["median_s"] / 1e9
+        cold_cell = (cold or {}).get("results", {}).get(n, {})
+        if cell.get("status") == "ok":
+            cell["first_call_cold_s"] = cold_cell.get("first_call_s")
+        results[n] = cell
+    entry = {"system": system, "threads": threads, "results": results}
+    for key in ("cores", "affinity", "interop_threads"):
+        if reports and key in reports[0]:
+            entry[key] = reports[0][key]
+    threads_seen = [rep["os_threads"] for rep in reports if rep.get("os_threads")]
+    if threads_seen:
+        entry["os_threads"] = max(threads_seen)
+    bws = [rep["bandwidth_gbs"] for rep in reports if "bandwidth_gbs" in rep]
+    if bws:
+        entry["bandwidth_gbs"] = {k: _median_of(bws, k) for k in bws[0]}
+        entry["fma_peak_gflops_per_core"] = _median_of(reports, "fma_peak_gflops_per_core")
+    return entry
 
 
 def machine() -> dict:
@@ -126,45 +246,108 @@ def cell(run: dict, name: str) -> dict:
     return run["results"].get(name, {"status": "n/a"})
 
 
-def fmt_time(c: dict, unit: str) -> str:
+def status_text(c: dict) -> str:
+    return {"n/a": "n/a", "missing": "missing"}.get(c.get("status"), c.get("status", "?"))
+
+
+def fmt_seconds(s: float, unit: str = "ms") -> str:
+    """Three significant digits, no exponent (12.3, 0.582, 4567)."""
+    v = s * (1e6 if unit == "us" else 1e3)
+    return f"{v:.0f}" if v >= 100 else f"{v:.3g}"
+
+
+def time_cell(c: dict, base: dict, unit: str, spread: bool) -> str:
+    """'median (speedup over numpy)' and, over several runs, the spread in % of the median."""
     if c.get("status") != "ok":
-        return {"n/a": "n/a", "missing": "missing"}.get(c.get("status"), c.get("status", "?"))
-    scale = 1e6 if unit == "us" else 1e3
-    return f"{c['median_s'] * scale:.3g}"
+        return status_text(c)
+    text = fmt_seconds(c["median_s"], unit)
+    if spread and "spread_s" in c:
+        lo, hi = c["spread_s"]
+        text += f"±{50 * (hi - lo) / c['median_s']:.0f}%"
+    if base.get("status") == "ok":
+        text += f" ({base['median_s'] / c['median_s']:.2f}x)"
+    return text
+
+
+def first_call_cell(c: dict) -> str:
+    if c.get("status") != "ok":
+        return status_text(c)
+    cold = c.get("first_call_cold_s")
+    cold_text = "-" if cold is None else fmt_seconds(cold)
+    return f"{cold_text} / {fmt_seconds(c['first_call_s'])}"
+
+
+def usage_cell(c: dict) -> str:
+    if c.get("status") != "ok":
+        return status_text(c)
+    sys_pct = 100 * c["sys_s_per_call"] / c["median_s"]
+    return f"{c['cpu_per_wall']:.2f} {c['minflt_per_call']:.0f} {sys_pct:.0f}%"
+
+
+def print_table(title: str, names: list, systems: list, at: dict, text, extra=None,
+                width: int = 18):
+    extra_head, extra_cells = extra or ("", lambda name: "")
+    print(f"\n{title}")
+    head = f"{'workload':22s}" + "".join(f"{s:>{width}s}" for s in systems) + extra_head
+    print(head)
+    print("-" * len(head))
+    for name in names:
+        row = f"{name:22s}" + "".join(f"{text(name, s):>{width}s}" for s in systems)
+        print(row + extra_cells(name))
 
 
 def print_tables(data: dict):
-    runs = data["runs"]
+    runs, names = data["runs"], list(data["workloads"])
+    several = data.get("runs_count", 1) > 1
     for threads in sorted({r["threads"] for r in runs}):
         at = {r["system"]: r for r in runs if r["threads"] == threads}
         systems = [s for s in SYSTEMS if s in at]
-        jit = at.get("jitcore", {})
+        jit = at.get("jitcore", {"results": {}})
         bw = max((jit.get("bandwidth_gbs") or {"-": 0}).values())
-        print(f"\n=== {threads} thread(s); median time (ms, us for dispatch) and speedup "
-              f"over numpy; bandwidth measured in this run: {bw:.1f} GB/s ===")
-        head = f"{'workload':15s}" + "".join(f"{s:>16s}" for s in systems) + \
-            f"{'jitcore GB/s':>14s}{'% bw':>7s}{'GFLOP/s':>9s}"
-        print(head)
-        print("-" * len(head))
-        for name in data["workloads"]:
-            w = BY_NAME[name]
-            base = cell(at["numpy"], name) if "numpy" in at else {}
-            row = f"{name:15s}"
-            for s in systems:
-                c = cell(at[s], name)
-                text = fmt_time(c, w.unit)
-                if c.get("status") == "ok" and base.get("status") == "ok":
-                    text += f" ({base['median_s'] / c['median_s']:.2f}x)"
-                row += f"{text:>16s}"
-            c = cell(jit, name) if jit else {}
-            if c.get("status") == "ok":
-                row += f"{c['gbs']:14.1f}{(c['gbs'] / bw if bw else 0):7.0%}"
-                row += f"{c['gflops']:9.1f}" if "gflops" in c else f"{'-':>9s}"
-            print(row)
-        problems = [(s, n, cell(at[s], n)) for s in systems for n in data["workloads"]
-                    if cell(at[s], n).get("status") in ("failed", "wrong")]
-        for s, n, c in problems:
-            print(f"  {s} {n}: {c['status']}: {c.get('error', '')}")
+        peak = (jit.get("fma_peak_gflops_per_core") or 0) * threads
+        cores = next((r["cores"] for r in at.values() if r.get("cores")), "unpinned")
+        measured = (f"; bandwidth measured in this run: {bw:.1f} GB/s; fp32 FMA peak: "
+                    f"{peak:.0f} GFLOP/s ({peak / threads:.0f} per core)") if bw else ""
+        print(f"\n=== {threads} thread(s), pinned to cores {cores}{measured} ===")
+        numpy_at = at.get("numpy", {"results": {}})
+
+        def base(name, column=None):
+            c = cell(numpy_at, name)
+            return c.get(column, {}) if column and c.get("status") == "ok" else c
+
+        def jit_extra(name):
+            c = cell(jit, name)
+            if c.get("status") != "ok":
+                return ""
+            text = f"{c['gbs']:10.1f}{(c['gbs'] / bw if bw else 0):7.0%}"
+            if BY_NAME[name].gemm and "gflops" in c:
+                text += f"{c['gflops']:9.1f}{(c['gflops'] / peak if peak else 0):7.0%}"
+            return text
+        spread = " (±half the min-max spread over runs)" if several else ""
+        print_table(f"natural use (fresh outputs): median ms (us for dispatch){spread} and "
+                    "speedup over numpy", names, systems, at,
+                    lambda n, s: time_cell(cell(at[s], n), base(n), BY_NAME[n].unit, several),
+                    (f"{'jc GB/s':>10s}{'% bw':>7s}{'GFLOP/s':>9s}{'% peak':>7s}", jit_extra),
+                    width=22 if several else 18)
+        print_table("compute only (every system writes into a preallocated output where it "
+                    "can): median ms and speedup over numpy's compute only", names, systems, at,
+                    lambda n, s: time_cell(cell(at[s], n).get("compute_only", cell(at[s], n)),
+                                           base(n, "compute_only"), BY_NAME[n].unit, False))
+        print_table("first call (build + first call, compile included), ms: cold cache / "
+                    "warm cache", names, systems, at, lambda n, s: first_call_cell(cell(at[s], n)),
+                    width=20)
+        print_table("natural use, per call: CPU-s per wall-s, minor page faults, system time "
+                    "as % of wall", names, systems, at, lambda n, s: usage_cell(cell(at[s], n)),
+                    width=20)
+        problems = []
+        for s in systems:
+            for n in names:
+                c = cell(at[s], n)
+                for label, cc in (("", c), (" (compute only)", c.get("compute_only", {}))):
+                    if cc.get("status") in ("failed", "wrong"):
+                        problems.append(f"  {s} {n}{label}: {cc['status']}: "
+                                        f"{cc.get('error', '')}")
+        print("\n".join(problems))
     missing = sorted({r["system"] for r in runs
                       if any(c.get("status") == "missing" for c in r["results"].values())})
     if missing:
@@ -172,7 +355,8 @@ def print_tables(data: dict):
 
 
 def plot(data: dict, path: str) -> str:
-    """A PNG of speedups over numpy per workload and system, one panel per thread count."""
+    """A PNG of natural-use speedups over numpy per workload and system, one panel per thread
+    count."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -182,7 +366,7 @@ def plot(data: dict, path: str) -> str:
     runs = data["runs"]
     threads_list = sorted({r["threads"] for r in runs})
     names = list(data["workloads"])
-    fig, axes = plt.subplots(len(threads_list), 1, figsize=(12, 4 * len(threads_list)),
+    fig, axes = plt.subplots(len(threads_list), 1, figsize=(13, 4 * len(threads_list)),
                              squeeze=False)
     for ax, threads in zip(axes[:, 0], threads_list):
         at = {r["system"]: r for r in runs if r["threads"] == threads}
@@ -199,8 +383,9 @@ def plot(data: dict, path: str) -> str:
         ax.set_yscale("log")
         ax.set_xticks([j + 0.4 - width / 2 for j in range(len(names))])
         ax.set_xticklabels(names, rotation=30, ha="right")
-        ax.set_ylabel("speedup over numpy")
-        ax.set_title(f"{threads} thread(s) - {data['machine']['brand']}, {data['date'][:10]}")
+        ax.set_ylabel("speedup over numpy (natural use)")
+        ax.set_title(f"{threads} thread(s) - {data['machine']['brand']}, {data['date'][:10]}, "
+                     f"median of {data.get('runs_count', 1)} run(s)")
         ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -212,7 +397,11 @@ def parse(argv) -> argparse.Namespace:
     ap.add_argument("--only", help="comma-separated workloads: " + ",".join(BY_NAME))
     ap.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated systems")
     ap.add_argument("--threads", default="1,2", help="comma-separated thread counts")
+    ap.add_argument("--runs", type=int, default=1,
+                    help="run the whole suite this many times, interleaved (default 1)")
     ap.add_argument("--repeat", type=int, default=None, help="timed samples (default 9, tiny 2)")
+    ap.add_argument("--no-cold", action="store_true",
+                    help="skip the cold-cache first-call children")
     ap.add_argument("--json", help="write all results to this JSON file")
     ap.add_argument("--plot", help="write a PNG bar chart to this path (needs matplotlib)")
     ap.add_argument("--tiny", action="store_true", help="small sizes, few repeats")
@@ -228,6 +417,8 @@ def parse(argv) -> argparse.Namespace:
         opts.threads_list = [int(t) for t in opts.threads.split(",")]
     except ValueError:
         ap.error("--threads takes comma-separated integers, e.g. 1,2")
+    if opts.runs < 1:
+        ap.error("--runs must be at least 1")
     if "numpy" not in systems:
         systems.insert(0, "numpy")                     # speedups are over numpy
     opts.names, opts.systems_list = names, systems
@@ -240,7 +431,8 @@ def main(argv=None) -> int:
     data = run_suite(opts.names, opts.systems_list, opts.threads_list, opts)
     m = data["machine"]
     print(f"{m['brand']} ({m['cpu']}), {m['isa']}, {m['cpus']} cpus; {data['date']}; "
-          + ", ".join(f"{k} {v}" for k, v in data["versions"].items()))
+          + ", ".join(f"{k} {v}" for k, v in data["versions"].items())
+          + f"; median of {data['runs_count']} interleaved run(s)")
     print_tables(data)
     if opts.json:
         with open(opts.json, "w") as f:
@@ -249,5 +441,7 @@ def main(argv=None) -> int:
     if opts.plot:
         print(plot(data, opts.plot))
     bad = [r for r in data["runs"] if r["system"] == "jitcore"
-           for c in r["results"].values() if c.get("status") not in ("ok", "n/a")]
+           for c in r["results"].values()
+           if c.get("status") not in ("ok", "n/a")
+           or c.get("compute_only", {"status": "ok"}).get("status") not in ("ok", "n/a")]
     return 1 if bad else 0

@@ -1,0 +1,69 @@
+"""The README's benchmark tables from a saved run: `python -m jitcore.bench.markdown
+examples/results/bench.json`. Per thread count, one table of natural-use and compute-only
+medians with their speedups over numpy's, and one of cold / warm first calls."""
+from __future__ import annotations
+
+import json
+import sys
+
+from .cli import cell, fmt_seconds
+from .systems import SYSTEMS
+from .workloads import BY_NAME
+
+
+def _time(c: dict, base: dict, unit: str) -> str:
+    if c.get("status") != "ok":
+        return c.get("status", "?")
+    text = fmt_seconds(c["median_s"], unit)
+    if base.get("status") == "ok":
+        text += f" ({base['median_s'] / c['median_s']:.2f}x)"
+    return text
+
+
+def _first(c: dict) -> str:
+    if c.get("status") != "ok":
+        return c.get("status", "?")
+    cold = c.get("first_call_cold_s")
+    return f"{'-' if cold is None else fmt_seconds(cold)} / {fmt_seconds(c['first_call_s'])}"
+
+
+def tables(data: dict) -> str:
+    lines, names = [], list(data["workloads"])
+    for threads in sorted({r["threads"] for r in data["runs"]}):
+        at = {r["system"]: r for r in data["runs"] if r["threads"] == threads}
+        systems = [s for s in SYSTEMS if s in at]
+        numpy = at.get("numpy", {"results": {}})
+        head = "| workload | " + " | ".join(systems) + " |"
+        rule = "|---" * (len(systems) + 1) + "|"
+        lines += [f"\n{threads} thread(s): natural use / compute only, median ms (us for "
+                  f"dispatch_1024), speedup over numpy's same column; median of "
+                  f"{data.get('runs_count', 1)} interleaved run(s)\n", head, rule]
+        for n in names:
+            unit, base = BY_NAME[n].unit, cell(numpy, n)
+            row = []
+            for s in systems:
+                c = cell(at[s], n)
+                into = c.get("compute_only", c)
+                row.append(f"{_time(c, base, unit)} / "
+                           f"{_time(into, base.get('compute_only', {}), unit)}"
+                           if c.get("status") == "ok" else c.get("status", "?"))
+            lines.append(f"| {n}{' (us)' if unit == 'us' else ''} | " + " | ".join(row) + " |")
+        lines += [f"\n{threads} thread(s): first call, cold / warm cache (ms)\n", head, rule]
+        for n in names:
+            lines.append(f"| {n} | " + " | ".join(_first(cell(at[s], n)) for s in systems)
+                         + " |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m jitcore.bench.markdown RESULTS.json", file=sys.stderr)
+        return 2
+    with open(argv[0]) as f:
+        print(tables(json.load(f)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

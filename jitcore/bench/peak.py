@@ -1,0 +1,77 @@
+"""The measured fp32 FMA peak of one core: a loop of independent vector FMAs (enough
+accumulators to cover the FMA latency on every port), compiled by jitcore's own LLVM engine
+at the kernels' vector width, timed on the calling thread. GFLOP/s = 2 flops per lane per FMA.
+"""
+from __future__ import annotations
+
+import ctypes
+import time
+
+ACCUMULATORS = 16
+TARGET_S = 0.03           # one timed run
+RUNS = 7                  # the best run counts: a peak, and the machine may be busy
+
+
+def _ir(lanes: int) -> str:
+    vec = f"<{lanes} x float>"
+    splat = lambda v: "<" + ", ".join([f"float {v}"] * lanes) + ">"   # noqa: E731
+    acc = [f"%acc{k}" for k in range(ACCUMULATORS)]
+    nxt = [f"%next{k}" for k in range(ACCUMULATORS)]
+    body = [f"  {a} = phi {vec} [ {splat(float(k + 1))}, %entry ], [ {n}, %loop ]"
+            for k, (a, n) in enumerate(zip(acc, nxt))]
+    body += [f"  {n} = call {vec} @llvm.fma.v{lanes}f32({vec} {a}, {vec} %m, {vec} %c)"
+             for a, n in zip(acc, nxt)]
+    total = nxt[0]
+    tail = []
+    for k, n in enumerate(nxt[1:]):
+        tail.append(f"  %sum{k} = fadd {vec} {total}, {n}")
+        total = f"%sum{k}"
+    return "\n".join([
+        f"declare {vec} @llvm.fma.v{lanes}f32({vec}, {vec}, {vec})",
+        "define float @jc_fma_peak(i64 %iters, float %mul, float %add) {",
+        "entry:",
+        f"  %m0 = insertelement {vec} undef, float %mul, i32 0",
+        f"  %m = shufflevector {vec} %m0, {vec} undef, <{lanes} x i32> zeroinitializer",
+        f"  %c0 = insertelement {vec} undef, float %add, i32 0",
+        f"  %c = shufflevector {vec} %c0, {vec} undef, <{lanes} x i32> zeroinitializer",
+        "  br label %loop",
+        "loop:",
+        "  %i = phi i64 [ 0, %entry ], [ %i1, %loop ]",
+        *body,
+        "  %i1 = add i64 %i, 1",
+        "  %more = icmp ult i64 %i1, %iters",
+        "  br i1 %more, label %loop, label %done",
+        "done:",
+        *tail,
+        f"  %r = extractelement {vec} {total}, i32 0",
+        "  ret float %r",
+        "}",
+    ])
+
+
+def fma_peak_gflops() -> float:
+    """Best-of-RUNS GFLOP/s of one thread running vector FMAs at the kernels' width."""
+    from jitcore.api import select_target
+    from jitcore.llvm import engine
+    target = select_target()
+    lanes = target.vector_bits // 32
+    lib = engine.compile_ir(_ir(lanes), ["jc_fma_peak"], target)
+    fn = ctypes.CFUNCTYPE(ctypes.c_float, ctypes.c_int64, ctypes.c_float,
+                          ctypes.c_float)(lib.addresses["jc_fma_peak"])
+    flops_per_iter = 2 * lanes * ACCUMULATORS
+    iters = 1000
+    while True:                               # size one run to about TARGET_S
+        t0 = time.perf_counter()
+        fn(iters, 0.999, 1e-3)
+        elapsed = time.perf_counter() - t0
+        if elapsed > TARGET_S / 4:
+            break
+        iters *= 4
+    iters = max(1, int(iters * TARGET_S / elapsed))
+    best = 0.0
+    for _ in range(RUNS):
+        t0 = time.perf_counter()
+        fn(iters, 0.999, 1e-3)
+        best = max(best, iters * flops_per_iter / (time.perf_counter() - t0) / 1e9)
+    del lib                                   # frees the code (fn is not called again)
+    return best

@@ -1,0 +1,54 @@
+"""JAX (jax.jit on the CPU backend) as a competent user writes it: jnp / jax.nn functions
+under jax.jit, inputs placed on the device once, every call ended by block_until_ready().
+The first call traces and compiles with XLA. JAX arrays are immutable and jax.jit has no
+`out=`: the compute-only column is n/a for JAX. Imported only in the jax child; the parent
+sets XLA_FLAGS (one intra-op thread) and the CPU affinity before jax loads.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .workloads import F32
+
+
+def _layer_norm(x, w, b):
+    mean = x.mean(axis=-1, keepdims=True)
+    var = jnp.square(x - mean).mean(axis=-1, keepdims=True)
+    return (x - mean) * jax.lax.rsqrt(var + F32(1e-5)) * w + b
+
+
+def _masked_max(m, x):
+    return jnp.max(jnp.where(m, x, -jnp.inf), axis=1)
+
+
+JAX = {
+    "chain": lambda a, b, c: jnp.maximum(a * b + c, 0) * F32(0.5),
+    "gelu_tanh": lambda x: jax.nn.gelu(x, approximate=True),
+    "dispatch_1024": lambda a, b, c: a * b + c,
+    "softmax": lambda x: jax.nn.softmax(x, axis=-1),
+    "layer_norm": _layer_norm,
+    "row_sum": lambda x: x.sum(axis=1),
+    "col_sum": lambda x: x.sum(axis=0),
+    "broadcast3": lambda a, b, c: a + b + c,
+    "transpose_add": lambda a, b: a + b.T,
+    "masked_row_max": _masked_max,
+    "masked_row_max_causal": _masked_max,
+    "linear_gelu": lambda x, W, b: jax.nn.gelu(x @ W + b, approximate=True),
+    "mlp2": lambda x, W1, b1, W2, b2: jax.nn.gelu(x @ W1 + b1, approximate=True) @ W2 + b2,
+    "fork_wait": lambda x, w_y, w_z: x @ w_y + jnp.tanh(x @ w_z) * F32(0.5),
+}
+
+
+def setup(threads: int):
+    jax.config.update("jax_platforms", "cpu")
+
+
+def jax_calls(name: str, args: tuple, out: np.ndarray):
+    fn = JAX.get(name)
+    if fn is None:
+        return None
+    jargs = [jax.device_put(a) for a in args]
+    f = jax.jit(fn)
+    return (lambda: f(*jargs).block_until_ready()), None

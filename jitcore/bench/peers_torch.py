@@ -1,0 +1,138 @@
+"""torch eager and torch.compile as a competent user writes them. Imported only in the torch
+children (and by examples/gemm_bench.py): torch loads at import.
+
+Eager: fused library calls and in-place ops where natural (`addcmul(c, a, b).relu_().mul_(0.5)`),
+a bool mask prepared once; the child runs every call under one `torch.inference_mode()`
+(no per-call grad-mode context). Compute only: the public `out=` of the last op where torch
+has one (n/a where it has none: gelu, layer_norm). torch.compile (dynamic=False) compiles the
+eager function; compute only compiles `out.copy_(fn(...))`, which inductor turns into
+kernels that store into `out`.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+NEG_INF = float("-inf")
+
+
+def t_chain(a, b, c, out=None):
+    return torch.addcmul(c, a, b, out=out).relu_().mul_(0.5)
+
+
+def t_triad(a, b, c, out=None):
+    return torch.addcmul(c, a, b, out=out)
+
+
+def t_gelu(x):
+    return F.gelu(x, approximate="tanh")
+
+
+def t_softmax(x, out=None):
+    return torch.softmax(x, -1, out=out) if out is not None else torch.softmax(x, -1)
+
+
+def t_layer_norm(x, w, b):
+    return F.layer_norm(x, x.shape[-1:], w, b, eps=1e-5)
+
+
+def t_row_sum(x, out=None):
+    return torch.sum(x, dim=1, out=out) if out is not None else x.sum(dim=1)
+
+
+def t_col_sum(x, out=None):
+    return torch.sum(x, dim=0, out=out) if out is not None else x.sum(dim=0)
+
+
+def t_broadcast3(a, b, c, out=None):
+    return torch.add(c, a, out=out).add_(b) if out is not None else torch.add(c, a).add_(b)
+
+
+def t_transpose_add(a, b, out=None):
+    return torch.add(a, b.T, out=out) if out is not None else a + b.T
+
+
+def t_masked_max(m, x, out=None):
+    masked = torch.where(m, x, NEG_INF)
+    return torch.amax(masked, dim=1, out=out) if out is not None else masked.amax(dim=1)
+
+
+def t_linear_gelu(x, W, b):
+    return F.gelu(torch.addmm(b, x, W), approximate="tanh")
+
+
+def t_mlp(x, W1, b1, W2, b2, out=None):
+    h = F.gelu(torch.addmm(b1, x, W1), approximate="tanh")
+    return torch.addmm(b2, h, W2, out=out) if out is not None else torch.addmm(b2, h, W2)
+
+
+def t_fork_wait_eager(x, w_y, w_z):
+    """fork_wait as plain ops, for torch.compile (the TorchScript fork is for eager)."""
+    return torch.mm(x, w_y).add_(torch.tanh(torch.mm(x, w_z)).mul_(0.5))
+
+
+EAGER = {"chain": t_chain, "gelu_tanh": t_gelu, "dispatch_1024": t_triad,
+         "softmax": t_softmax, "layer_norm": t_layer_norm, "row_sum": t_row_sum,
+         "col_sum": t_col_sum, "broadcast3": t_broadcast3, "transpose_add": t_transpose_add,
+         "masked_row_max": t_masked_max, "masked_row_max_causal": t_masked_max,
+         "linear_gelu": t_linear_gelu, "mlp2": t_mlp}
+HAS_OUT = {"chain", "dispatch_1024", "softmax", "row_sum", "col_sum", "broadcast3",
+           "transpose_add", "masked_row_max", "masked_row_max_causal", "mlp2"}
+
+
+@torch.jit.script
+def _compute_z(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return torch.tanh(torch.mm(x, w)) * 0.5
+
+
+@torch.jit.script
+def t_fork_wait(x: torch.Tensor, w_y: torch.Tensor, w_z: torch.Tensor) -> torch.Tensor:
+    """The threading note's example as the note writes it: torch.jit.fork on the inter-op
+    pool (sized to the cell's thread count, like jitcore's)."""
+    fut = torch.jit.fork(_compute_z, x, w_z)
+    y = torch.mm(x, w_y)
+    return y + torch.jit.wait(fut)
+
+
+def setup(threads: int):
+    """Thread pools sized before any parallel work; one inference_mode for the whole child."""
+    torch.set_num_threads(threads)
+    torch.set_num_interop_threads(threads)
+    # one copy_ wrapper serves every workload: each is a recompile of the same code object,
+    # and past dynamo's default limit of 8 the rest would silently run eagerly
+    torch._dynamo.config.recompile_limit = 64
+    mode = torch.inference_mode()
+    mode.__enter__()
+    return mode
+
+
+def _tensors(args: tuple) -> list:
+    return [torch.from_numpy(np.ascontiguousarray(a)) for a in args]
+
+
+def eager_calls(name: str, args: tuple, out: np.ndarray):
+    targs, tout = _tensors(args), torch.from_numpy(out)
+    if name == "fork_wait":
+        return lambda: t_fork_wait(*targs), None
+    fn = EAGER.get(name)
+    if fn is None:
+        return None
+    into = (lambda: fn(*targs, out=tout)) if name in HAS_OUT else None
+    return (lambda: fn(*targs)), into
+
+
+def _copy_into(fn):
+    def into(*args):
+        return args[-1].copy_(fn(*args[:-1]))
+    return into
+
+
+def compiled_calls(name: str, args: tuple, out: np.ndarray):
+    targs, tout = _tensors(args), torch.from_numpy(out)
+    fn = t_fork_wait_eager if name == "fork_wait" else EAGER.get(name)
+    if fn is None:
+        return None
+    natural = torch.compile(fn, dynamic=False)
+    into = torch.compile(_copy_into(fn), dynamic=False)
+    return (lambda: natural(*targs)), (lambda: into(*targs, tout))

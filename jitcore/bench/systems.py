@@ -1,0 +1,90 @@
+"""The systems the suite compares, and how a child process prepares one: import its modules
+and size its thread pools before anything is timed, take its one-time setup out of the first
+calls (a trivial compile), then build each workload's two calls.
+
+`prepare(system, threads)` returns `calls(name, args, out)`: None where the system has no
+implementation of the workload (n/a), else (natural, into): natural() returns a fresh output,
+as users call it; into() writes into the preallocated `out` (compute only), or is None where
+the system has no way to do that.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+SYSTEMS = ("jitcore", "numpy", "numexpr", "numba", "torch", "torch.compile", "jax")
+SYSTEM_MODULES = {"jitcore": "jitcore", "numpy": "numpy", "numexpr": "numexpr",
+                  "numba": "numba", "torch": "torch", "torch.compile": "torch", "jax": "jax"}
+# what compute only means (or why it is n/a) per system, for the report
+INTO_NOTES = {
+    "jitcore": "out=", "numpy": "out= / in-place ufuncs", "numexpr": "evaluate(out=)",
+    "numba": "kernel given the output", "torch": "out= of the last op (n/a where none)",
+    "torch.compile": "compiled out.copy_(fn(...))", "jax": "n/a: immutable arrays, no out=",
+}
+TINY = np.ones(8, np.float32)
+
+
+def _jitcore(threads: int):
+    import jitcore as jc
+    from .workloads import JITCORE
+    jc.set_num_threads(threads)
+    jc.set_num_interop_threads(threads)        # fork/wait tasks get the cell's threads too
+    jc.jit(lambda a: a + 1.0, num_threads=threads)(TINY)
+
+    def calls(name, args, out):
+        f = jc.jit(JITCORE[name], num_threads=threads)
+        return (lambda: f(*args)), (lambda: f(*args, out=out))
+    return calls
+
+
+def _numpy(threads: int):
+    from .peers_numpy import NUMPY
+
+    def calls(name, args, out):
+        fn = NUMPY[name]
+        return (lambda: fn(*args)), (lambda: fn(*args, out=out))
+    return calls
+
+
+def _numexpr(threads: int):
+    import numexpr
+    from .peers_numpy import numexpr_calls
+    numexpr.set_num_threads(threads)
+    numexpr.evaluate("a + 1", local_dict={"a": TINY})
+    return numexpr_calls
+
+
+def _numba(threads: int):
+    from . import peers_numba
+    peers_numba.nb.set_num_threads(threads)
+    peers_numba.warm_up(TINY.copy())           # threading layer up, with a kernel of its own
+    return lambda name, args, out: peers_numba.numba_calls(name, args, out, threads)
+
+
+def _torch(threads: int):
+    from . import peers_torch
+    peers_torch.setup(threads)
+    return peers_torch.eager_calls
+
+
+def _torch_compile(threads: int):
+    import torch
+    from . import peers_torch
+    peers_torch.setup(threads)
+    torch.compile(lambda a: a + 1, dynamic=False)(torch.from_numpy(TINY))
+    return peers_torch.compiled_calls
+
+
+def _jax(threads: int):
+    import jax
+    from . import peers_jax
+    peers_jax.setup(threads)
+    jax.jit(lambda a: a + 1)(TINY).block_until_ready()
+    return peers_jax.jax_calls
+
+
+PREPARE = {"jitcore": _jitcore, "numpy": _numpy, "numexpr": _numexpr, "numba": _numba,
+           "torch": _torch, "torch.compile": _torch_compile, "jax": _jax}
+
+
+def prepare(system: str, threads: int):
+    return PREPARE[system](threads)
