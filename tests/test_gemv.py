@@ -115,7 +115,7 @@ def test_dot_of_two_vectors(dtype):
 def test_long_k_accuracy(dtype):
     """float32 over K = 4096 and 100,000: the error against float64, relative to
     sum |a_k x_k| of each output, stays within 2 * sqrt(K) * eps (rows use 2 x lanes
-    accumulators per output, columns a pairwise sum of 4 rows per step)."""
+    accumulators per output, columns a pairwise sum of 8 rows per step)."""
     for shapes in (((8, 4096), (4096,)), ((4096,), (4096, 40)), ((2, 100_000), (100_000,)),
                    ((100_000,), (100_000, 3))):
         a, b = pair(*shapes, dtype, "long")
