@@ -13,6 +13,8 @@ Loop order encodes the kernel's shape:
 - gemm:                 batch loops, m, k (reduce), n; the store's value is the epilogue: an
                         expression of `Acc` (the dot product at (batch, m, n)) and loads, so
                         post-ops run while the output tile is in registers (see `Gemm`).
+- gemv:                 a gemm whose M or N is 1 (a matrix times a vector): batch loops, k
+                        (reduce), then the output axis (`Gemm.out_var`); the same epilogue.
 """
 from __future__ import annotations
 
@@ -110,6 +112,17 @@ class Gemm:
     dtype: DType
     prepacked: bool = False   # b's buffer holds the packed panels (see jitcore/llvm/gemm.py)
 
+    @property
+    def matvec(self) -> bool:
+        """M or N is 1: a matrix-vector product, read once at the memory bandwidth by its own
+        kernel (kind "gemv", jitcore/llvm/gemv.py) instead of packed into panels."""
+        return self.m.extent == 1 or self.n.extent == 1
+
+    @property
+    def out_var(self) -> Var:
+        """A matrix-vector product's output axis: m when N is 1, else n."""
+        return self.m if self.n.extent == 1 else self.n
+
 
 # The fusion passes (fuse_outputs, fuse_rows) stop growing a kernel at this many ops: the work
 # and compile time of one kernel stay bounded however long the graph (lowering bounds what a
@@ -132,12 +145,12 @@ class Kernel:
     tile_var: Var | None = None      # vectorized through transposed register tiles along it
     task: int | None = None          # the inter-op task that runs it (None: the main line)
     parts: list = field(default_factory=list)   # row fusion: kernels run in order per row
-    gemm: Gemm | None = None         # a matmul with its epilogue (kind "gemm")
+    gemm: Gemm | None = None         # a matmul with its epilogue (kind "gemm" or "gemv")
 
     @property
     def kind(self) -> str:
         if self.gemm is not None:
-            return "gemm"
+            return "gemv" if self.gemm.matvec else "gemm"
         if self.parts:
             return "rows"
         if self.reduction is None:

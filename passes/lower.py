@@ -58,10 +58,15 @@ def _strip_views(node: Node) -> Node:
     return node
 
 
+def _non_unit(shape) -> list:
+    return [d for d in shape if d != 1]
+
+
 def _epilogue_owner(matmul: Node, users: dict, chosen: set, task: dict):
     """The one materialized node that reads `matmul` only through elementwise ops (and
-    reshapes to the same shape) of its shape, or None. The owner has the matmul's dtype: its
-    output holds the partial sums between k blocks."""
+    reshapes that add or drop unit axes: `A @ v` of a 1-D v is a matmul to (M, 1) and a
+    reshape to (M,)) of its shape up to unit axes, or None. The owner has the matmul's dtype:
+    its output holds the partial sums between k blocks."""
     owners, stack, seen = set(), [matmul], set()
     while stack:
         n = stack.pop()
@@ -69,7 +74,10 @@ def _epilogue_owner(matmul: Node, users: dict, chosen: set, task: dict):
             if id(u) in seen:
                 continue
             seen.add(id(u))
-            if u.shape != matmul.shape or (u.op not in ELEMENTWISE and u.op != Op.RESHAPE):
+            if u.shape != matmul.shape and (_non_unit(u.shape) != _non_unit(matmul.shape)
+                                            or numel(u.shape) == 0):
+                return None              # (a reshape of nothing reads at no index)
+            if u.op not in ELEMENTWISE and u.op != Op.RESHAPE:
                 return None
             if task.get(id(u)) != task.get(id(matmul)):
                 return None
@@ -355,13 +363,21 @@ class _Lowering:
             if not isinstance(ld, Load):
                 raise CompileError("lowering: a matmul operand is not in memory")
             operands.append(ld)
-        out_idx = bidx + (lin(m), lin(n))
-        kb = _KernelBuilder(self, node, (matmul, out_idx))
+        # the product's indices (unit axes at 0, as reshapes that drop them read it), and the
+        # owner's: the same variables on its axes of extent > 1 (see _epilogue_owner)
+        acc_idx = tuple(lin(v) if v.extent != 1 else lin(0) for v in batch + (m, n))
+        inner = iter(i for i in acc_idx if i != lin(0))
+        out_idx = acc_idx if node.shape == matmul.shape else \
+            tuple(lin(0) if d == 1 else next(inner) for d in node.shape)
+        kb = _KernelBuilder(self, node, (matmul, acc_idx))
         value = kb.value(node, out_idx)
         ops = ("matmul",) + tuple(kb.ops)
         gemm = Gemm(operands[0], operands[1], m, n, k, batch, matmul.dtype)
         loops = [Loop(v, "parallel") for v in batch] + \
             [Loop(m, "parallel"), Loop(k, "reduce"), Loop(n, "parallel")]
+        if gemm.matvec:       # the other axis has extent 1; the output axis is the vector one
+            loops = [Loop(v, "parallel") for v in batch] + \
+                [Loop(k, "reduce"), Loop(gemm.out_var, "parallel")]
         return Kernel(f"k{index}_matmul", loops, [Store(out, offset(out, out_idx), value)],
                       None, ops, gemm=gemm)
 

@@ -26,6 +26,8 @@ from runtime import emit_parallel_for, emit_spawn, emit_wait, kernel_type
 from . import irutil as u
 from .gemm import GemmEmitter, plan_threads
 from .gemm import plan as gemm_plan
+from .gemv import GemvEmitter
+from .gemv import plan as gemv_plan
 from .opemit import cast, emit
 
 # CPython and numpy struct offsets (64-bit); jitcore.callpath verifies them at import
@@ -220,6 +222,8 @@ class KernelEmitter:
             return
         if k.kind == "gemm":
             GemmEmitter(self, self.gemm_plan).emit()
+        elif k.kind == "gemv":
+            GemvEmitter(self, self.gemv_plan).emit()
         elif k.kind == "pointwise" and not k.loops:
             self.emit_point()
         elif k.kind == "pointwise" and k.tile_var is not None:
@@ -492,9 +496,12 @@ def build_module(lowered, vector_bits: int, triple: str, data_layout: str,
     for i, kernel in enumerate(lowered.kernels):
         ke = KernelEmitter(module, kernel, f"{prefix}_k{i}", masked_tails)
         launch = (kernel.range_extent, grain(kernel))
-        if kernel.gemm is not None:      # work items of the GEMM, one per call at most
+        if kernel.kind == "gemm":        # work items of the GEMM, one per call at most
             ke.gemm_plan = gemm_plan(kernel, vector_bits, plan_threads(threads))
             launch = (ke.gemm_plan.items, 1)
+        elif kernel.kind == "gemv":      # work items: blocks of outputs
+            ke.gemv_plan = gemv_plan(kernel, vector_bits, plan_threads(threads))
+            launch = (ke.gemv_plan.items, grain(kernel, ke.gemv_plan.items))
         ke.emit()
         kernel_fns.append((ke.fn,) + launch)     # (function, range extent, grain)
     run = _emit_run(module, lowered, kernel_fns, f"{prefix}_run", threads)
@@ -526,13 +533,14 @@ def _streams(kernel: Kernel) -> bool:
         and kernel.range_extent >= STREAM_MIN
 
 
-def grain(kernel: Kernel) -> int:
-    """Fewest iterations of the kernel's range loop per parallel chunk, from its cost.
-    A streaming column reduction is split in halves at most: narrower column slices turn
-    its long row reads into short strided ones."""
-    per_iteration = max((bytes_moved(kernel) + flops(kernel)) / max(kernel.range_extent, 1), 1)
+def grain(kernel: Kernel, extent: int | None = None) -> int:
+    """Fewest iterations of the kernel's range loop (of `extent` work items, if given) per
+    parallel chunk, from its cost. A streaming column reduction is split in halves at most:
+    narrower column slices turn its long row reads into short strided ones."""
+    extent = kernel.range_extent if extent is None else extent
+    per_iteration = max((bytes_moved(kernel) + flops(kernel)) / max(extent, 1), 1)
     g = max(1, math.ceil(MIN_CHUNK_WORK / per_iteration))
-    return max(g, -(-kernel.range_extent // 2)) if _streams(kernel) else g
+    return max(g, -(-extent // 2)) if _streams(kernel) else g
 
 
 def _emit_task(module, lowered, kernel_fns, task: int, name: str, threads: int) -> ir.Function:

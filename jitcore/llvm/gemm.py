@@ -37,10 +37,11 @@ import numpy as np
 from llvmlite import ir
 
 from ir.graph import ConstArray
-from passes.kernel import Acc, Buffer, Kernel, Load, walk
+from passes.kernel import Buffer, Kernel, Load
 from passes.symbolic import lin
 
 from . import irutil as u
+from .epilogue import Epilogue
 
 DEFAULT_CACHES = {1: 32 * 1024, 2: 512 * 1024}
 MAX_PACK_BYTES = 256 * 1024      # the stack buffer of one packed B block
@@ -125,8 +126,11 @@ def plan(kernel: Kernel, vector_bits: int, threads: int) -> GemmPlan:
 
 
 def prepackable(kernel: Kernel, lowered) -> bool:
-    """B is a constant that only this GEMM reads, the same for every batch entry."""
+    """B is a constant that only this GEMM reads, the same for every batch entry (and the
+    product is no matrix-vector one)."""
     g = kernel.gemm
+    if g.matvec:                  # a GEMV reads B once: packing would only copy it
+        return False
     if g.b.buffer.kind != "const" or any(g.b.offset.coeff(v) != 0 for v in g.batch):
         return False
     if g.b.offset.coeff(g.k) is None or g.b.offset.coeff(g.n) is None:
@@ -181,11 +185,7 @@ class GemmEmitter:
         self.vty = ir.VectorType(self.elem, p.lanes)
         self.panel_ty = ir.ArrayType(self.elem, p.kc * p.nc)
         self.store = ke.kernel.stores[0]
-        self.acc_leaf = next((n for n in walk([self.store.value]) if isinstance(n, Acc)), None)
-        n = self.g.n
-        self.vector_epilogue = all(ld.offset.coeff(n) in (0, 1)
-                                   for ld in ke.kernel.loads()[2:]) and \
-            self.store.offset.coeff(n) == 1
+        self.epilogue = Epilogue(ke, self.g.n, p.lanes)
 
     def emit(self):
         b, p, g, ke = self.b, self.p, self.g, self.ke
@@ -374,51 +374,20 @@ class GemmEmitter:
         total.add_incoming(total_rest, rest_bb)
         with b.if_else(last) as (then, otherwise):
             with then:
-                self.epilogue(total, count)
+                self.epilogue.emit(total, count)
             with otherwise:
                 self.c_store(total, count)
 
     def c_load(self, count):
         """The partial sum kept in C at env (m, n): the output's own dtype is the GEMM's."""
-        return self.vector_io(count, lambda: self.ke.load(Load(self.store.buffer,
-                                                               self.store.offset), self.p.lanes))
+        st = self.store
+        return self.epilogue.masked(
+            count, lambda: self.ke.load(Load(st.buffer, st.offset), self.p.lanes))
 
     def c_store(self, value, count):
-        self.vector_io(count, lambda: self.ke.store(self.store.buffer, self.store.offset,
-                                                    value, self.p.lanes))
-
-    def vector_io(self, count, fn):
-        """Run fn with the lane mask for `count` (masked loads and stores on the edge: LLVM's
-        masked intrinsics, which every x86 target lowers)."""
-        ke = self.ke
-        if count is None:
-            return fn()
-        ke.mask = u.lane_mask(self.b, count, self.p.lanes)
-        try:
-            return fn()
-        finally:
-            ke.mask = None
-
-    def epilogue(self, total, count):
-        """The store's expression with Acc = total, as vectors along n (or per element when
-        a load of the epilogue strides n)."""
-        b, ke, st, p = self.b, self.ke, self.store, self.p
-        if self.vector_epilogue:
-            memo = {} if self.acc_leaf is None else {id(self.acc_leaf): total}
-
-            def run():
-                ke.store(st.buffer, st.offset, ke.value(st.value, p.lanes, memo), p.lanes)
-            return self.vector_io(count, run)
-        spill = u.alloca_once(b, self.vty, name="tile_row")
-        b.store(total, spill)
-        col0 = ke.env[self.g.n]
-        valid = u.I64(p.lanes) if count is None else count
-        with u.for_range(b, u.I64(0), valid, 1, name="c") as c:
-            ke.env[self.g.n] = b.add(col0, c)
-            lane = b.load(b.gep(b.bitcast(spill, self.elem.as_pointer()), [c]))
-            memo = {} if self.acc_leaf is None else {id(self.acc_leaf): lane}
-            ke.store(st.buffer, st.offset, ke.value(st.value, 1, memo), 1)
-        ke.env[self.g.n] = col0
+        st = self.store
+        self.epilogue.masked(
+            count, lambda: self.ke.store(st.buffer, st.offset, value, self.p.lanes))
 
 
 def _min(b, x, y):

@@ -1,0 +1,290 @@
+"""GEMV kernels: a matrix times a vector, reading the matrix once at the memory bandwidth.
+
+A matmul whose M or N is 1 (passes/kernel.py: `Gemm.matvec`, kernel kind "gemv") computes
+
+    y[batch, i] = epilogue(sum over k of Mat[batch, i, k] * x[batch, k])
+
+over its output axis i (`Gemm.out_var`): Mat is A and x is B's column when N is 1 (`A @ v`),
+Mat is B transposed and x is A's row when M is 1 (`v @ A`). Each element of Mat is used once,
+so the kernel streams Mat from memory and keeps everything else in registers or L1; packing
+(as the GEMM does, and its weight prepacking) would only copy it. Two loop shapes, chosen by
+the axis along which Mat is contiguous:
+
+- "rows" (Mat contiguous along k: `A @ v`, `v @ A.T`): each output is the dot product of a
+  row with x. GROUP rows at a time share each vector of x; every row has UNROLL vector
+  accumulators (fused multiply-adds along k; the leftover whole vectors go to the first, a
+  masked last vector to the last), summed in a fixed tree at the end. A work item is one
+  vector of outputs (`lanes` rows), finished through the epilogue as one vector.
+- "columns" (Mat contiguous along i: `v @ A`, `A.T @ v`): axpy. A work item is a block of
+  outputs (up to COLUMN_BLOCK_BYTES, kept in a stack buffer in L1); the rows of Mat stream
+  through it STEP at a time: y += (x[k] Mat[k] + x[k+1] Mat[k+1]) + (...), a pairwise sum of
+  STEP products added to y (the rows left over are added one at a time).
+Mat strided along both axes runs the rows shape with element-wise loads (correct, slower); so
+does a strided x in the rows shape.
+
+Every output is computed by one work item, in an order that depends only on the shapes: the
+result is the same for any thread count (work is split over outputs, never over k).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from llvmlite import ir
+
+from . import irutil as u
+from .epilogue import Epilogue
+
+GROUP = 4                  # rows: rows that share each load of x
+UNROLL = 2                 # rows: vector accumulators per row
+STEP = 8                   # columns: rows of Mat per pass over the block, summed pairwise
+                           # (8: float32 errors as OpenBLAS's, 4 measured 1-3x larger)
+COLUMN_BLOCK_BYTES = 8 * 1024   # columns: the outputs one item accumulates (in L1)
+MIN_COLUMN_BLOCK = 256     # columns: no narrower block (short rows defeat the prefetchers)...
+                           # ...unless the threads need more items than that gives
+
+
+@dataclass(frozen=True)
+class GemvPlan:
+    layout: str         # "rows" or "columns"
+    lanes: int          # elements per vector
+    block: int          # outputs per work item (a multiple of lanes)
+    blocks: int         # work items per batch entry
+    batch: int
+
+    @property
+    def items(self) -> int:
+        return self.batch * self.blocks
+
+
+def operands(g) -> tuple:
+    """(Mat, x, i, other) of a matrix-vector Gemm: the loads read as Mat[i, k] and x[k], the
+    output axis, and the axis of extent 1."""
+    if g.out_var is g.m:
+        return g.a, g.b, g.m, g.n
+    return g.b, g.a, g.n, g.m
+
+
+def layout(g) -> str:
+    """"columns" when Mat is contiguous along the outputs (and not along k), else "rows"."""
+    mat, _, i, _ = operands(g)
+    if mat.offset.coeff(g.k) == 1:
+        return "rows"
+    return "columns" if mat.offset.coeff(i) == 1 else "rows"
+
+
+def plan(kernel, vector_bits: int, threads: int) -> GemvPlan:
+    """Rows: one vector of outputs per item. Columns: blocks of outputs as wide as L1 allows,
+    narrower where `threads` need 2 items each (never below MIN_COLUMN_BLOCK outputs)."""
+    g = kernel.gemm
+    size = g.dtype.itemsize
+    lanes = max(vector_bits // (8 * size), 1)
+    batch = math.prod(v.extent for v in g.batch)
+    outputs = g.out_var.extent
+    shape = layout(g)
+    if shape == "rows":
+        block = lanes
+    else:
+        widest = max(COLUMN_BLOCK_BYTES // size // lanes * lanes, lanes)
+        split = -(-2 * threads // batch) if threads > 1 and batch else 1
+        block = max(-(-outputs // split), min(MIN_COLUMN_BLOCK, outputs), 1)
+        block = min(-(-block // lanes) * lanes, widest)
+    return GemvPlan(shape, lanes, block, -(-outputs // block), batch)
+
+
+class GemvEmitter:
+    """Emits the body of one gemv kernel through its KernelEmitter `ke`."""
+
+    def __init__(self, ke, p: GemvPlan):
+        self.ke, self.p, self.b = ke, p, ke.b
+        self.g = ke.kernel.gemm
+        self.mat, self.x, self.i, self.other = operands(self.g)
+        self.elem = u.value_type(self.g.dtype)
+        self.vty = ir.VectorType(self.elem, p.lanes)
+        self.epilogue = Epilogue(ke, self.i, p.lanes)
+
+    def emit(self):
+        b, p, g, ke = self.b, self.p, self.g, self.ke
+        ke.env[self.other] = u.I64(0)
+        with u.for_range(b, ke.start, ke.stop, 1, name="item") as t:
+            blocks = u.I64(max(p.blocks, 1))                 # (no item runs when 0)
+            flat, blk = b.sdiv(t, blocks), b.srem(t, blocks)
+            for v in reversed(g.batch):                       # the batch index, last fastest
+                ke.env[v] = b.srem(flat, u.I64(v.extent))
+                flat = b.sdiv(flat, u.I64(v.extent))
+            lo = b.mul(blk, u.I64(p.block))
+            count = _min(b, u.I64(p.block), b.sub(u.I64(self.i.extent), lo))
+            if p.layout == "rows":
+                self.rows_item(lo, count)
+            else:
+                self.columns_item(lo, count)
+
+    # -- element access -----------------------------------------------------------------------
+    def pointer(self, load, k, i=None):
+        """Address of load's element at k (and output i, if given; else env's)."""
+        ke = self.ke
+        ke.env[self.g.k] = k
+        if i is not None:
+            ke.env[self.i] = i
+        return self.b.gep(ke.base_ptr(load.buffer), [ke.index(load.offset)])
+
+    def along_k(self, load, k0, count):
+        """lanes elements of `load` at k0, k0+1, ... (env fixes the other vars); `count`: the
+        valid ones (None: all), the rest zero and not read."""
+        b, p, k = self.b, self.p, self.g.k
+        if load.offset.coeff(k) == 1:
+            ptr = b.bitcast(self.pointer(load, k0), self.vty.as_pointer())
+            if count is None:
+                return b.load(ptr, align=1)
+            return u.masked_load(b, ptr, u.lane_mask(b, count, p.lanes), self.vty)
+        vec = u.const(self.vty, 0)
+        last = u.I64(max(k.extent - 1, 0))
+        for c in range(p.lanes):       # element by element; past `count`, the last element
+            kc = b.add(k0, u.I64(c))
+            if count is not None:
+                kc = _min(b, kc, last)
+            x = b.load(self.pointer(load, kc))
+            if count is not None:
+                x = b.select(b.icmp_signed(">", count, u.I64(c)), x, u.const(self.elem, 0))
+            vec = b.insert_element(vec, x, u.I32(c))
+        return vec
+
+    # -- rows: dot products ---------------------------------------------------------------------
+    def rows_item(self, lo, count):
+        """Outputs lo .. lo+count (count <= lanes): GROUP rows at a time, then single rows;
+        the sums go to a stack vector, finished by the epilogue as one vector."""
+        b, p = self.b, self.p
+        tile = u.alloca_once(b, self.vty, name="sums")
+        tile.align = 64
+        b.store(u.const(self.vty, 0), tile)
+        sums = b.bitcast(tile, self.elem.as_pointer())
+        hi = b.add(lo, count)
+        grouped = b.add(lo, b.mul(b.sdiv(count, u.I64(GROUP)), u.I64(GROUP)))
+        for start, stop, rows in ((lo, grouped, GROUP), (grouped, hi, 1)):
+            with u.for_range(b, start, stop, rows, name=f"rows{rows}") as row0:
+                for r, total in enumerate(self.dot_rows(row0, rows)):
+                    slot = b.add(b.sub(row0, lo), u.I64(r))
+                    b.store(total, b.gep(sums, [slot]))
+        self.ke.env[self.i] = lo
+        self.finish(b.load(tile), count)
+
+    def dot_rows(self, row0, rows: int) -> list:
+        """The dot products of Mat rows row0 .. row0+rows with x, as scalars."""
+        b, p, k = self.b, self.p, self.g.k
+        lanes = p.lanes
+        accs = [[u.alloca_once(b, self.vty, name=f"acc{r}_{a}") for a in range(UNROLL)]
+                for r in range(rows)]
+        for row in accs:
+            for acc in row:
+                b.store(u.const(self.vty, 0), acc)
+
+        def step(k0, a, count=None):
+            xv = self.along_k(self.x, k0, count)
+            for r in range(rows):
+                self.ke.env[self.i] = b.add(row0, u.I64(r))
+                mv = self.along_k(self.mat, k0, count)
+                acc = accs[r][a]
+                b.store(u.intrinsic(b, "fmuladd", [mv, xv, b.load(acc)]), acc)
+
+        extent = k.extent
+        unrolled = extent // (lanes * UNROLL) * lanes * UNROLL
+        whole = extent // lanes * lanes
+        with u.for_range(b, u.I64(0), u.I64(unrolled), lanes * UNROLL, name="ku") as k0:
+            for a in range(UNROLL):
+                step(b.add(k0, u.I64(a * lanes)), a)
+        with u.for_range(b, u.I64(unrolled), u.I64(whole), lanes, name="kv") as k0:
+            step(k0, 0)
+        if whole < extent:
+            step(u.I64(whole), UNROLL - 1, u.I64(extent - whole))
+        totals = []
+        for row in accs:
+            vecs = [b.load(acc) for acc in row]
+            while len(vecs) > 1:                     # fixed tree: deterministic
+                vecs = [b.fadd(x, y) for x, y in zip(vecs[::2], vecs[1::2])] + \
+                    vecs[len(vecs) // 2 * 2:]
+            totals.append(_horizontal_sum(b, vecs[0]))
+        return totals
+
+    # -- columns: axpy ----------------------------------------------------------------------------
+    def columns_item(self, lo, count):
+        """Outputs lo .. lo+count (count <= block) accumulated in a stack buffer while the
+        rows of Mat stream through, then finished by the epilogue vector by vector."""
+        b, p, k = self.b, self.p, self.g.k
+        lanes = p.lanes
+        buf = u.alloca_once(b, ir.ArrayType(self.vty, p.block // lanes), name="ys")
+        buf.align = 64
+        ys = b.bitcast(buf, self.vty.as_pointer())
+        whole = b.sdiv(count, u.I64(lanes))
+        tail = b.sub(count, b.mul(whole, u.I64(lanes)))
+        nvec = b.sdiv(b.add(count, u.I64(lanes - 1)), u.I64(lanes))
+        with u.for_range(b, u.I64(0), nvec, 1, name="zero") as v:
+            b.store(u.const(self.vty, 0), b.gep(ys, [v]), align=64)
+
+        def rows_pass(k0, rows: int):
+            """y += the pairwise sum of x[k0 + j] * Mat[k0 + j] over j < rows."""
+            xs = [u.splat(b, b.load(self.pointer(self.x, b.add(k0, u.I64(j)))), lanes)
+                  for j in range(rows)]
+            starts = [self.pointer(self.mat, b.add(k0, u.I64(j)), lo) for j in range(rows)]
+            tail_mask = u.lane_mask(b, tail, lanes)
+
+            def update(v, mask):
+                col = b.mul(v, u.I64(lanes))
+                loads = []
+                for s in starts:
+                    ptr = b.bitcast(b.gep(s, [col]), self.vty.as_pointer())
+                    loads.append(b.load(ptr, align=1) if mask is None else
+                                 u.masked_load(b, ptr, mask, self.vty))
+                y_ptr = b.gep(ys, [v])
+                y = b.load(y_ptr, align=64)
+                if rows == 1:
+                    y = u.intrinsic(b, "fmuladd", [xs[0], loads[0], y])
+                else:
+                    terms = [u.intrinsic(b, "fmuladd", [xs[j + 1], loads[j + 1],
+                                                        b.fmul(xs[j], loads[j])])
+                             for j in range(0, rows, 2)]
+                    while len(terms) > 1:
+                        terms = [b.fadd(x, z) for x, z in zip(terms[::2], terms[1::2])]
+                    y = b.fadd(y, terms[0])
+                b.store(y, y_ptr, align=64)
+            with u.for_range(b, u.I64(0), whole, 1, name="v") as v:
+                update(v, None)
+            with b.if_then(b.icmp_signed(">", tail, u.I64(0))):
+                update(whole, tail_mask)
+
+        stepped = k.extent // STEP * STEP
+        with u.for_range(b, u.I64(0), u.I64(stepped), STEP, name="kstep") as k0:
+            rows_pass(k0, STEP)
+        with u.for_range(b, u.I64(stepped), u.I64(k.extent), 1, name="krest") as k0:
+            rows_pass(k0, 1)
+        with u.for_range(b, u.I64(0), nvec, 1, name="out") as v:
+            self.ke.env[self.i] = b.add(lo, b.mul(v, u.I64(lanes)))
+            valid = _min(b, u.I64(lanes), b.sub(count, b.mul(v, u.I64(lanes))))
+            self.finish(b.load(b.gep(ys, [v]), align=64), valid)
+
+    # -- the epilogue ------------------------------------------------------------------------
+    def finish(self, total, count):
+        """The epilogue of `total` at env[i]: whole (count == lanes) or masked."""
+        b = self.b
+        whole = b.icmp_signed("==", count, u.I64(self.p.lanes))
+        with b.if_else(whole) as (then, otherwise):
+            with then:
+                self.epilogue.emit(total, None)
+            with otherwise:
+                self.epilogue.emit(total, count)
+
+
+def _horizontal_sum(b, vec):
+    """The lanes of vec added in a fixed tree (halves first)."""
+    n = vec.type.count
+    while n > 1:
+        half = n // 2
+        lo = b.shuffle_vector(vec, vec, ir.Constant(ir.VectorType(u.I32, half),
+                                                    [u.I32(c) for c in range(half)]))
+        hi = b.shuffle_vector(vec, vec, ir.Constant(ir.VectorType(u.I32, half),
+                                                    [u.I32(c + half) for c in range(half)]))
+        vec, n = b.fadd(lo, hi), half
+    return b.extract_element(vec, u.I32(0))
+
+
+def _min(b, x, y):
+    return b.select(b.icmp_signed("<", x, y), x, y)

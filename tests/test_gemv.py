@@ -1,0 +1,273 @@
+"""Matrix-vector products: matmuls with M or N of 1 compile to one `kind == "gemv"` kernel
+(jitcore/llvm/gemv.py) in both of its loop shapes (dot products of contiguous rows: `A @ v`,
+`v @ A.T`; axpy over contiguous rows: `v @ A`, `A.T @ v`), batched, for float32, float64 and
+integer inputs, with tails, empty dims, strided views, fused epilogues, constants, and the
+same bits for any thread count.
+
+Tolerance rule (as tests/test_gemm.py): references are numpy's float64 matmul of float64 copies;
+a product with inner dimension K is compared with `helpers.reduction_tol(dtype, K,
+max|a| * max|b|)`, plus the post-op's own TOL where one follows (its atol doubled).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import jitcore as jc
+from helpers import F32, F64, I32, TOL, assert_close, f64, make, reduction_tol, rng_for
+
+SIZES = [1, 17, 1000]          # with 16 (float32) or 8 (float64) lanes: tails everywhere
+
+
+def _absmax(x) -> float:
+    return float(np.max(np.abs(f64(x)), initial=0.0))
+
+
+def tol(dtype, a, b, post: bool = False) -> dict:
+    k = np.shape(a)[-1]
+    rtol, atol = reduction_tol(dtype, k, _absmax(a) * _absmax(b))
+    if post:
+        prtol, patol = TOL[np.dtype(dtype)]
+        rtol, atol = rtol + prtol, 2 * atol + patol
+    return {"rtol": rtol, "atol": atol}
+
+
+def result_dtype(a, b):
+    d = np.result_type(a, b)
+    return d if d.kind == "f" else F64          # integer matmul computes in float64
+
+
+def kinds(f, *args) -> list:
+    return [k.kind for k in f.kernels(*args)]
+
+
+def assert_gemv(f, *args):
+    ks = kinds(f, *args)
+    assert ks.count("gemv") == 1 and "gemm" not in ks, ks
+
+
+def check(fn, *args, ref_fn=None):
+    """fn jitted on args against fn (or ref_fn) on float64 copies; one gemv kernel."""
+    f = jc.jit(fn)
+    got = f(*args)
+    ref = (ref_fn or fn)(*(f64(a) for a in args))
+    dtype = result_dtype(*args[:2])
+    a, b = args[:2]
+    assert_close(got, ref, dtype, **tol(dtype, a, b), msg=f"{[np.shape(x) for x in args]}")
+    assert_gemv(f, *args)
+    return got
+
+
+def pair(shape_a, shape_b, dtype, key):
+    rng = rng_for("gemv", key, shape_a, shape_b, str(dtype))
+    return make(shape_a, dtype, rng=rng), make(shape_b, dtype, rng=rng)
+
+
+def av(a, v):
+    return a @ v
+
+
+def at_v(a, v):
+    return a.T @ v
+
+
+def v_at(v, a):
+    return v @ a.T
+
+
+# ---- every layout, dtype and size --------------------------------------------------------------
+
+LAYOUTS = {
+    # name -> (function, operand shapes for (outputs N, inner K))
+    "A@v": (av, lambda n, k: ((n, k), (k,))),
+    "A@v(K,1)": (av, lambda n, k: ((n, k), (k, 1))),
+    "v@A": (av, lambda n, k: ((k,), (k, n))),
+    "v(1,K)@A": (av, lambda n, k: ((1, k), (k, n))),
+    "A.T@v": (at_v, lambda n, k: ((k, n), (k,))),
+    "v@A.T": (v_at, lambda n, k: ((k,), (n, k))),
+    "batched(B,M,K)@(B,K,1)": (av, lambda n, k: ((3, n, k), (3, k, 1))),
+    "batched(B,1,K)@(B,K,N)": (av, lambda n, k: ((3, 1, k), (3, k, n))),
+    "broadcast(B,M,K)@(K,)": (av, lambda n, k: ((2, n, k), (k,))),
+    "broadcast(K,)@(B,K,N)": (av, lambda n, k: ((k,), (2, k, n))),
+}
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("dtype", [F32, F64, I32], ids=str)
+def test_layouts_dtypes_and_tails(layout, dtype):
+    fn, shapes = LAYOUTS[layout]
+    for n in SIZES:
+        for k in SIZES:
+            a, b = pair(*shapes(n, k), dtype, layout)
+            got = check(fn, a, b)
+            assert got.shape == fn(f64(a), f64(b)).shape
+
+
+@pytest.mark.parametrize("dtype", [F32, F64], ids=str)
+def test_dot_of_two_vectors(dtype):
+    for k in (1, 17, 1000):
+        a, b = pair((k,), (k,), dtype, "dot")
+        got = check(av, a, b)
+        assert got.shape == () and got.dtype == dtype
+
+
+@pytest.mark.parametrize("dtype", [F32, F64], ids=str)
+def test_long_k_accuracy(dtype):
+    """float32 over K = 4096 and 100,000: the error against float64, relative to
+    sum |a_k x_k| of each output, stays within 2 * sqrt(K) * eps (rows use 2 x lanes
+    accumulators per output, columns a pairwise sum of 8 rows per step)."""
+    for shapes in (((8, 4096), (4096,)), ((4096,), (4096, 40)), ((2, 100_000), (100_000,)),
+                   ((100_000,), (100_000, 3))):
+        a, b = pair(*shapes, dtype, "long")
+        got = jc.jit(av)(a, b)
+        ref, scale = f64(a) @ f64(b), np.abs(f64(a)) @ np.abs(f64(b))
+        k = shapes[0][-1]
+        err = np.max(np.abs(got - ref) / scale)
+        assert err <= 2 * np.sqrt(k) * np.finfo(dtype).eps, (shapes, err)
+
+
+# ---- strided and transposed views -------------------------------------------------------------
+
+def strided(x, steps):
+    """A view of x with the given steps (negative included) into a NaN-filled buffer: a kernel
+    that reads between the strides gets NaN."""
+    big = np.full(tuple(abs(s) * d for s, d in zip(steps, x.shape)), np.nan, x.dtype)
+    view = big[tuple(slice(None, None, s) for s in steps)]
+    view[...] = x
+    return view
+
+
+VIEWS = {
+    # name -> (function, build (a, b) from contiguous operands of A@v's shapes (N, K), (K,))
+    "rows-stepped": (av, lambda a, v: (strided(a, (2, 1)), v)),
+    "both-axes-stepped": (av, lambda a, v: (strided(a, (2, 3)), v)),
+    "negative-steps": (av, lambda a, v: (strided(a, (-1, -1)), strided(v, (-1,)))),
+    "stepped-vector": (av, lambda a, v: (a, strided(v, (3,)))),
+    "column-of-a-matrix": (lambda a, w: a @ w[:, 2], lambda a, v: (a, np.repeat(v[:, None], 4,
+                                                                                 axis=1))),
+    "numpy-T-view": (av, lambda a, v: (np.ascontiguousarray(a.T).T, v)),
+    "T-of-stepped": (lambda at, v: at.T @ v, lambda a, v: (strided(np.ascontiguousarray(a.T),
+                                                                   (2, 2)), v)),
+    "v@(stepped A.T)": (lambda v, a: v @ a, lambda a, v: (v, strided(np.ascontiguousarray(a.T),
+                                                                     (1, 2)))),
+}
+
+
+@pytest.mark.parametrize("view", list(VIEWS))
+@pytest.mark.parametrize("dtype", [F32, F64], ids=str)
+def test_strided_and_transposed_views(view, dtype):
+    fn, build = VIEWS[view]
+    for n, k in ((17, 1000), (1000, 17), (33, 65)):
+        a, v = pair((n, k), (k,), dtype, view)
+        args = build(a, v)
+        got = jc.jit(fn)(*args)
+        assert_close(got, f64(a) @ f64(v), dtype, **tol(dtype, a, v), msg=f"{view} {n}x{k}")
+        assert_gemv(jc.jit(fn), *args)
+
+
+# ---- empty dims ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("shapes", [
+    ((0, 17), (17,)), ((17,), (17, 0)), ((0,), (0, 5)), ((5, 0), (0,)), ((0,), (0,)),
+    ((0, 3, 4), (0, 4, 1)), ((0, 1, 4), (0, 4, 5)), ((2, 0, 4), (2, 4, 1)),
+], ids=lambda s: f"{s[0]}@{s[1]}")
+@pytest.mark.parametrize("threads", [1, 2])
+def test_empty_dims(shapes, threads):
+    a, b = np.ones(shapes[0], F32), np.ones(shapes[1], F32)
+    f = jc.jit(lambda a, b: jc.relu(a @ b) + 1.0, num_threads=threads)
+    ref = np.maximum(f64(a) @ f64(b), 0.0) + 1.0           # K = 0: relu(0) + 1 everywhere
+    assert_close(f(a, b), ref, F32, exact=True)
+
+
+# ---- epilogues -------------------------------------------------------------------------------
+
+def sigmoid64(y):
+    return 1.0 / (1.0 + np.exp(-y))
+
+
+EPILOGUES = {
+    # name -> (jitted, float64 reference, shapes (a, b, bias)): one gemv kernel each
+    "relu(A@v+b)": (lambda a, v, c: jc.relu(a @ v + c),
+                    lambda a, v, c: np.maximum(a @ v + c, 0.0),
+                    ((1000, 65), (65,), (1000,))),
+    "silu(v@A+b)": (lambda v, a, c: jc.silu(v @ a + c),
+                    lambda v, a, c: (v @ a + c) * sigmoid64(v @ a + c),
+                    ((65,), (65, 1000), (1000,))),
+    "tanh(A.T@v)*s": (lambda a, v, c: jc.tanh(a.T @ v) * c,
+                      lambda a, v, c: np.tanh(a.T @ v) * c, ((65, 33), (65,), (33,))),
+    "batched gelu(A@v+b)": (lambda a, v, c: jc.gelu(a @ v + c, approximate="tanh"),
+                            lambda a, v, c: 0.5 * (a @ v + c) * (1.0 + np.tanh(
+                                np.sqrt(2.0 / np.pi) * ((a @ v + c) + 0.044715 *
+                                                        (a @ v + c) ** 3))),
+                            ((3, 17, 40), (3, 40, 1), (3, 17, 1))),
+    "batched (v@A)+residual": (lambda v, a, c: v @ a + c, lambda v, a, c: v @ a + c,
+                               ((4, 1, 33), (4, 33, 70), (4, 1, 70))),
+    "strided bias": (lambda a, v, c: a @ v + c[::2], lambda a, v, c: a @ v + c[::2],
+                     ((17, 30), (30,), (34,))),
+}
+
+
+@pytest.mark.parametrize("name", list(EPILOGUES))
+@pytest.mark.parametrize("dtype", [F32, F64], ids=str)
+def test_fused_epilogues(name, dtype):
+    fn, ref_fn, shapes = EPILOGUES[name]
+    rng = rng_for("gemv-epilogue", name, str(dtype))
+    args = [make(s, dtype, rng=rng, low=-1, high=1) for s in shapes]
+    f = jc.jit(fn)
+    got = f(*args)
+    assert_close(got, ref_fn(*(f64(x) for x in args)), dtype, **tol(dtype, *args[:2], post=True))
+    ks = f.kernels(*args)
+    assert len(ks) == 1 and ks[0].kind == "gemv" and "matmul" in ks[0].ops, \
+        "\n".join(map(str, ks))
+
+
+# ---- threads, constants, NaN ------------------------------------------------------------------
+
+@pytest.mark.parametrize("shapes", [((700, 300), (300,)), ((300,), (300, 3000)),
+                                    ((8, 100, 257), (8, 257, 1)), ((8, 1, 257), (8, 257, 300)),
+                                    ((300, 700), (300,))],
+                         ids=lambda s: f"{s[0]}@{s[1]}")
+def test_one_and_two_threads_give_the_same_bits(shapes):
+    a, b = pair(*shapes, F32, "threads")
+    fn = at_v if shapes == ((300, 700), (300,)) else av
+    one = jc.jit(fn, num_threads=1)(a, b)
+    two = jc.jit(fn, num_threads=2)(a, b)
+    assert_close(one, two, F32, exact=True)
+
+
+@pytest.mark.parametrize("dtype", [F32, F64], ids=str)
+def test_constant_weights_are_read_in_place(dtype):
+    """A GEMV reads its matrix once: constants= are not prepacked (nothing to gain)."""
+    W = make((65, 1000), dtype, rng=rng_for("const-gemv", str(dtype)), low=-1, high=1)
+    x = make((65,), dtype, rng=rng_for("const-x", str(dtype)), low=-1, high=1)
+    f = jc.jit(lambda x, W: jc.relu(x @ W), constants={"W": W})
+    assert_close(f(x), np.maximum(f64(x) @ f64(W), 0.0), dtype, **tol(dtype, x, W, post=True))
+    assert kinds(f, x) == ["gemv"]
+    assert "prepacked" not in f.explain(x)
+    g = jc.jit(lambda v, W: W.T @ v, constants={"W": W})
+    v = make((65,), dtype, rng=rng_for("const-v", str(dtype)), low=-1, high=1)
+    assert_close(g(v), f64(W).T @ f64(v), dtype, **tol(dtype, W.T, v))
+    assert kinds(g, v) == ["gemv"]
+
+
+@pytest.mark.parametrize("fn, shapes", [(av, ((40, 70), (70,))), (av, ((70,), (70, 40)))],
+                         ids=["rows", "columns"])
+def test_nan_and_inf_propagate(fn, shapes):
+    a, b = pair(*shapes, F32, "nan")
+    mat = a if a.ndim == 2 else b
+    vec = b if a.ndim == 2 else a
+    mat[3, 5] = np.nan               # one output NaN (row 3 of A, or column 5 of A)
+    mat[7, 1], mat[7, 2] = np.inf, -np.inf
+    vec[-1] = np.inf                 # every output inf or NaN
+    with np.errstate(invalid="ignore"):
+        ref = fn(f64(a), f64(b))
+    got = jc.jit(fn)(a, b)
+    assert_close(np.isnan(got), np.isnan(ref), exact=True)
+    assert_close(np.where(np.isnan(ref), 0, got), np.where(np.isnan(ref), 0, ref), F32,
+                 exact=True)
+
+
+def test_explain_names_the_gemv_kernel():
+    a, v = pair((64, 65), (65,), F32, "explain")
+    text = jc.jit(av).explain(a, v)
+    assert "gemv" in text and "gemm" not in text
