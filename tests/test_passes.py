@@ -95,10 +95,15 @@ def test_broadcast_expensive_producer_is_materialized_once():
     assert len(ks) == 2 and "exp" in ks[0].ops and "exp" not in ks[1].ops
 
 
-def test_argmax_says_why_it_is_scalar():
+def test_arg_reductions_are_vector_kernels_of_either_form():
+    """The reduced axis is the vector loop when it is contiguous (rows), else the output axis
+    (columns); the lanes count the values, not the int64 indices stored."""
     x = b.input_node("x", (8, 100), dt.float32)
-    (k,) = _kernels([b.reduce(Op.ARGMAX, x, (1,))], [x])
-    assert k.reason == "unsupported_op:argmax"
+    (row,) = _kernels([b.reduce(Op.ARGMAX, x, (1,))], [x])
+    (col,) = _kernels([b.reduce(Op.ARGMIN, x, (0,))], [x])
+    assert row.kind == "reduce_horizontal" and col.kind == "reduce_vertical"
+    for k in (row, col):
+        assert k.vectorized and k.reason is None and k.lanes == k.vector_bits // 32
 
 
 def test_constant_folding_and_small_powers():
