@@ -340,7 +340,8 @@ class KernelEmitter:
         # in runs of VERTICAL_BLOCK vectors, not one (column sums, the matmul's N axis)
         width = VERTICAL_BLOCK if _compute_cost(st.value) <= CHEAP_BODY else 1
         if red.op in INDEX_REDUCE:
-            return ArgReduce(self, _reduce_identity(red.op, st.value.dtype)).vertical(width, first)
+            identity = _reduce_identity(red.op, st.value.dtype)
+            return ArgReduce(self, identity).vertical(width, first)
         if _streams(k):
             return self.emit_vertical_streaming(reduce_loops)
         var = k.loops[-1].var
