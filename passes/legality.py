@@ -20,7 +20,7 @@ TILE_MAX_LANES = 16   # a tile is lanes x lanes elements: 16 x 16 keeps it in 16
 
 REASONS = (
     "no_loops",               # a single element: nothing to vectorize
-    "unsupported_op:<op>",    # an op without a vector form (arg-reductions, integer pow)
+    "unsupported_op:<op>",    # an op without a vector form (integer pow)
     "non_contiguous_load",    # a load walks the vector loop with a stride other than 0 or 1
                               # and no tile loop makes it contiguous
     "non_contiguous_store",   # the store does not walk the vector loop with stride 1
@@ -29,14 +29,17 @@ REASONS = (
 
 
 def lanes_for(kernel: Kernel, vector_bits: int) -> int:
-    """Lanes per vector: the register width over the widest element type in the kernel."""
-    widest = max((d.bits for d in kernel.dtypes()), default=8)
+    """Lanes per vector: the register width over the widest element type in the kernel.
+    An arg-reduction counts its values and its running indices (32 bits at least; see
+    jitcore/llvm/argreduce.py), not the int64 it stores once per output."""
+    if kernel.reduction is not None and kernel.reduction.op in INDEX_REDUCE:
+        widest = max([32] + [n.dtype.bits for n in walk([s.value for s in kernel.stores])])
+    else:
+        widest = max((d.bits for d in kernel.dtypes()), default=8)
     return max(vector_bits // widest, 1)
 
 
 def _unsupported_op(kernel: Kernel):
-    if kernel.reduction is not None and kernel.reduction.op in INDEX_REDUCE:
-        return kernel.reduction.op.name.lower()
     for n in walk([s.value for s in kernel.stores]):
         if getattr(n, "op", None) == Op.POW and n.dtype.is_int:
             return "pow"          # integer power loops per element

@@ -421,8 +421,6 @@ def _choose_order(kernel: Kernel) -> list:
     if kernel.reduction is None or not loops:
         return loops
     best = max(reversed(loops), key=lambda lp: _vector_fitness(kernel, lp.var))
-    if kernel.reduction.op in (Op.ARGMAX, Op.ARGMIN):
-        best = [lp for lp in loops if lp.kind == "reduce"][-1]
     rest = [lp for lp in loops if lp is not best]
     parallel = [lp for lp in rest if lp.kind == "parallel"]
     reduce = [lp for lp in rest if lp.kind == "reduce"]

@@ -63,7 +63,7 @@ def _small_power(node: Node):
         return x
     if p == 2:
         return b.node(Op.MUL, x, x)
-    if p == 3:
+    if p == 3 and x.dtype != dt.float32:    # float32 pow is exact to 0.5 ulp; x*x*x is not
         return b.node(Op.MUL, b.node(Op.MUL, x, x), x)
     if p == 0.5 and x.dtype.is_float:
         return b.node(Op.SQRT, x)

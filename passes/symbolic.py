@@ -125,21 +125,27 @@ def _make(acc: dict, const: int) -> Lin:
 
 
 def _fold_divmod_pairs(acc: dict) -> int:
-    """c*d*(e // d) + c*(e % d) == c*e: undo the split a reshape made. Returns the constant
-    part of the folded terms; `acc` is updated in place."""
-    extra = 0
-    for atom in list(acc):
-        if not isinstance(atom, Div) or atom not in acc:
-            continue
-        m = Mod(atom.expr, atom.d)
-        c = acc.get(m)
-        if c is not None and acc[atom] == c * atom.d:
-            del acc[atom], acc[m]
-            for a, k in atom.expr.terms:
-                acc[a] = acc.get(a, 0) + c * k
-            extra += c * atom.expr.const
-    for a in [a for a, c in acc.items() if c == 0]:
-        del acc[a]
+    """c*d*(e // d) + c*(e % d) == c*e: undo the split a reshape made, until nothing folds
+    (a flattened 3-D index folds twice: 30*(i // 30) + 6*((i // 6) % 5) is 6*(i // 6), as
+    (i // 6) // 5 is i // 30, and then 6*(i // 6) + i % 6 is i). Returns the constant part
+    of the folded terms; `acc` is updated in place."""
+    extra, folded = 0, True
+    while folded:
+        folded = False
+        for m in [a for a in acc if isinstance(a, Mod)]:
+            c, q = acc.get(m), floordiv(m.expr, m.d)
+            if c is None or q.const != 0 or len(q.terms) != 1 or q.terms[0][1] != 1:
+                continue
+            div = q.terms[0][0]
+            if acc.get(div) == c * m.d:
+                del acc[div], acc[m]
+                for a, k in m.expr.terms:
+                    acc[a] = acc.get(a, 0) + c * k
+                extra += c * m.expr.const
+                folded = True
+                break
+        for a in [a for a, c in acc.items() if c == 0]:
+            del acc[a]
     return extra
 
 
@@ -154,6 +160,9 @@ def floordiv(e, d: int) -> Lin:
     e = lin(e)
     if d == 1:
         return e
+    if e.const == 0 and len(e.terms) == 1 and e.terms[0][1] == 1 and isinstance(e.terms[0][0], Div):
+        inner = e.terms[0][0]                   # (x // a) // d is x // (a*d)
+        return floordiv(inner.expr, inner.d * d)
     q, r = _split(e, d)
     lo, hi = r.bounds()
     if lo // d == hi // d:

@@ -24,6 +24,19 @@ def test_symbolic_reshape_round_trip_simplifies_to_plain_index():
     assert repr((lin(k) // 6) * 6 + lin(k) % 6) == "k"
 
 
+def test_symbolic_flattened_index_of_three_and_four_dims_folds_back():
+    """The C-order index of a flattened (4, 5, 6) or (2, 3, 4, 5) array, written as reshape
+    writes it, is the flat variable again (nested divisions fold: (n // 6) // 5 == n // 30)."""
+    n = Var("n", 120)
+    assert repr((lin(n) // 30) * 30 + ((lin(n) // 6) % 5) * 6 + lin(n) % 6) == "n"
+    assert repr(((lin(n) // 60) * 60 + ((lin(n) // 20) % 3) * 20 + ((lin(n) // 5) % 4) * 5
+                 + lin(n) % 5)) == "n"
+    assert repr((lin(n) // 6) // 5) == "(n // 30)"
+    x = b.input_node("x", (4, 5, 6), dt.float32)
+    (k,) = _kernels([b.elementwise(Op.NEG, b.reshape(x, (120,)))], [x])
+    assert k.vectorized and k.reason is None
+
+
 def test_elementwise_chain_is_one_collapsed_vector_kernel():
     x = b.input_node("x", (64, 100), dt.float32)
     y = b.elementwise(Op.MUL, b.elementwise(Op.ADD, x, b.const(1.0, dt.float32)), x)
@@ -95,10 +108,15 @@ def test_broadcast_expensive_producer_is_materialized_once():
     assert len(ks) == 2 and "exp" in ks[0].ops and "exp" not in ks[1].ops
 
 
-def test_argmax_says_why_it_is_scalar():
+def test_arg_reductions_are_vector_kernels_of_either_form():
+    """The reduced axis is the vector loop when it is contiguous (rows), else the output axis
+    (columns); the lanes count the values, not the int64 indices stored."""
     x = b.input_node("x", (8, 100), dt.float32)
-    (k,) = _kernels([b.reduce(Op.ARGMAX, x, (1,))], [x])
-    assert k.reason == "unsupported_op:argmax"
+    (row,) = _kernels([b.reduce(Op.ARGMAX, x, (1,))], [x])
+    (col,) = _kernels([b.reduce(Op.ARGMIN, x, (0,))], [x])
+    assert row.kind == "reduce_horizontal" and col.kind == "reduce_vertical"
+    for k in (row, col):
+        assert k.vectorized and k.reason is None and k.lanes == k.vector_bits // 32
 
 
 def test_constant_folding_and_small_powers():

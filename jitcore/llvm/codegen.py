@@ -16,7 +16,7 @@ import math
 
 from llvmlite import ir
 
-from ir.ops import REDUCE_COMBINE, Op
+from ir.ops import INDEX_REDUCE, REDUCE_COMBINE, Op
 from passes.legality import bytes_moved, flops
 from passes.memory_plan import ALIGN, plan_temps
 from passes.kernel import Compute, Const, Kernel, Load, walk
@@ -24,6 +24,7 @@ from passes.symbolic import Div, Lin, Var
 from runtime import emit_parallel_for, emit_spawn, emit_wait, kernel_type
 
 from . import irutil as u
+from .argreduce import ArgReduce
 from .gemm import GemmEmitter, plan_threads
 from .gemm import plan as gemm_plan
 from .gemv import GemvEmitter
@@ -340,13 +341,15 @@ class KernelEmitter:
         reduce_loops = [lp for lp in k.loops if lp.kind == "reduce"]
         first = not [lp for lp in k.loops[:-1] if lp.kind == "parallel"]
         red, st = k.reduction, k.stores[0]
-
-        if _streams(k):
-            return self.emit_vertical_streaming(reduce_loops)
-        var = k.loops[-1].var
         # a block of several vectors per pass over the reduced rows: each row is then read
         # in runs of VERTICAL_BLOCK vectors, not one (column sums, the matmul's N axis)
         width = VERTICAL_BLOCK if _compute_cost(st.value) <= CHEAP_BODY else 1
+        if red.op in INDEX_REDUCE:
+            identity = _reduce_identity(red.op, st.value.dtype)
+            return ArgReduce(self, identity).vertical(width, first)
+        if _streams(k):
+            return self.emit_vertical_streaming(reduce_loops)
+        var = k.loops[-1].var
 
         def block(lanes, count):
             base = self.env[var]
@@ -416,12 +419,12 @@ class KernelEmitter:
         k = self.kernel
         red, st = k.reduction, k.stores[0]
         reduce_loops = [lp for lp in k.loops if lp.kind == "reduce"]
-        if red.op in (Op.ARGMAX, Op.ARGMIN):
-            return self.emit_arg_reduction(reduce_loops)
-        lanes = k.lanes
-        identity = _reduce_identity(red.op, red.dtype)
         # several vector accumulators hide the latency of the combine op (4 cycles for fadd)
         n_acc = ACCUMULATORS if _compute_cost(st.value) <= CHEAP_BODY else 1
+        if red.op in INDEX_REDUCE:
+            return ArgReduce(self, _reduce_identity(red.op, st.value.dtype)).horizontal(n_acc)
+        lanes = k.lanes
+        identity = _reduce_identity(red.op, red.dtype)
         accs = [u.alloca_once(self.b, u.value_type(red.dtype, lanes), name=f"vacc{i}")
                 for i in range(n_acc)]
         sacc = u.alloca_once(self.b, u.value_type(red.dtype), name="sacc")
@@ -460,29 +463,6 @@ class KernelEmitter:
                                                              [u.I32(i + half) for i in range(half)]))
             vec, n = self._combine(lo, hi), half
         return self.b.extract_element(vec, u.I32(0))
-
-    def emit_arg_reduction(self, reduce_loops):
-        """Scalar argmax/argmin with numpy's rules: first extremum wins, the first NaN wins."""
-        k, st = self.kernel, self.kernel.stores[0]
-        val_dtype = st.value.dtype
-        best = u.alloca_once(self.b, u.value_type(val_dtype), name="best")
-        where = u.alloca_once(self.b, u.I64, name="where")
-        self.b.store(u.const(best.type.pointee, _reduce_identity(k.reduction.op, val_dtype)), best)
-        self.b.store(u.I64(0), where)
-
-        def step():
-            v, cur = self.value(st.value, 1, {}), self.b.load(best)
-            better = emit(self.b, Op.GT if k.reduction.op == Op.ARGMAX else Op.LT,
-                          val_dtype, val_dtype, [v, cur])
-            if val_dtype.is_float:   # a NaN beats everything but an earlier NaN
-                v_nan = self.b.fcmp_unordered("uno", v, v)
-                cur_num = self.b.fcmp_ordered("ord", cur, cur)
-                better = self.b.or_(better, self.b.and_(v_nan, cur_num))
-            with self.b.if_then(better):
-                self.b.store(v, best)
-                self.b.store(self.env[reduce_loops[-1].var] if reduce_loops else u.I64(0), where)
-        self.nest(reduce_loops, step, False)
-        self.store(st.buffer, st.offset, self.b.load(where), 1)
 
 
 def build_module(lowered, vector_bits: int, triple: str, data_layout: str,
@@ -530,7 +510,7 @@ MIN_CHUNK_WORK = 1 << 16    # bytes + flops in the smallest chunk worth a thread
 def _streams(kernel: Kernel) -> bool:
     """A column reduction with no outer loop accumulates into its output row by row."""
     return kernel.kind == "reduce_vertical" and kernel.range_loop is kernel.loops[-1] \
-        and kernel.range_extent >= STREAM_MIN
+        and kernel.range_extent >= STREAM_MIN and kernel.reduction.op not in INDEX_REDUCE
 
 
 def grain(kernel: Kernel, extent: int | None = None) -> int:

@@ -15,7 +15,7 @@ from ir import dtypes as dt
 from ir.ops import Op
 
 from . import irutil as u
-from . import vecmath
+from . import powf, vecmath
 
 
 def _math(name):
@@ -150,7 +150,7 @@ def _compare(pred):
 
 def _pow(b, out, inp, args, arg):
     if out.name == "float32":
-        return vecmath.emit_pow_f32(b, *args)
+        return powf.emit_pow_f32(b, *args)
     if out.is_float:                       # float64: libm, one call per lane
         return u.intrinsic(b, "pow", args)
     return _int_pow(b, out, *args)

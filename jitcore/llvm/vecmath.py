@@ -19,11 +19,10 @@ The sin/cos range reduction assumes fmuladd is fused (FMA hardware) for large ar
 The polynomial coefficients were fitted offline (Lawson/IRLS minimax with mpmath, rounding
 the coefficients to the target precision one at a time and refitting the rest).
 
-float32 pow(x, y) is exp(y * log|x|) evaluated in double precision and rounded once:
-max 0.5 ulp plus the double error (measured in tests/test_composite_accuracy.py); float64
-pow stays with libm (``llvm.pow``, one call per lane), which a double-double log would replace.
+float32 pow lives in powf.py (built from the helpers here); float64 pow stays with libm
+(``llvm.pow``, one call per lane), which a double-double log would replace.
 
-Public interface: :data:`SUPPORTED`, :func:`emit_math` and :func:`emit_pow_f32`.
+Public interface: :data:`SUPPORTED` and :func:`emit_math`.
 """
 
 import math
@@ -31,7 +30,7 @@ from typing import Callable, Dict, NamedTuple, Sequence
 
 from llvmlite import ir
 
-__all__ = ["SUPPORTED", "emit_math", "emit_pow_f32"]
+__all__ = ["SUPPORTED", "emit_math"]
 
 SUPPORTED = frozenset({"exp", "log", "tanh", "erf", "sin", "cos"})
 
@@ -440,37 +439,3 @@ def emit_math(builder: ir.IRBuilder, name: str, x: ir.Value) -> ir.Value:
         raise ValueError(f"vecmath: unknown function {name!r}; supported: {sorted(SUPPORTED)}")
     _fmt(x.type)  # type check
     return emitter(builder, x)
-
-
-def emit_pow_f32(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
-    """float32 x**y lane-wise, with C99/numpy special cases: pow(x, +-0) = 1 and pow(1, y) = 1
-    even for NaN, pow(-1, +-inf) = 1; a finite negative base gives NaN unless y is an
-    integer (odd y keeps the sign); infinite y, infinite x and zero x follow from |x|."""
-    if _fmt(x.type) is not _F32:
-        raise ValueError("vecmath: emit_pow_f32 takes float32 values")
-    dty = _like(x.type, ir.DoubleType())
-    xd, yd = b.fpext(x, dty), b.fpext(y, dty)
-    ax, ay = _fabs(b, xd), _fabs(b, yd)
-    mag = _emit_exp(b, b.fmul(yd, _emit_log(b, ax)))                 # |x|**y in double
-    floor = _declare_unary(b, "floor", dty)
-    is_int = b.fcmp_ordered("==", b.call(floor, [yd]), yd)           # false for inf and NaN
-    half = b.fmul(yd, _fc(yd, 0.5))
-    odd = b.and_(is_int, b.fcmp_ordered("!=", b.call(floor, [half]), half))
-    y_inf = b.fcmp_ordered("==", ay, _fc(yd, math.inf))
-    finite_negative = b.and_(b.fcmp_ordered("<", xd, _fc(xd, 0.0)),
-                             b.fcmp_ordered("!=", ax, _fc(xd, math.inf)))
-    nan = b.and_(finite_negative, b.not_(b.or_(is_int, y_inf)))
-    one = b.or_(b.or_(b.fcmp_ordered("==", yd, _fc(yd, 0.0)),
-                      b.fcmp_ordered("==", xd, _fc(xd, 1.0))),
-                b.and_(y_inf, b.fcmp_ordered("==", ax, _fc(xd, 1.0))))
-    result = _select(b, odd, _copysign(b, mag, xd), mag)
-    result = _select(b, nan, _fc(yd, math.nan), result)
-    result = _select(b, one, _fc(yd, 1.0), result)
-    return b.fptrunc(result, x.type)
-
-
-def _declare_unary(b: ir.IRBuilder, name: str, ty: ir.Type) -> ir.Function:
-    """Declare (once) the intrinsic ``llvm.<name>.<type>`` of one argument."""
-    full = f"llvm.{name}.{_mangle(ty)}"
-    fn = b.module.globals.get(full)
-    return fn if fn is not None else ir.Function(b.module, ir.FunctionType(ty, [ty]), full)
