@@ -382,11 +382,13 @@ def _vector_fitness(kernel: Kernel, var: Var) -> tuple:
 
 def _choose_order(kernel: Kernel) -> list:
     """Reductions: vectorize the variable along which most bytes are walked with stride 1
-    (ties: the innermost), preferring variables that no access gathers along."""
+    (ties: a reduced one, so that a broadcast row is summed pairwise like any row; then the
+    innermost), preferring variables that no access gathers along."""
     loops = kernel.loops
     if kernel.reduction is None or not loops:
         return loops
-    best = max(reversed(loops), key=lambda lp: _vector_fitness(kernel, lp.var))
+    best = max(reversed(loops),
+               key=lambda lp: _vector_fitness(kernel, lp.var) + (lp.kind == "reduce",))
     if kernel.reduction.op in (Op.ARGMAX, Op.ARGMIN):
         best = [lp for lp in loops if lp.kind == "reduce"][-1]
     rest = [lp for lp in loops if lp is not best]

@@ -26,6 +26,7 @@ from . import irutil as u
 from .gemm import GemmEmitter, plan_threads
 from .gemm import plan as gemm_plan
 from .opemit import cast, emit
+from .pairwise import PairwiseSum
 
 # CPython and numpy struct offsets (64-bit); jitcore.callpath verifies them at import
 OB_TYPE_OFFSET = 8          # offsetof(PyObject, ob_type)
@@ -61,6 +62,7 @@ def _reduce_identity(op: Op, dtype):
 
 
 ACCUMULATORS = 4       # vector accumulators per horizontal reduction (a power of two)
+BLOCK_TRIPS = 16       # trips of a float sum's main loop per pairwise block (pairwise.py)
 VERTICAL_BLOCK = 8     # vectors of the inner axis per pass of a vertical reduction
 STREAM_MIN = 64        # a column reduction this wide accumulates into its output row by row,
 STREAM_ROWS = 4        # ...this many rows per pass over the output
@@ -173,32 +175,38 @@ class KernelEmitter:
             return body()
         self.loop(loops[0], lambda: self.nest(loops[1:], body, False), first)
 
-    def vector_loop(self, lp, body, first: bool, unroll: int = 1, blocked: bool = False):
+    def vector_loop(self, lp, body, first: bool, unroll: int = 1, blocked: bool = False,
+                    on_block=None):
         """body(lanes, part) over the loop: `unroll` vectors per trip (part 0..unroll-1), then
         single vectors, then the tail: one masked vector (self.mask set), or scalar code
         (lanes 1). With `blocked`, an unrolled trip is one call body(lanes, unroll) that
-        handles the `unroll` vectors from env[var] on itself."""
+        handles the `unroll` vectors from env[var] on itself. With `on_block`, the main
+        loop (unrolled, else single vectors, else scalar) calls on_block() after every
+        BLOCK_TRIPS trips (pairwise summation pushes its block there)."""
         lanes = self.kernel.lanes
         lo, hi = (self.start, self.stop) if first else (u.I64(0), u.I64(lp.var.extent))
         single = 1 if blocked else 0          # blocked bodies get a vector count, not a part
         if lanes == 1:
-            return self.loop(lp, lambda: body(1, single), first)
+            return self.trips(lo, hi, 1, lp.var.name, lambda i: self._at(lp, i, body, 1, single),
+                              on_block)
         n = self.b.sub(hi, lo)
         vec_end = self.b.add(lo, self.b.mul(self.b.sdiv(n, u.I64(lanes)), u.I64(lanes)))
         start = lo
         if unroll > 1:
             block = lanes * unroll
             start = self.b.add(lo, self.b.mul(self.b.sdiv(n, u.I64(block)), u.I64(block)))
-            with u.for_range(self.b, lo, start, block, name=lp.var.name + "u") as i:
+
+            def trip(i):
                 if blocked:
                     self.env[lp.var] = i
                     body(lanes, unroll)
                 for part in range(0 if blocked else unroll):
                     self.env[lp.var] = self.b.add(i, u.I64(part * lanes)) if part else i
                     body(lanes, part)
-        with u.for_range(self.b, start, vec_end, lanes, name=lp.var.name + "v") as i:
-            self.env[lp.var] = i
-            body(lanes, single)
+            self.trips(lo, start, block, lp.var.name + "u", trip, on_block)
+            on_block = None
+        self.trips(start, vec_end, lanes, lp.var.name + "v",
+                   lambda i: self._at(lp, i, body, lanes, single), on_block)
         if self.masked_tail:
             rest = self.b.sub(hi, vec_end)
             with self.b.if_then(self.b.icmp_signed(">", rest, u.I64(0))):
@@ -209,6 +217,27 @@ class KernelEmitter:
         with u.for_range(self.b, vec_end, hi, 1, name=lp.var.name + "t") as i:
             self.env[lp.var] = i
             body(1, single)
+
+    def _at(self, lp, i, body, lanes: int, part: int):
+        self.env[lp.var] = i
+        body(lanes, part)
+
+    def trips(self, lo, hi, step: int, name: str, trip, on_block=None):
+        """trip(i) for i in range(lo, hi, step); with on_block, in blocks of BLOCK_TRIPS
+        trips, each followed by on_block() (the trips left over run after the blocks)."""
+        if on_block is None:
+            with u.for_range(self.b, lo, hi, step, name=name) as i:
+                trip(i)
+            return
+        span = step * BLOCK_TRIPS
+        blocks_end = self.b.add(lo, self.b.mul(self.b.sdiv(self.b.sub(hi, lo), u.I64(span)),
+                                               u.I64(span)))
+        with u.for_range(self.b, lo, blocks_end, span, name=name + "b") as i0:
+            with u.for_range(self.b, i0, self.b.add(i0, u.I64(span)), step, name=name) as i:
+                trip(i)
+            on_block()
+        with u.for_range(self.b, blocks_end, hi, step, name=name + "r") as i:
+            trip(i)
 
     # -- kernel shapes ----------------------------------------------------------------------
     def emit(self):
@@ -430,19 +459,38 @@ class KernelEmitter:
             if self.mask is not None:         # lanes past the end keep their accumulator
                 new = self.b.select(self.mask, new, old)
             self.b.store(new, acc)
-        if reduce_loops:
-            self.nest(reduce_loops[:-1],
-                      lambda: self.vector_loop(reduce_loops[-1], inner, False, n_acc),
-                      False)
-        else:
-            inner(1, 0)
-        total = self.b.load(sacc)
-        if lanes > 1:        # fixed combine order: results do not depend on anything but n
+
+        def vector_sum():                     # fixed combine order: deterministic results
             vecs = [self.b.load(a) for a in accs]
             while len(vecs) > 1:
                 vecs = [self._combine(x, y) for x, y in zip(vecs[::2], vecs[1::2])]
-            total = self._combine(self.horizontal(vecs[0]), total)
+            return vecs[0]
+
+        pairs = None
+        if red.op == Op.SUM and red.dtype.is_float and reduce_loops:
+            pairs = self._pairwise(accs, sacc, vector_sum, identity)
+        if reduce_loops:
+            *outer, last = reduce_loops
+            on_block = pairs.flush_block if pairs else None
+            row = lambda: self.vector_loop(last, inner, False, n_acc, on_block=on_block)  # noqa: E731
+            self.nest(outer, pairs.rows(outer, last, row, n_acc * lanes) if pairs and outer
+                      else row, False)
+        else:
+            inner(1, 0)
+        total = self.b.load(sacc)
+        if pairs:
+            total = pairs.scalars.fold(total)
+        if lanes > 1:
+            vec = vector_sum()
+            if pairs:
+                vec = pairs.vectors.fold(vec)
+            total = self._combine(self.horizontal(vec), total)
         self.store(st.buffer, st.offset, total, 1)
+
+    def _pairwise(self, accs, sacc, vector_sum, identity):
+        """Pairwise summation for a float sum (see pairwise.py): one counter for the vector
+        accumulators, one for the scalar one (tails, and all of a scalar kernel)."""
+        return _PairwiseAccumulators(self, accs, sacc, vector_sum, identity)
 
     def horizontal(self, vec):
         """Tree-combine the lanes of a vector (fixed order: deterministic results)."""
@@ -478,6 +526,58 @@ class KernelEmitter:
                 self.b.store(self.env[reduce_loops[-1].var] if reduce_loops else u.I64(0), where)
         self.nest(reduce_loops, step, False)
         self.store(st.buffer, st.offset, self.b.load(where), 1)
+
+
+class _PairwiseAccumulators:
+    """A horizontal float sum's accumulators (vector `accs`, scalar `sacc`) emptied into
+    binary counters of partial sums every block: after BLOCK_TRIPS trips of the innermost
+    loop, and when the innermost loop is short, after enough of its runs to make a block."""
+
+    def __init__(self, ke: "KernelEmitter", accs, sacc, vector_sum, identity):
+        self.ke, self.accs, self.sacc, self.vector_sum = ke, accs, sacc, vector_sum
+        self.identity = identity
+        self.vectors = PairwiseSum(ke.b, accs[0].type.pointee, ke._combine, "vpairs") \
+            if ke.kernel.lanes > 1 else None
+        self.scalars = PairwiseSum(ke.b, sacc.type.pointee, ke._combine, "spairs")
+        for counter in (self.vectors, self.scalars):
+            if counter is not None:
+                counter.reset()
+
+    def flush(self, vectors_only: bool = False):
+        """Push the accumulators' sums and start them again from zero."""
+        b = self.ke.b
+        if self.vectors is not None:
+            self.vectors.push(self.vector_sum())
+            for acc in self.accs:
+                b.store(u.const(acc.type.pointee, self.identity), acc)
+            if vectors_only:
+                return
+        self.scalars.push(b.load(self.sacc))
+        b.store(u.const(self.sacc.type.pointee, self.identity), self.sacc)
+
+    def flush_block(self):
+        """After a block of the innermost loop: only its main loop's accumulators filled
+        (in a scalar kernel, that is the scalar one)."""
+        self.flush(vectors_only=True)
+
+    def rows(self, outer: list, last, row, trip_elems: int):
+        """The body of the outer reduce loops: one run of the innermost loop, then a flush
+        every `runs` runs, so that a flush covers about a block's elements."""
+        b = self.ke.b
+        runs = max(1, -(-BLOCK_TRIPS * trip_elems // max(last.var.extent, 1)))
+        done = u.alloca_once(b, u.I64, name="runs")
+        b.store(u.I64(0), done)
+
+        def body():
+            row()
+            if runs == 1:
+                return self.flush()
+            n = b.add(b.load(done), u.I64(1))
+            b.store(n, done)
+            with b.if_then(b.icmp_signed("==", n, u.I64(runs))):
+                self.flush()
+                b.store(u.I64(0), done)
+        return body
 
 
 def build_module(lowered, vector_bits: int, triple: str, data_layout: str,
