@@ -473,7 +473,7 @@ class KernelEmitter:
             *outer, last = reduce_loops
             on_block = pairs.flush_block if pairs else None
             row = lambda: self.vector_loop(last, inner, False, n_acc, on_block=on_block)  # noqa: E731
-            self.nest(outer, pairs.rows(outer, last, row, n_acc * lanes) if pairs and outer
+            self.nest(outer, pairs.rows(last, row, n_acc) if pairs and outer
                       else row, False)
         else:
             inner(1, 0)
@@ -543,39 +543,47 @@ class _PairwiseAccumulators:
             if counter is not None:
                 counter.reset()
 
-    def flush(self, vectors_only: bool = False):
+    def flush(self, vectors: bool = True, scalars: bool = True):
         """Push the accumulators' sums and start them again from zero."""
         b = self.ke.b
-        if self.vectors is not None:
+        if vectors and self.vectors is not None:
             self.vectors.push(self.vector_sum())
             for acc in self.accs:
                 b.store(u.const(acc.type.pointee, self.identity), acc)
-            if vectors_only:
-                return
-        self.scalars.push(b.load(self.sacc))
-        b.store(u.const(self.sacc.type.pointee, self.identity), self.sacc)
+        if scalars or self.vectors is None:
+            self.scalars.push(b.load(self.sacc))
+            b.store(u.const(self.sacc.type.pointee, self.identity), self.sacc)
 
     def flush_block(self):
         """After a block of the innermost loop: only its main loop's accumulators filled
         (in a scalar kernel, that is the scalar one)."""
-        self.flush(vectors_only=True)
+        self.flush(scalars=False)
 
-    def rows(self, outer: list, last, row, trip_elems: int):
+    def rows(self, last, row, n_acc: int):
         """The body of the outer reduce loops: one run of the innermost loop, then a flush
-        every `runs` runs, so that a flush covers about a block's elements."""
-        b = self.ke.b
-        runs = max(1, -(-BLOCK_TRIPS * trip_elems // max(last.var.extent, 1)))
+        every `runs` runs, so that no accumulator adds more than about BLOCK_TRIPS values
+        in sequence between flushes."""
+        ke, b = self.ke, self.ke.b
+        extent, lanes = last.var.extent, ke.kernel.lanes
+        if lanes == 1:
+            vector_adds, scalar_adds = 0, extent
+        else:
+            vector_adds = -(-(extent // lanes) // n_acc) + (1 if ke.masked_tail else 0)
+            scalar_adds = 0 if ke.masked_tail else extent % lanes
+        per_run = max(min(vector_adds, BLOCK_TRIPS), scalar_adds, 1)
+        runs = max(1, BLOCK_TRIPS // per_run)
+        flush = lambda: self.flush(vector_adds > 0, scalar_adds > 0)  # noqa: E731
         done = u.alloca_once(b, u.I64, name="runs")
         b.store(u.I64(0), done)
 
         def body():
             row()
             if runs == 1:
-                return self.flush()
+                return flush()
             n = b.add(b.load(done), u.I64(1))
             b.store(n, done)
             with b.if_then(b.icmp_signed("==", n, u.I64(runs))):
-                self.flush()
+                flush()
                 b.store(u.I64(0), done)
         return body
 
