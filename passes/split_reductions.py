@@ -10,7 +10,8 @@ number depends on the shape alone), then the reduction of those few partials:
 nb is the largest divisor of R up to MAX_BLOCKS, so the partials take at most a few KB and
 the whole reduction is two kernels; when R has no divisor between MIN_BLOCKS and
 MAX_BLOCKS, MAX_BLOCKS blocks take the first rows and the few rows left over are reduced on
-their own. Views stay views: a broadcast or transposed input is read in place.
+their own. Views stay views: a broadcast or transposed input is read in place. A mean's
+division by n moves onto the partials, into the final reduction's kernel.
 
 A float sum over one axis of LONG_AXIS or more elements per output (x[R, N].sum(axis=1), or a
 column sum over millions of rows) becomes block sums of BLOCK elements, then the sum of the
@@ -93,7 +94,29 @@ def _split_full(node: Node):
     return b.reshape(total, node.shape)
 
 
+def _strip(node: Node, *ops: Op) -> Node:
+    while node.op in ops:
+        node = node.src[0]
+    return node
+
+
+def _divided_partials(node: Node):
+    """mean's `sum / n` of a split full sum -> the sum of partials / n: the division moves
+    into the final reduction's kernel (two kernels, not three)."""
+    total, count = _strip(node.src[0], Op.RESHAPE), _strip(node.src[1], Op.EXPAND, Op.RESHAPE)
+    if total.op != Op.SUM or count.op != Op.CONST or count.ndim != 0 \
+            or total.arg != tuple(range(total.src[0].ndim)):
+        return None
+    partial = total.src[0]
+    if partial.op != Op.SUM or math.prod(partial.shape) == 1 or not partial.dtype.is_float:
+        return None
+    scaled = b.elementwise(Op.DIV, partial, count)
+    return b.reshape(_reduce_all(Op.SUM, scaled), node.shape)
+
+
 def _split(node: Node):
+    if node.op == Op.DIV and math.prod(node.shape) == 1:
+        return _divided_partials(node)
     if node.op not in REDUCE_COMBINE:
         return None
     src = node.src[0]
