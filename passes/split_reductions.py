@@ -18,7 +18,7 @@ column sum over millions of rows) becomes block sums of BLOCK elements, then the
 block sums (and of the tail), the same rewrite along that axis: a column sum would otherwise
 add every row into its vector lanes in sequence (float32 stops counting at 2**24 ones), and
 the blocks give a few long rows a parallel loop. Shorter rows need no split: the kernel adds
-a row pairwise (jitcore/llvm/codegen.py, PairwiseSum).
+a row pairwise (jitcore/llvm/pairwise.py).
 """
 from __future__ import annotations
 

@@ -467,15 +467,16 @@ class KernelEmitter:
                 vecs = [self._combine(x, y) for x, y in zip(vecs[::2], vecs[1::2])]
             return vecs[0]
 
-        pairs = None
-        if red.op == Op.SUM and red.dtype.is_float and reduce_loops:
-            pairs = self._pairwise(accs, sacc, vector_sum, identity)
+        # a float sum adds pairwise (see _PairwiseAccumulators); other reductions are exact
+        pairs = _PairwiseAccumulators(self, accs, sacc, vector_sum, identity) \
+            if red.op == Op.SUM and red.dtype.is_float and reduce_loops else None
         if reduce_loops:
             *outer, last = reduce_loops
-            on_block = pairs.block_of_trips if pairs else None
-            row = lambda: self.vector_loop(last, inner, False, n_acc, on_block=on_block)  # noqa: E731
-            self.nest(outer, pairs.rows(last, row, n_acc) if pairs and outer
-                      else row, False)
+
+            def run():
+                self.vector_loop(last, inner, False, n_acc,
+                                 on_block=pairs.block_of_trips if pairs else None)
+            self.nest(outer, pairs.rows(last, run, n_acc) if pairs and outer else run, False)
         else:
             inner(1, 0)
         total = pairs.total_scalar() if pairs else self.b.load(sacc)
@@ -483,11 +484,6 @@ class KernelEmitter:
             vec = pairs.total_vector() if pairs else vector_sum()
             total = self._combine(self.horizontal(vec), total)
         self.store(st.buffer, st.offset, total, 1)
-
-    def _pairwise(self, accs, sacc, vector_sum, identity):
-        """Pairwise summation for a float sum (see pairwise.py): one counter for the vector
-        accumulators, one for the scalar one (tails, and all of a scalar kernel)."""
-        return _PairwiseAccumulators(self, accs, sacc, vector_sum, identity)
 
     def horizontal(self, vec):
         """Tree-combine the lanes of a vector (fixed order: deterministic results)."""
