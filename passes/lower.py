@@ -21,6 +21,7 @@ or negatively strided inputs are read in place).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ir.errors import CompileError
@@ -380,6 +381,12 @@ def _vector_fitness(kernel: Kernel, var: Var) -> tuple:
     return legal, sum(buf.nbytes for c, buf in coeffs if c == 1)
 
 
+def _smallest_stride(kernel: Kernel, var: Var) -> float:
+    strides = [abs(c) if c is not None else math.inf
+               for c in (ld.offset.coeff(var) for ld in kernel.loads()) if c != 0]
+    return min(strides, default=math.inf)
+
+
 def _choose_order(kernel: Kernel) -> list:
     """Reductions: vectorize the variable along which most bytes are walked with stride 1
     (ties: a reduced one, so that a broadcast row is summed pairwise like any row; then the
@@ -389,6 +396,11 @@ def _choose_order(kernel: Kernel) -> list:
         return loops
     best = max(reversed(loops),
                key=lambda lp: _vector_fitness(kernel, lp.var) + (lp.kind == "reduce",))
+    if not _vector_fitness(kernel, best.var)[0]:
+        # nothing vectorizes: walk memory with the smallest stride innermost, a reduced axis
+        # on ties (a float sum then adds that axis pairwise, not row after row)
+        best = min(loops, key=lambda lp: (_smallest_stride(kernel, lp.var),
+                                          lp.kind != "reduce"))
     if kernel.reduction.op in (Op.ARGMAX, Op.ARGMIN):
         best = [lp for lp in loops if lp.kind == "reduce"][-1]
     rest = [lp for lp in loops if lp is not best]
