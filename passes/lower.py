@@ -23,6 +23,7 @@ or negatively strided inputs are read in place).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ir.errors import CompileError
@@ -414,13 +415,26 @@ def _vector_fitness(kernel: Kernel, var: Var) -> tuple:
     return legal, sum(buf.nbytes for c, buf in coeffs if c == 1)
 
 
+def _smallest_stride(kernel: Kernel, var: Var) -> float:
+    strides = [abs(c) if c is not None else math.inf
+               for c in (ld.offset.coeff(var) for ld in kernel.loads()) if c != 0]
+    return min(strides, default=math.inf)
+
+
 def _choose_order(kernel: Kernel) -> list:
     """Reductions: vectorize the variable along which most bytes are walked with stride 1
-    (ties: the innermost), preferring variables that no access gathers along."""
+    (ties: a reduced one, so that a broadcast row is summed pairwise like any row; then the
+    innermost), preferring variables that no access gathers along."""
     loops = kernel.loops
     if kernel.reduction is None or not loops:
         return loops
-    best = max(reversed(loops), key=lambda lp: _vector_fitness(kernel, lp.var))
+    best = max(reversed(loops),
+               key=lambda lp: _vector_fitness(kernel, lp.var) + (lp.kind == "reduce",))
+    if not _vector_fitness(kernel, best.var)[0]:
+        # nothing vectorizes: walk memory with the smallest stride innermost, a reduced axis
+        # on ties (a float sum then adds that axis pairwise, not row after row)
+        best = min(loops, key=lambda lp: (_smallest_stride(kernel, lp.var),
+                                          lp.kind != "reduce"))
     rest = [lp for lp in loops if lp is not best]
     parallel = [lp for lp in rest if lp.kind == "parallel"]
     reduce = [lp for lp in rest if lp.kind == "reduce"]

@@ -1,18 +1,24 @@
 """Split large reductions into fixed blocks: full reductions so they run in parallel (with
 results that do not depend on the thread count), and float sums over a very long axis so
-they accumulate in two levels.
+they accumulate in two levels and in parallel.
 
-A reduction to a single element has no parallel loop: one thread would do all of it. It is
-rewritten as partial reductions over blocks that the graph alone decides (the rows of the
-outermost axis, or fixed-size chunks of a 1-D input), followed by a reduction of the
-partials in a fixed order:
-    sum(x[R, C])  ->  sum(sum(x, axis=1))
-    sum(x[N])     ->  sum(sum(x[:nb*B].reshape(nb, B), axis=1)) + sum(x[nb*B:])
+A reduction to a single element (over all axes, or over the axes longer than 1) has no
+parallel loop: one thread would do all of it. It is
+rewritten as partial reductions over a fixed number of blocks of its longest axis (the
+number depends on the shape alone), then the reduction of those few partials:
+    sum(x[R, C...])  ->  sum(sum(x.reshape(nb, R // nb, C...), axis=(1, ...)))
+nb is the largest divisor of R up to MAX_BLOCKS, so the partials take at most a few KB and
+the whole reduction is two kernels; when R has no divisor between MIN_BLOCKS and
+MAX_BLOCKS, MAX_BLOCKS blocks take the first rows and the few rows left over are reduced on
+their own. Views stay views: a broadcast or transposed input is read in place. A mean's
+division by n moves onto the partials, into the final reduction's kernel.
 
-A float sum over an axis of LONG_AXIS or more elements per output (x[R, N].sum(axis=1), or a
-column sum over millions of rows) would otherwise add that many values into each vector lane
-in sequence: float32 stops counting at 2**24 ones. It becomes block sums of BLOCK elements,
-then the sum of the block sums (and of the tail), the same rewrite along that axis.
+A float sum over one axis of LONG_AXIS or more elements per output (x[R, N].sum(axis=1), or a
+column sum over millions of rows) becomes block sums of BLOCK elements, then the sum of the
+block sums (and of the tail), the same rewrite along that axis: a column sum would otherwise
+add every row into its vector lanes in sequence (float32 stops counting at 2**24 ones), and
+the blocks give a few long rows a parallel loop. Shorter rows need no split: the kernel adds
+a row pairwise (jitcore/llvm/pairwise.py).
 """
 from __future__ import annotations
 
@@ -25,7 +31,9 @@ from ir.ops import REDUCE_COMBINE, Op
 from .rewrite import rewrite
 
 SPLIT_MIN = 1 << 16          # elements below which one thread is fast enough anyway
-BLOCK = 1 << 14              # elements per partial of a 1-D reduction
+MAX_BLOCKS = 256             # partials of a full reduction: parallel chunks, a few KB of temp
+MIN_BLOCKS = 16              # fewer (from a divisor) would limit the threads: cut a tail
+BLOCK = 1 << 14              # elements per block sum of a long axis
 LONG_AXIS = 1 << 20          # a float sum over this many elements per output: two levels
 
 
@@ -50,29 +58,75 @@ def _split_long_axis(node: Node):
     return total
 
 
-def _split(node: Node):
-    if node.op not in REDUCE_COMBINE:
-        return None
-    if node.op == Op.SUM and node.dtype.is_float and len(node.arg) == 1 \
-            and node.src[0].shape[node.arg[0]] >= LONG_AXIS and math.prod(node.shape) > 1:
-        return _split_long_axis(node)
+def _is_long_sum(node: Node) -> bool:
+    if node.op != Op.SUM or not node.dtype.is_float or len(node.arg) != 1:
+        return False
+    return node.src[0].shape[node.arg[0]] >= LONG_AXIS
+
+
+def block_count(rows: int) -> int:
+    """Blocks of a full reduction's first long axis: its largest divisor up to MAX_BLOCKS,
+    or MAX_BLOCKS (the rows left over then form a tail) when that divisor is too small."""
+    best = max(d for d in range(1, min(rows, MAX_BLOCKS) + 1) if rows % d == 0)
+    return best if best >= min(rows, MIN_BLOCKS) else MAX_BLOCKS
+
+
+def _reduce_all(op: Op, x: Node) -> Node:
+    return b.node(op, x, arg=tuple(range(x.ndim)))
+
+
+def _split_full(node: Node):
+    """A reduction to one element of a large input -> partials over fixed blocks of its
+    longest axis (any axis will do: the order of a full reduction is ours to choose, and
+    the longest gives the most blocks and the longest runs inside each)."""
     src = node.src[0]
-    if math.prod(node.shape) != 1 or src.ndim == 0 \
-            or math.prod(src.shape) < SPLIT_MIN or node.arg != tuple(range(src.ndim)):
-        return None
-    if src.ndim >= 2 and src.shape[0] >= 2:
-        partial = b.node(node.op, src, arg=tuple(range(1, src.ndim)))
-        return b.node(node.op, partial, arg=node.arg)
-    flat = b.reshape(src, (math.prod(src.shape),))
-    n = flat.shape[0]
-    blocks = n // BLOCK
-    main = b.node(Op.SLICE, flat, arg=((0, blocks * BLOCK, 1),))
-    partial = b.node(node.op, b.reshape(main, (blocks, BLOCK)), arg=(1,))
-    total = b.reshape(b.node(node.op, partial, arg=(0, 1)), (1,))
-    if blocks * BLOCK < n:
-        tail = b.node(node.op, b.node(Op.SLICE, flat, arg=((blocks * BLOCK, n, 1),)), arg=(0,))
+    axis = src.shape.index(max(src.shape))
+    rows = src.shape[axis]
+    nb = block_count(rows)
+    q = rows // nb
+    main = src if nb * q == rows else _along(src, axis, 0, nb * q)
+    blocks = b.reshape(main, src.shape[:axis] + (nb, q) + src.shape[axis + 1:])
+    partial = b.node(node.op, blocks, arg=tuple(k for k in range(blocks.ndim) if k != axis))
+    total = b.reshape(_reduce_all(node.op, partial), (1,))
+    if nb * q < rows:
+        tail = b.reshape(_reduce_all(node.op, _along(src, axis, nb * q, rows)), (1,))
         total = b.node(REDUCE_COMBINE[node.op], total, tail)
     return b.reshape(total, node.shape)
+
+
+def _strip(node: Node, *ops: Op) -> Node:
+    while node.op in ops:
+        node = node.src[0]
+    return node
+
+
+def _divided_partials(node: Node):
+    """mean's `sum / n` of a split full sum -> the sum of partials / n: the division moves
+    into the final reduction's kernel (two kernels, not three)."""
+    total, count = _strip(node.src[0], Op.RESHAPE), _strip(node.src[1], Op.EXPAND, Op.RESHAPE)
+    if total.op != Op.SUM or count.op != Op.CONST or count.ndim != 0 \
+            or total.arg != tuple(range(total.src[0].ndim)):
+        return None
+    partial = total.src[0]
+    if partial.op != Op.SUM or math.prod(partial.shape) == 1 or not partial.dtype.is_float:
+        return None
+    scaled = b.elementwise(Op.DIV, partial, count)
+    return b.reshape(_reduce_all(Op.SUM, scaled), node.shape)
+
+
+def _split(node: Node):
+    if node.op == Op.DIV and math.prod(node.shape) == 1:
+        return _divided_partials(node)
+    if node.op not in REDUCE_COMBINE:
+        return None
+    src = node.src[0]
+    # one output element: whatever the axes, it is a reduction of everything
+    full = math.prod(node.shape) == 1 and src.ndim > 0
+    if not full and _is_long_sum(node):
+        return _split_long_axis(node)
+    if not full or math.prod(src.shape) < SPLIT_MIN:
+        return None     # (the partials of a split are never full; their final is small)
+    return _split_full(node)
 
 
 def split_reductions(graph):

@@ -146,12 +146,20 @@ def test_softmax_exp_read_by_two_kernels_is_recomputed():
 
 
 def test_large_full_reductions_split_into_fixed_parallel_blocks():
-    x = b.input_node("x", (100_003,), dt.float32)
+    x = b.input_node("x", (100_000,), dt.float32)
     ks = _kernels([b.reduce(Op.SUM, x, (0,))], [x])
-    assert ks[0].loops[0].kind == "parallel" and ks[0].range_extent == 100_003 // 16384
+    assert ks[0].loops[0].kind == "parallel" and [k.range_extent for k in ks] == [250, 1]
     m = b.input_node("m", (512, 512), dt.float32)
     ks = _kernels([b.reduce(Op.MAX, m, (0, 1))], [m])
-    assert [k.range_extent for k in ks] == [512, 1]
+    assert [k.range_extent for k in ks] == [256, 1]
+    # the longest axis is split, whatever its place; the partials are never split again
+    t = b.input_node("t", (3, 1_000_000), dt.float32)
+    ks = _kernels([b.reduce(Op.SUM, t, (0, 1))], [t])
+    assert [k.range_extent for k in ks] == [250, 1]
+    # a prime length: 256 blocks, and the rows left over on their own
+    p = b.input_node("p", (100_003,), dt.float32)
+    ks = _kernels([b.reduce(Op.SUM, p, (0,))], [p])
+    assert ks[0].range_extent == 256 and len(ks) <= 4
     small = b.input_node("s", (1000,), dt.float32)
     assert len(_kernels([b.reduce(Op.SUM, small, (0,))], [small])) == 1
 

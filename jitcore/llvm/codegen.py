@@ -30,6 +30,7 @@ from .gemm import plan as gemm_plan
 from .gemv import GemvEmitter
 from .gemv import plan as gemv_plan
 from .opemit import cast, emit
+from .pairwise import PairwiseSum
 
 # CPython and numpy struct offsets (64-bit); jitcore.callpath verifies them at import
 OB_TYPE_OFFSET = 8          # offsetof(PyObject, ob_type)
@@ -65,6 +66,8 @@ def _reduce_identity(op: Op, dtype):
 
 
 ACCUMULATORS = 4       # vector accumulators per horizontal reduction (a power of two)
+BLOCK_TRIPS = 16       # trips of a float sum's main loop per pairwise block (pairwise.py)
+PAIRWISE_GROUP = 16    # ...blocks added in sequence before a push into the binary counter
 VERTICAL_BLOCK = 8     # vectors of the inner axis per pass of a vertical reduction
 STREAM_MIN = 64        # a column reduction this wide accumulates into its output row by row,
 STREAM_ROWS = 4        # ...this many rows per pass over the output
@@ -177,32 +180,38 @@ class KernelEmitter:
             return body()
         self.loop(loops[0], lambda: self.nest(loops[1:], body, False), first)
 
-    def vector_loop(self, lp, body, first: bool, unroll: int = 1, blocked: bool = False):
+    def vector_loop(self, lp, body, first: bool, unroll: int = 1, blocked: bool = False,
+                    on_block=None):
         """body(lanes, part) over the loop: `unroll` vectors per trip (part 0..unroll-1), then
         single vectors, then the tail: one masked vector (self.mask set), or scalar code
         (lanes 1). With `blocked`, an unrolled trip is one call body(lanes, unroll) that
-        handles the `unroll` vectors from env[var] on itself."""
+        handles the `unroll` vectors from env[var] on itself. With `on_block`, the main
+        loop (unrolled, else single vectors, else scalar) calls on_block() after every
+        BLOCK_TRIPS trips (pairwise summation pushes its block there)."""
         lanes = self.kernel.lanes
         lo, hi = (self.start, self.stop) if first else (u.I64(0), u.I64(lp.var.extent))
         single = 1 if blocked else 0          # blocked bodies get a vector count, not a part
         if lanes == 1:
-            return self.loop(lp, lambda: body(1, single), first)
+            return self.trips(lo, hi, 1, lp.var.name, lambda i: self._at(lp, i, body, 1, single),
+                              on_block)
         n = self.b.sub(hi, lo)
         vec_end = self.b.add(lo, self.b.mul(self.b.sdiv(n, u.I64(lanes)), u.I64(lanes)))
         start = lo
         if unroll > 1:
             block = lanes * unroll
             start = self.b.add(lo, self.b.mul(self.b.sdiv(n, u.I64(block)), u.I64(block)))
-            with u.for_range(self.b, lo, start, block, name=lp.var.name + "u") as i:
+
+            def trip(i):
                 if blocked:
                     self.env[lp.var] = i
                     body(lanes, unroll)
                 for part in range(0 if blocked else unroll):
                     self.env[lp.var] = self.b.add(i, u.I64(part * lanes)) if part else i
                     body(lanes, part)
-        with u.for_range(self.b, start, vec_end, lanes, name=lp.var.name + "v") as i:
-            self.env[lp.var] = i
-            body(lanes, single)
+            self.trips(lo, start, block, lp.var.name + "u", trip, on_block)
+            on_block = None
+        self.trips(start, vec_end, lanes, lp.var.name + "v",
+                   lambda i: self._at(lp, i, body, lanes, single), on_block)
         if self.masked_tail:
             rest = self.b.sub(hi, vec_end)
             with self.b.if_then(self.b.icmp_signed(">", rest, u.I64(0))):
@@ -213,6 +222,27 @@ class KernelEmitter:
         with u.for_range(self.b, vec_end, hi, 1, name=lp.var.name + "t") as i:
             self.env[lp.var] = i
             body(1, single)
+
+    def _at(self, lp, i, body, lanes: int, part: int):
+        self.env[lp.var] = i
+        body(lanes, part)
+
+    def trips(self, lo, hi, step: int, name: str, trip, on_block=None):
+        """trip(i) for i in range(lo, hi, step); with on_block, in blocks of BLOCK_TRIPS
+        trips, each followed by on_block() (the trips left over run after the blocks)."""
+        if on_block is None:
+            with u.for_range(self.b, lo, hi, step, name=name) as i:
+                trip(i)
+            return
+        span = step * BLOCK_TRIPS
+        blocks_end = self.b.add(lo, self.b.mul(self.b.sdiv(self.b.sub(hi, lo), u.I64(span)),
+                                               u.I64(span)))
+        with u.for_range(self.b, lo, blocks_end, span, name=name + "b") as i0:
+            with u.for_range(self.b, i0, self.b.add(i0, u.I64(span)), step, name=name) as i:
+                trip(i)
+            on_block()
+        with u.for_range(self.b, blocks_end, hi, step, name=name + "r") as i:
+            trip(i)
 
     # -- kernel shapes ----------------------------------------------------------------------
     def emit(self):
@@ -438,18 +468,29 @@ class KernelEmitter:
             if self.mask is not None:         # lanes past the end keep their accumulator
                 new = self.b.select(self.mask, new, old)
             self.b.store(new, acc)
-        if reduce_loops:
-            self.nest(reduce_loops[:-1],
-                      lambda: self.vector_loop(reduce_loops[-1], inner, False, n_acc),
-                      False)
-        else:
-            inner(1, 0)
-        total = self.b.load(sacc)
-        if lanes > 1:        # fixed combine order: results do not depend on anything but n
+
+        def vector_sum():                     # fixed combine order: deterministic results
             vecs = [self.b.load(a) for a in accs]
             while len(vecs) > 1:
                 vecs = [self._combine(x, y) for x, y in zip(vecs[::2], vecs[1::2])]
-            total = self._combine(self.horizontal(vecs[0]), total)
+            return vecs[0]
+
+        # a float sum adds pairwise (see _PairwiseAccumulators); other reductions are exact
+        pairs = _PairwiseAccumulators(self, accs, sacc, vector_sum, identity) \
+            if red.op == Op.SUM and red.dtype.is_float and reduce_loops else None
+        if reduce_loops:
+            *outer, last = reduce_loops
+
+            def run():
+                self.vector_loop(last, inner, False, n_acc,
+                                 on_block=pairs.block_of_trips if pairs else None)
+            self.nest(outer, pairs.rows(last, run, n_acc) if pairs and outer else run, False)
+        else:
+            inner(1, 0)
+        total = pairs.total_scalar() if pairs else self.b.load(sacc)
+        if lanes > 1:
+            vec = pairs.total_vector() if pairs else vector_sum()
+            total = self._combine(self.horizontal(vec), total)
         self.store(st.buffer, st.offset, total, 1)
 
     def horizontal(self, vec):
@@ -463,6 +504,99 @@ class KernelEmitter:
                                                              [u.I32(i + half) for i in range(half)]))
             vec, n = self._combine(lo, hi), half
         return self.b.extract_element(vec, u.I32(0))
+
+
+class _PairwiseAccumulators:
+    """A horizontal float sum's accumulators (vector `accs`, scalar `sacc`) emptied every
+    block (BLOCK_TRIPS trips of the innermost loop; when it is short, enough of its runs to
+    make about as many adds per accumulator) into a block accumulator, which is pushed into
+    a binary counter of partial sums (pairwise.py) every PAIRWISE_GROUP blocks. Pushing
+    every block would cost a mispredicted carry loop per block; a group costs one add."""
+
+    def __init__(self, ke: "KernelEmitter", accs, sacc, vector_sum, identity):
+        self.ke, self.accs, self.sacc, self.vector_sum = ke, accs, sacc, vector_sum
+        self.identity = identity
+        b, vec = ke.b, ke.kernel.lanes > 1
+        self.vectors = PairwiseSum(b, accs[0].type.pointee, ke._combine, "vpairs") \
+            if vec else None
+        self.scalars = PairwiseSum(b, sacc.type.pointee, ke._combine, "spairs")
+        self.vmid = u.alloca_once(b, accs[0].type.pointee, name="vblocks") if vec else None
+        self.smid = u.alloca_once(b, sacc.type.pointee, name="sblocks")
+        self.pending = u.alloca_once(b, u.I64, name="blocks")
+        b.store(u.I64(0), self.pending)
+        for counter, mid in ((self.vectors, self.vmid), (self.scalars, self.smid)):
+            if counter is not None:
+                counter.reset()
+                self._zero(mid)
+
+    def _zero(self, acc):
+        self.ke.b.store(u.const(acc.type.pointee, self.identity), acc)
+
+    def _add_to(self, mid, value):
+        self.ke.b.store(self.ke._combine(self.ke.b.load(mid), value), mid)
+
+    def block(self, vectors: bool = True, scalars: bool = True):
+        """End a block: add the accumulators into the block accumulators (and zero them);
+        every PAIRWISE_GROUP blocks, push those into the counters."""
+        b = self.ke.b
+        vectors = vectors and self.vectors is not None
+        scalars = scalars or self.vectors is None
+        if vectors:
+            self._add_to(self.vmid, self.vector_sum())
+            for acc in self.accs:
+                self._zero(acc)
+        if scalars:
+            self._add_to(self.smid, b.load(self.sacc))
+            self._zero(self.sacc)
+        n = b.add(b.load(self.pending), u.I64(1))
+        b.store(n, self.pending)
+        with b.if_then(b.icmp_signed("==", n, u.I64(PAIRWISE_GROUP))):
+            for on, counter, mid in ((vectors, self.vectors, self.vmid),
+                                     (scalars, self.scalars, self.smid)):
+                if on:
+                    counter.push(b.load(mid))
+                    self._zero(mid)
+            b.store(u.I64(0), self.pending)
+
+    def block_of_trips(self):
+        """After BLOCK_TRIPS trips of the innermost loop: only its main loop's accumulators
+        filled (in a scalar kernel, that is the scalar one)."""
+        self.block(scalars=False)
+
+    def total_vector(self):
+        return self.vectors.fold(self.ke._combine(self.ke.b.load(self.vmid), self.vector_sum()))
+
+    def total_scalar(self):
+        return self.scalars.fold(self.ke._combine(self.ke.b.load(self.smid),
+                                                  self.ke.b.load(self.sacc)))
+
+    def rows(self, last, row, n_acc: int):
+        """The body of the outer reduce loops: one run of the innermost loop, then the end
+        of a block every `runs` runs, so that no accumulator adds more than about
+        BLOCK_TRIPS values in sequence within a block."""
+        ke, b = self.ke, self.ke.b
+        extent, lanes = last.var.extent, ke.kernel.lanes
+        if lanes == 1:
+            vector_adds, scalar_adds = 0, extent
+        else:
+            vector_adds = -(-(extent // lanes) // n_acc) + (1 if ke.masked_tail else 0)
+            scalar_adds = 0 if ke.masked_tail else extent % lanes
+        per_run = max(min(vector_adds, BLOCK_TRIPS), scalar_adds, 1)
+        runs = max(1, BLOCK_TRIPS // per_run)
+        end_block = lambda: self.block(vector_adds > 0, scalar_adds > 0)  # noqa: E731
+        done = u.alloca_once(b, u.I64, name="runs")
+        b.store(u.I64(0), done)
+
+        def body():
+            row()
+            if runs == 1:
+                return end_block()
+            n = b.add(b.load(done), u.I64(1))
+            b.store(n, done)
+            with b.if_then(b.icmp_signed("==", n, u.I64(runs))):
+                end_block()
+                b.store(u.I64(0), done)
+        return body
 
 
 def build_module(lowered, vector_bits: int, triple: str, data_layout: str,

@@ -1,0 +1,253 @@
+"""Issue 12 items 4 and 5: float32 sums as accurate as numpy's pairwise sums on long axes, and
+full reductions of large inputs as two kernels with small temporaries, in place on views.
+
+Accuracy is measured against a float64 reference as max|got - ref| / max(sum|x|) over the
+outputs; jitcore must be within 4x numpy's own float32 error (numpy's error on a given input
+can be near zero by luck, so the bound is at least 4 units of float32 roundoff).
+Every result is also bitwise identical at 1 and 2 threads.
+"""
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import jitcore as jc
+from helpers import EPS, F32, jit_dtype
+
+U = EPS[F32]         # float32 unit roundoff, 2**-24
+
+
+@pytest.fixture
+def threads():
+    saved = jc.get_num_threads()
+    yield jc.set_num_threads
+    jc.set_num_threads(saved)
+
+
+def _error(got, ref, scale) -> float:
+    got, ref = np.asarray(got, np.float64), np.asarray(ref, np.float64)
+    return float(np.max(np.abs(got - ref)) / max(float(np.max(scale)), 1e-300))
+
+
+def _check_accuracy(fn, args, scale_fn, threads):
+    """fn on float32 args: jitcore within 4x numpy's error; 1 and 2 threads bitwise equal."""
+    f = jc.jit(fn)
+    threads(1)
+    got = np.asarray(f(*args))
+    threads(2)
+    np.testing.assert_array_equal(np.asarray(f(*args)), got)
+    want = np.asarray(fn(*args))
+    assert got.dtype == want.dtype == np.float32 and got.shape == want.shape
+    ref = fn(*[np.asarray(a, np.float64) for a in args])
+    scale = scale_fn(*[np.abs(np.asarray(a, np.float64)) for a in args])
+    err, np_err = _error(got, ref, scale), _error(want, ref, scale)
+    assert err <= 4 * max(np_err, U), (err, np_err)
+    return err, np_err
+
+
+def _rms_norm(x):
+    return x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + np.float32(1e-6))
+
+
+def _layer_norm(x):
+    if isinstance(x, np.ndarray):
+        mu = x.mean(axis=-1, keepdims=True)
+        d = x - mu
+        return d / np.sqrt((d * d).mean(axis=-1, keepdims=True) + x.dtype.type(1e-5))
+    return jc.layer_norm(x)
+
+
+def _fill(shape, value=0.1):
+    return np.full(shape, value, np.float32)
+
+
+def _sum_abs(axis):
+    return lambda a: a.sum(axis=axis)
+
+
+# the issue's shapes: (name, fn, args, scale of the error: the summed magnitudes)
+ISSUE_CASES = [
+    ("sum (1, 10M) axis 1", lambda x: x.sum(axis=1), (_fill((1, 10_000_000)),), _sum_abs(1)),
+    ("sum (1, 1M) axis 1", lambda x: x.sum(axis=1), (_fill((1, 1_000_000)),), _sum_abs(1)),
+    ("sum (3M, 1) axis 0", lambda x: x.sum(axis=0), (_fill((3_000_000, 1)),), _sum_abs(0)),
+    ("sum (1, 1, 3M) axis -1", lambda x: x.sum(axis=-1), (_fill((1, 1, 3_000_000)),),
+     _sum_abs(-1)),
+    ("mean (1, 4M) axis 1", lambda x: x.mean(axis=1), (_fill((1, 4_000_000)),),
+     lambda a: a.mean(axis=1)),
+    ("sum (2, 1M) axis 1", lambda x: x.sum(axis=1), (_fill((2, 1_000_000)),), _sum_abs(1)),
+    ("sum (1, 300_000) axis 1", lambda x: x.sum(axis=1), (_fill((1, 300_000)),), _sum_abs(1)),
+    ("full sum (1M, 3)", lambda x: x.sum(), (_fill((1_000_000, 3)),), lambda a: a.sum()),
+    ("full sum (4M, 1)", lambda x: x.sum(), (_fill((4_000_000, 1)),), lambda a: a.sum()),
+    ("full mean (1M, 3).T", lambda x: x.mean(), (_fill((1_000_000, 3)).T,),
+     lambda a: a.mean()),
+    ("(a * b) row sum, rows of 40000",
+     lambda a, b: (a * b).sum(axis=1),
+     (np.random.default_rng(0).random((64, 1), dtype=np.float32),
+      np.random.default_rng(1).random((1, 40_000), dtype=np.float32)),
+     lambda a, b: (a * b).sum(axis=1)),
+]
+
+
+@pytest.mark.parametrize("name,fn,args,scale", ISSUE_CASES, ids=[c[0] for c in ISSUE_CASES])
+def test_long_float32_sums_are_as_accurate_as_numpy(name, fn, args, scale, threads):
+    _check_accuracy(fn, args, scale, threads)
+
+
+@pytest.mark.parametrize("fn", [_rms_norm, _layer_norm], ids=["rms_norm", "layer_norm"])
+def test_norms_of_one_long_row_are_as_accurate_as_numpy(fn, threads):
+    x = np.random.default_rng(2).random((1, 4_000_000), dtype=np.float32) + np.float32(3)
+    # the output is O(1) per element: compare to the reference with scale 1
+    _check_accuracy(fn, (x,), lambda a: np.ones(1), threads)
+
+
+def test_softmax_of_one_long_row_sums_to_one():
+    x = np.random.default_rng(3).standard_normal((1, 3_000_000)).astype(np.float32) * 0.01
+    y = jc.jit(lambda x: jc.softmax(x, axis=-1))(x)
+    np_sum = float(np.abs((np.exp(x - x.max()) / np.exp(x - x.max()).sum()).astype(np.float64)
+                          .sum() - 1))
+    assert abs(float(y.astype(np.float64).sum()) - 1) <= 4 * max(np_sum, 2e-6)
+
+
+# ---- random shapes and axes -----------------------------------------------------------------
+
+@st.composite
+def _reductions(draw):
+    ndim = draw(st.integers(1, 3))
+    # one axis may be long (up to 300k elements), the others short, so that an example stays
+    # a few MB; 1s and odd lengths exercise the extent-1 and tail paths
+    dims = [draw(st.sampled_from([1, 2, 3, 7, 17, 64, 129, 1000])) for _ in range(ndim)]
+    if draw(st.booleans()):
+        dims[draw(st.integers(0, ndim - 1))] = draw(st.integers(10_000, 300_000))
+    while math.prod(dims) > 600_000:          # at most a few MB per example
+        dims[dims.index(max(dims))] //= 7
+    shape = tuple(dims)
+    kind = draw(st.sampled_from(["full", "last", "first", "middle", "random"]))
+    axis = {"full": None, "last": ndim - 1, "first": 0, "middle": ndim // 2}.get(kind)
+    if kind == "random":
+        axis = tuple(sorted(draw(st.sets(st.integers(0, ndim - 1), min_size=1))))
+    op = draw(st.sampled_from(["sum", "mean"]))
+    view = draw(st.sampled_from(["contiguous", "transposed", "strided"]))
+    seed = draw(st.integers(0, 2**16))
+    return shape, axis, op, view, seed
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@given(_reductions())
+def test_random_float32_sums_are_as_accurate_as_numpy(case):
+    shape, axis, op, view, seed = case
+    x = np.random.default_rng(seed).random(shape, dtype=np.float32)
+    if view == "strided":        # no axis walks memory contiguously: a scalar kernel
+        x = np.random.default_rng(seed).random(shape[:-1] + (2 * shape[-1],),
+                                               dtype=np.float32)[..., ::2]
+    if view == "transposed":
+        x = x.T
+        axis = None if axis is None else tuple(sorted(x.ndim - 1 - a for a in np.atleast_1d(axis)))
+    fn = (lambda v: v.sum(axis=axis)) if op == "sum" else (lambda v: v.mean(axis=axis))
+    saved = jc.get_num_threads()
+    try:
+        _check_accuracy(fn, (x,), lambda a: fn(a), jc.set_num_threads)
+    finally:
+        jc.set_num_threads(saved)
+
+
+# ---- full reductions: kernel count, dtypes, views, memory -----------------------------------
+
+FULL_OPS = ["sum", "prod", "max", "min", "mean"]
+
+
+def _full(op):
+    return lambda v: getattr(v, op)()
+
+
+@pytest.mark.parametrize("shape", [(1_000_000, 3), (65_535, 1), (65_536, 1), (3, 1_000_000),
+                                   (1000, 33, 7)])
+@pytest.mark.parametrize("op", FULL_OPS)
+def test_full_reductions_are_two_kernels_and_exact_for_integers(shape, op, threads):
+    n = math.prod(shape)
+    for dtype in (np.float32, np.int32, np.uint8, np.bool_):
+        if op == "mean" and dtype == np.bool_:
+            continue
+        x = (np.arange(n) % 7 - (0 if dtype in (np.uint8, np.bool_) else 3)).astype(dtype)
+        x = x.reshape(shape)
+        if op == "prod" and dtype != np.bool_:
+            x = np.where(np.arange(n).reshape(shape) % 97 == 0, x.dtype.type(2),
+                         x.dtype.type(1))
+        f = jc.jit(_full(op))
+        kernels = f.kernels(x)
+        assert len(kernels) <= 2, [k.name for k in kernels]
+        threads(1)
+        got = f(x)
+        threads(2)
+        np.testing.assert_array_equal(f(x), got)
+        want = _full(op)(x)
+        assert np.asarray(got).dtype == jit_dtype(np.asarray(want).dtype)
+        if np.asarray(want).dtype.kind in "iub":
+            assert got == want
+        else:
+            np.testing.assert_allclose(got, want, rtol=4e-6)
+
+
+@pytest.mark.parametrize("op", ["sum", "max", "min", "argmax", "argmin"])
+def test_full_reductions_of_strided_broadcast_and_transposed_views(op):
+    rng = np.random.default_rng(4)
+    base = rng.random((3000, 70), dtype=np.float32)
+    views = [base.T, base[::-2, 1::3], np.broadcast_to(base[:1], (5000, 70)),
+             np.broadcast_to(base[:, :1], (3000, 300)), base.T[5:, ::7]]
+    for v in views:
+        f = jc.jit(lambda x: getattr(x, op)())
+        got, want = f(v), getattr(v, op)()
+        assert len(f.kernels(v)) <= 2
+        if op.startswith("arg"):
+            assert got == want
+        else:
+            np.testing.assert_allclose(got, want, rtol=2e-6)
+
+
+def test_prime_length_full_reduction_is_exact(threads):
+    """A longest axis with no divisor among the block counts: a tail of rows on its own."""
+    x = (np.arange(1_000_003) % 11).astype(np.int32)
+    assert jc.jit(lambda v: v.sum())(x) == x.sum()
+    assert jc.jit(lambda v: v.max())(x) == 10
+    y = np.full(1_000_003, 0.1, np.float32)
+    _check_accuracy(lambda v: v.sum(), (y,), lambda a: a.sum(), threads)
+
+
+def test_full_sum_of_a_huge_broadcast_view_uses_no_memory():
+    """numpy's example: 300M uint8 elements of a 3-element array; the view is read in place
+    and the temporaries are a few KB (the process's peak RSS grows by less than 20 MB)."""
+    code = """
+        import resource, numpy as np, jitcore as jc
+        x = np.broadcast_to(np.arange(3, dtype=np.uint8), (100_000_000, 3))
+        f = jc.jit(lambda v: v.sum())
+        assert len(f.kernels(x)) <= 2
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        got = f(x)
+        after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        assert got == 300_000_000, got
+        print(after - before)
+    """
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert int(out.stdout.strip()) < 20 * 1024, out.stdout      # ru_maxrss is in KB
+
+
+def test_full_reductions_do_not_depend_on_the_thread_count(threads):
+    rng = np.random.default_rng(5)
+    cases = [rng.random((1_000_000, 3), dtype=np.float32),
+             rng.standard_normal(3_000_001).astype(np.float32),
+             rng.random((70, 1, 50_000), dtype=np.float32).transpose(2, 0, 1)]
+    for x in cases:
+        for op in ("sum", "mean", "max"):
+            f = jc.jit(_full(op))
+            threads(1)
+            one = f(x)
+            threads(2)
+            np.testing.assert_array_equal(f(x), one)
