@@ -97,6 +97,7 @@ def assert_close(got, ref, dtype=None, *, rtol=None, atol=None, scale=None, exac
            are applied, then got.dtype must equal it. None: the dtype is not checked (values are
            compared in ref's dtype kind).
     Floats: NaN == NaN, infinities must match in sign, else |got - ref| <= atol + rtol*|ref|
+    (atol may be an array broadcast against ref: a bound per element)
     with TOL[dtype] unless rtol/atol are given; exact=True requires equality.
     scale: the magnitude of the terms each output is computed from (broadcast against ref),
            for outputs that cancel: the bound becomes atol + rtol * max(|ref|, scale).
@@ -142,7 +143,8 @@ def assert_close(got, ref, dtype=None, *, rtol=None, atol=None, scale=None, exac
         ok &= ~(nan_g ^ nan_r)
         ok &= ~((inf_g | inf_r) & ~same_inf)
     if not np.all(ok):
-        _fail(prefix + f"not close (rtol={rtol:g}, atol={atol:g})", got, ref, ~ok)
+        # atol may be an array (a bound per element): name its largest value
+        _fail(prefix + f"not close (rtol={rtol:g}, atol={np.max(atol):g})", got, ref, ~ok)
 
 
 def assert_same(got, expected, dtype=None, **tolerances):
