@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 import jitcore as jc
-from helpers import (ALL_DTYPES, BOOL, F32, F64, FLOAT_DTYPES, I32, I64, NUMERIC_DTYPES, SIZES,
-                     U8, assert_close, dtype_id, erf64, f64, float_result, make, rng_for)
+from helpers import (ALL_DTYPES, BOOL, F32, F64, FLOAT_DTYPES, I32, I64, NARROW_WIDTHS,
+                     NUMERIC_DTYPES, SIZES, U8, assert_close, dtype_id, erf64, f64,
+                     float_result, make, rng_for)
 
 # Every compile costs ~20-30 ms (one kernel per size): float dtypes run all SIZES, the other
 # dtypes a scalar-only size and one with a vector body plus a tail.
@@ -134,13 +135,14 @@ def unary_expected(name, x):
 
 
 @functools.lru_cache(maxsize=None)
-def unary_fn(name, path):
-    """One jitted function per op and path, shared by all dtypes and sizes."""
+def unary_fn(name, path, width=None):
+    """One jitted function per op, path and vector width (None: the default), shared by all
+    dtypes and sizes."""
     op = UNARY[name][0] if path == "jc" else UNARY[name][1]
 
     def fn(x):
         return op(x)
-    return jc.jit(fn)
+    return jc.jit(fn, vector_width=width)
 
 
 def _unary_cases(path):
@@ -159,6 +161,30 @@ def test_unary(name, dtype, size):
     got = unary_fn(name, "jc")(x)
     scale = UNARY_SCALE[name](f64(x)) if name in UNARY_SCALE else None
     assert_close(got, ref, want, scale=scale, msg=f"jc.{name}({dtype_id(dtype)}[{size}])")
+
+
+# The narrower vector widths (an AVX-512 host also runs its AVX2 and SSE/NEON code): every op
+# on float32, float64 and int32, at a size with a vector body and a tail at every width.
+NARROW_SIZE = 1023
+
+
+def _narrow_cases(table, dtypes_of):
+    for width in NARROW_WIDTHS:
+        for name, entry in table.items():
+            for d in (F32, F64, I32):
+                if d in dtypes_of(entry):
+                    yield pytest.param(name, d, width, id=f"{name}-{dtype_id(d)}-w{width}")
+
+
+@pytest.mark.parametrize("name, dtype, width", list(_narrow_cases(UNARY, lambda e: e[4])))
+def test_unary_narrow_widths(name, dtype, width):
+    x = unary_input(name, dtype, NARROW_SIZE)
+    ref, want = unary_expected(name, x)
+    f = unary_fn(name, "jc", width)
+    got = f(x)
+    scale = UNARY_SCALE[name](f64(x)) if name in UNARY_SCALE else None
+    assert_close(got, ref, want, scale=scale, msg=f"jc.{name} at {width} bits")
+    assert all(k.vector_width == width for k in f.kernels(x))
 
 
 @pytest.mark.parametrize("name, dtype, size", list(_unary_cases("ufunc")))
@@ -281,12 +307,12 @@ def binary_expected(name, a, b):
 
 
 @functools.lru_cache(maxsize=None)
-def binary_fn(name, path):
+def binary_fn(name, path, width=None):
     op = BINARY[name][PATHS[path]]
 
     def fn(a, b):
         return op(a, b)
-    return jc.jit(fn)
+    return jc.jit(fn, vector_width=width)
 
 
 def _binary_cases(paths):
@@ -306,6 +332,15 @@ def test_binary(name, path, dtype, size):
     ref, want = binary_expected(name, a, b)
     got = binary_fn(name, path)(a, b)
     assert_close(got, ref, want, msg=f"{name} via {path} on {dtype_id(dtype)}[{size}]")
+
+
+@pytest.mark.parametrize("name, dtype, width", list(_narrow_cases(BINARY, lambda e: e[3])))
+def test_binary_narrow_widths(name, dtype, width):
+    a, b = binary_inputs(name, dtype, NARROW_SIZE)
+    ref, want = binary_expected(name, a, b)
+    f = binary_fn(name, "jc", width)
+    assert_close(f(a, b), ref, want, msg=f"{name} at {width} bits on {dtype_id(dtype)}")
+    assert all(k.vector_width == width for k in f.kernels(a, b))
 
 
 def test_sub_of_bools_is_a_type_error():

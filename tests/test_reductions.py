@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import jitcore as jc
-from helpers import (BOOL, EPS, F32, F64, FLOAT_DTYPES, I32, I64, TOL, U8, assert_close,
-                     dtype_id, f64, make, reduction_tol, rng_for)
+from helpers import (BOOL, EPS, F32, F64, FLOAT_DTYPES, I32, I64, NARROW_WIDTHS, TOL, U8,
+                     assert_close, dtype_id, f64, make, reduction_tol, rng_for)
 
 OPS = ["sum", "prod", "max", "min", "mean", "argmax", "argmin"]
 ARG_OPS = {"argmax", "argmin"}
@@ -79,7 +79,7 @@ def _call(op, t, axis, keepdims):
 
 
 @functools.lru_cache(maxsize=None)
-def grouped_results(shape, layout, dtype, axis, keepdims):
+def grouped_results(shape, layout, dtype, axis, keepdims, width=None):
     """Every reduction of one (input, axis, keepdims) in one jitted function (compiling one
     graph with several kernels is cheaper than one graph each). A failing compile fails every
     test of the group: there is no per-op fallback that could hide it."""
@@ -88,7 +88,7 @@ def grouped_results(shape, layout, dtype, axis, keepdims):
 
     def all_ops(x, p):
         return tuple(_call(o, p if o == "prod" else x, axis, keepdims) for o in ops)
-    return dict(zip(ops, jc.jit(all_ops)(x, p)))
+    return dict(zip(ops, jc.jit(all_ops, vector_width=width)(x, p)))
 
 
 def _cases(dtypes, shapes, keepdims_options):
@@ -104,10 +104,11 @@ def _cases(dtypes, shapes, keepdims_options):
                             f"{'-keepdims' if kd else ''}"))
 
 
-def check_reduction(op, dtype, shape, layout, axis, keepdims):
+def check_reduction(op, dtype, shape, layout, axis, keepdims, width=None):
+    """One reduction against numpy; width: the vector width in bits (None: the default)."""
     x, p = reduction_inputs(shape, layout, dtype)
     src = p if op == "prod" else x
-    got = grouped_results(shape, layout, np.dtype(dtype), axis, keepdims)[op]
+    got = grouped_results(shape, layout, np.dtype(dtype), axis, keepdims, width)[op]
     ref, want = numpy_reduce(op, src, axis, keepdims)
     n = src.size // max(np.asarray(ref).size, 1) if src.size else 0
     rtol = atol = None
@@ -129,6 +130,21 @@ def check_reduction(op, dtype, shape, layout, axis, keepdims):
                          + list(_cases([F64], F64_SHAPES, [False])))
 def test_reduce_float(op, dtype, shape, layout, axis, keepdims):
     check_reduction(op, dtype, shape, layout, axis, keepdims)
+
+
+def _narrow_cases():
+    """The narrower vector widths: every float32 layout and axis, float64 and int32 over
+    their C-contiguous inputs, without keepdims."""
+    for width in NARROW_WIDTHS:
+        for case in (list(_cases([F32], FLOAT_SHAPES, [False]))
+                     + list(_cases([F64, I32], F64_SHAPES[1::2], [False]))):
+            yield pytest.param(*case.values, width, id=f"{case.id}-w{width}")
+
+
+@pytest.mark.parametrize("op, dtype, shape, layout, axis, keepdims, width",
+                         list(_narrow_cases()))
+def test_reduce_narrow_widths(op, dtype, shape, layout, axis, keepdims, width):
+    check_reduction(op, dtype, shape, layout, axis, keepdims, width)
 
 
 @pytest.mark.parametrize("op, dtype, shape, layout, axis, keepdims",
