@@ -11,7 +11,7 @@ import pytest
 
 import jitcore as jc
 from helpers import (ALL_DTYPES, BOOL, F32, F64, FLOAT_DTYPES, I32, I64, NARROW_WIDTHS,
-                     NUMERIC_DTYPES, SIZES, U8, assert_close, dtype_id, erf64, f64,
+                     NUMERIC_DTYPES, SIZES, U8, assert_close, assert_same, dtype_id, erf64, f64,
                      float_result, make, rng_for)
 
 # Every compile costs ~20-30 ms (one kernel per size): float dtypes run all SIZES, the other
@@ -657,8 +657,8 @@ def test_integer_floor_divide_and_remainder_match_numpy_exactly(dtype):
                         np.array([-1 if low else 1, 0, 0, 0, 3, 5, info.max], dtype)])
     q, r = jc.jit(lambda a, b: (a // b, a % b))(a, b)
     with np.errstate(all="ignore"):
-        np.testing.assert_array_equal(q, a // b)
-        np.testing.assert_array_equal(r, a % b)
+        assert_same(q, a // b)
+        assert_same(r, a % b)
 
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_id)
@@ -673,7 +673,7 @@ def test_float_floor_divide_and_remainder_match_numpy(dtype):
     with np.errstate(all="ignore"):
         want_q, want_r = np.floor_divide(a, b), np.remainder(a, b)
     for got, want in ((q, want_q), (r, want_r)):
-        np.testing.assert_array_equal(got, want)                  # NaN-aware, exact
+        assert_same(got, want, exact=True)               # dtype, NaN-aware, exact
         finite = ~np.isnan(want)
         assert (np.signbit(got[finite]) == np.signbit(want[finite])).all()
 
