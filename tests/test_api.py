@@ -165,6 +165,7 @@ def test_returning_constants():
     assert_close(r, np.arange(4, dtype=np.int32), I32)
     c, s = jc.jit(lambda x: (np.float32(2.5), x.sum()))(x)
     assert c == 2.5 and c.dtype == F32
+    assert_close(s, f64(x).sum(), F32, scale=np.abs(f64(x)).sum())
 
 
 def test_constant_arrays_inside_functions():

@@ -300,7 +300,7 @@ def test_reductions_with_infinities(dtype):
                   [-np.inf, -np.inf, -np.inf]], dtype)
     f = jc.jit(lambda x: (x.sum(axis=1), x.max(axis=1), x.min(axis=1), x.argmax(axis=1),
                           x.argmin(axis=1), x.prod(axis=1)))
-    for i, (g, op) in enumerate(zip(f(x), ["sum", "max", "min", "argmax", "argmin", "prod"])):
+    for g, op in zip(f(x), ["sum", "max", "min", "argmax", "argmin", "prod"]):
         ref, want = numpy_reduce(op, x, 1, False)
         assert_close(g, ref, want, msg=op)
 
