@@ -46,17 +46,17 @@ def test_out_returns_the_same_object_with_the_values():
 
 def test_out_wrong_shape_is_a_shape_error():
     x, y = _xy()
-    with pytest.raises(jc.ShapeError):
+    with pytest.raises(jc.ShapeError, match=r"has shape \(5, 6\), expected \(6, 5\)"):
         affine(x, y, out=np.empty((5, 6), np.float32))
-    with pytest.raises(jc.ShapeError):
+    with pytest.raises(jc.ShapeError, match=r"has shape \(30,\), expected \(6, 5\)"):
         affine(x, y, out=np.empty(30, np.float32))
 
 
 def test_out_wrong_dtype_is_a_dtype_error():
     x, y = _xy()
-    with pytest.raises(jc.DTypeError):
+    with pytest.raises(jc.DTypeError, match="has dtype float64, expected float32"):
         affine(x, y, out=np.empty((6, 5), np.float64))
-    with pytest.raises(jc.DTypeError):
+    with pytest.raises(jc.DTypeError, match="must be a numpy array, got bytearray"):
         affine(x, y, out=bytearray(120))              # not an ndarray
 
 
@@ -115,9 +115,9 @@ def test_out_with_several_outputs():
                  scale=np.abs(f64(x) * f64(y)).sum(axis=1))
     r = two_outputs(x, y, out=[o1, o2])              # a list works too
     assert r[0] is o1 and r[1] is o2
-    with pytest.raises(jc.ShapeError):
+    with pytest.raises(jc.ShapeError, match=r"needs 2 array\(s\), got 1"):
         two_outputs(x, y, out=(o1,))
-    with pytest.raises(jc.ShapeError):
+    with pytest.raises(jc.ShapeError, match=r"needs 2 array\(s\), got 1"):
         two_outputs(x, y, out=o1)
 
 
