@@ -47,6 +47,7 @@ TOL = {
 }
 # unit roundoff
 EPS = {F32: ULP[F32] / 2, F64: ULP[F64] / 2}
+
 # The documented deviations from numpy's result dtypes (API.md, ir/dtypes.py):
 #   float16 (exp of uint8/bool, ...) -> float32: jitcore has no float16;
 #   uint64 (sum/prod of uint8)       -> int64.
@@ -97,8 +98,8 @@ def assert_close(got, ref, dtype=None, *, rtol=None, atol=None, scale=None, exac
            are applied, then got.dtype must equal it. None: the dtype is not checked (values are
            compared in ref's dtype kind).
     Floats: NaN == NaN, infinities must match in sign, else |got - ref| <= atol + rtol*|ref|
-    (atol may be an array broadcast against ref: a bound per element)
-    with TOL[dtype] unless rtol/atol are given; exact=True requires equality.
+    with TOL[dtype] unless rtol/atol are given (atol may be an array broadcast against ref:
+    a bound per element); exact=True requires equality.
     scale: the magnitude of the terms each output is computed from (broadcast against ref),
            for outputs that cancel: the bound becomes atol + rtol * max(|ref|, scale).
     Integers and bools: exact equality of values.
