@@ -11,7 +11,7 @@ import pytest
 
 import jitcore as jc
 from helpers import (ALL_DTYPES, BOOL, F32, F64, FLOAT_DTYPES, I32, I64, NARROW_WIDTHS,
-                     NUMERIC_DTYPES, SIZES, U8, assert_close, assert_same, dtype_id, erf64, f64,
+                     NUMERIC_DTYPES, SIZES, U8, WIDTHS, assert_close, assert_same, dtype_id, erf64, f64,
                      float_result, make, rng_for)
 
 # Every compile costs ~20-30 ms (one kernel per size): float dtypes run all SIZES, the other
@@ -631,6 +631,28 @@ def test_astype(src, dst):
     for path in ("method", "jc"):
         got = astype_fn(dst, path)(x)
         assert_close(got, ref, dst, exact=True, msg=f"{dtype_id(src)}->{dtype_id(dst)} ({path})")
+
+
+NARROWING = [(F64, U8), (I64, U8), (I64, I32), (F64, I32), (I32, U8), (F32, U8)]
+
+
+@pytest.mark.parametrize("width", WIDTHS, ids=lambda w: f"w{w}")
+@pytest.mark.parametrize("src, dst", NARROWING, ids=lambda d: dtype_id(d))
+def test_narrowing_casts_write_nothing_past_the_end(src, dst, width):
+    """A vector tail of one element stored to a narrower integer: the x86 backend turned
+    trunc + masked store into a store of a whole wide element, 3-7 bytes past the end of the
+    output (heap corruption; caught by JITCORE_VECTOR_WIDTH=128 runs aborting in malloc).
+    Sizes with a one-element tail at 2..32 lanes, written into a guarded buffer."""
+    f = jc.jit(lambda x: x.astype(dst), vector_width=width)
+    for n in (3, 5, 9, 17, 33):
+        x = make(n, src, rng=rng_for("narrow", dtype_id(src), n), low=0, high=100)
+        guard = 64
+        buf = np.full(n * dst.itemsize + 2 * guard, 0xAB, np.uint8)
+        out = buf[guard:guard + n * dst.itemsize].view(dst)
+        assert f(x, out=out) is out
+        assert_same(out, x.astype(dst))
+        assert (buf[:guard] == 0xAB).all() and (buf[guard + n * dst.itemsize:] == 0xAB).all(), \
+            f"n={n}: bytes written outside the output"
 
 
 @pytest.mark.parametrize("dst", ALL_DTYPES, ids=lambda d: f"to_{dtype_id(d)}")
