@@ -28,14 +28,25 @@ INT_DTYPES = [I32, I64, U8]
 NUMERIC_DTYPES = FLOAT_DTYPES + INT_DTYPES           # everything but bool
 SIZES = [1, 7, 1023, 4097]                            # scalar-ish, sub-vector, vector tails
 
-# (rtol, atol) per floating result dtype. float32: elementwise and transcendental ops are
-# expected within ~1e-5 relative (a few ulp plus polynomial error); float64 to ~1e-12.
+# Vector widths (bits) this process compiles for: the default (the CPU's, or the cap that
+# JITCORE_VECTOR_WIDTH sets) and every narrower one. Value suites run the narrower ones too
+# (jc.jit(vector_width=...)), so an AVX-512 machine also checks the AVX2 and SSE/NEON code.
+WIDTHS = [w for w in (512, 256, 128) if w <= jc.target_info()["vector_bits"]]
+NARROW_WIDTHS = WIDTHS[1:]
+
+# (rtol, atol) per floating result dtype. rtol: 4 ulp of the result (an elementwise op or a
+# short composite of them is within a few rounding errors; the vector math is <= 2.31 ulp,
+# jitcore/llvm/vecmath.py). atol: 4 ulp of the denormal range only, where the spacing is fixed
+# and a relative bound means nothing; it is far too small to pass a value flushed to zero.
+# Where an output cancels terms larger than itself, pass `scale=` (the terms' magnitude) to
+# assert_close: the rounding errors are relative to the terms, not to the result.
+ULP = {F32: float(np.finfo(np.float32).eps), F64: float(np.finfo(np.float64).eps)}
 TOL = {
-    F32: (1e-5, 1e-6),
-    F64: (1e-12, 1e-14),
+    F32: (4 * ULP[F32], 4 * float(np.finfo(np.float32).smallest_subnormal)),
+    F64: (4 * ULP[F64], 4 * float(np.finfo(np.float64).smallest_subnormal)),
 }
 # unit roundoff
-EPS = {F32: float(np.finfo(np.float32).eps) / 2, F64: float(np.finfo(np.float64).eps) / 2}
+EPS = {F32: ULP[F32] / 2, F64: ULP[F64] / 2}
 
 # The documented deviations from numpy's result dtypes (API.md, ir/dtypes.py):
 #   float16 (exp of uint8/bool, ...) -> float32: jitcore has no float16;
@@ -77,7 +88,8 @@ def _fmt_index(idx, shape):
     return tuple(int(i) for i in np.unravel_index(idx, shape)) if shape else ()
 
 
-def assert_close(got, ref, dtype=None, *, rtol=None, atol=None, exact=False, msg=""):
+def assert_close(got, ref, dtype=None, *, rtol=None, atol=None, scale=None, exact=False,
+                 msg=""):
     """Compare a jitcore result with a reference.
 
     got:   the array jitcore returned.
@@ -86,7 +98,10 @@ def assert_close(got, ref, dtype=None, *, rtol=None, atol=None, exact=False, msg
            are applied, then got.dtype must equal it. None: the dtype is not checked (values are
            compared in ref's dtype kind).
     Floats: NaN == NaN, infinities must match in sign, else |got - ref| <= atol + rtol*|ref|
-    with TOL[dtype] unless rtol/atol are given; exact=True requires equality.
+    with TOL[dtype] unless rtol/atol are given (atol may be an array broadcast against ref:
+    a bound per element); exact=True requires equality.
+    scale: the magnitude of the terms each output is computed from (broadcast against ref),
+           for outputs that cancel: the bound becomes atol + rtol * max(|ref|, scale).
     Integers and bools: exact equality of values.
     """
     prefix = (msg + ": ") if msg else ""
@@ -124,11 +139,29 @@ def assert_close(got, ref, dtype=None, *, rtol=None, atol=None, exact=False, msg
         both_nan = nan_g & nan_r
         same_inf = inf_g & inf_r & (g == r)
         err = np.abs(g - r)
-        ok = (err <= atol + rtol * np.abs(r)) | both_nan | same_inf
+        mag = np.abs(r) if scale is None else np.maximum(np.abs(r), np.abs(scale))
+        ok = (err <= atol + rtol * mag) | both_nan | same_inf
         ok &= ~(nan_g ^ nan_r)
         ok &= ~((inf_g | inf_r) & ~same_inf)
     if not np.all(ok):
-        _fail(prefix + f"not close (rtol={rtol:g}, atol={atol:g})", got, ref, ~ok)
+        # atol may be an array (a bound per element): name its largest value
+        _fail(prefix + f"not close (rtol={rtol:g}, atol={np.max(atol):g})", got, ref, ~ok)
+
+
+def assert_same(got, expected, dtype=None, **tolerances):
+    """`got` has exactly `expected`'s dtype (or `dtype`, when expected holds float64 reference
+    values) and shape, and its values: equal for integers and bools, within assert_close's
+    tolerances (keywords passed on) for floats. np.testing.assert_array_equal ignores dtypes;
+    this does not."""
+    expected = np.asarray(expected)
+    want = np.dtype(dtype) if dtype is not None else expected.dtype
+    got = np.asarray(got) if isinstance(got, np.generic) else got   # keeps the dtype
+    assert isinstance(got, np.ndarray), f"expected an ndarray, got {type(got).__name__}"
+    assert got.dtype == want, f"dtype {got.dtype} != expected {want}"
+    assert got.shape == expected.shape, f"shape {got.shape} != expected {expected.shape}"
+    if want.kind != "f" and not tolerances:
+        tolerances = {"exact": True}
+    assert_close(got, expected, **tolerances)
 
 
 def _fail(what, got, ref, bad):

@@ -11,6 +11,7 @@ product's atol is doubled (all the post-ops have a slope of at most ~1.13).
 """
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -20,7 +21,8 @@ import numpy as np
 import pytest
 
 import jitcore as jc
-from helpers import F32, F64, I32, TOL, assert_close, erf64, f64, make, reduction_tol, rng_for
+from helpers import (F32, F64, I32, NARROW_WIDTHS, TOL, assert_close, erf64, f64, make,
+                     reduction_tol, rng_for)
 
 REPO_ROOT = str(Path(__file__).resolve().parents[1])
 DIMS = [1, 3, 17, 63, 64, 65, 255]
@@ -89,9 +91,9 @@ def _mkn_id(s):
     return "x".join(map(str, s))
 
 
-def check_mm(m, k, n, dtype, key="grid"):
+def check_mm(m, k, n, dtype, key="grid", f=mm):
     x, w = operands(m, k, n, dtype, key)
-    got = mm(x, w)
+    got = f(x, w)
     assert_close(got, f64(x) @ f64(w), dtype, **mm_tol(dtype, x, w), msg=f"{m}x{k} @ {k}x{n}")
 
 
@@ -103,6 +105,34 @@ def test_matmul_shapes_float32(mkn):
 @pytest.mark.parametrize("mkn", GRID_F64, ids=_mkn_id)
 def test_matmul_shapes_float64(mkn):
     check_mm(*mkn, F64)
+
+
+# The narrower vector widths (other micro-kernel shapes and tails): every 4th grid shape and
+# the large ones in float32, a few in float64, and a fused post-op.
+NARROW_MM = [(s, F32) for s in GRID[::4] + LARGE[:2]] + [(s, F64) for s in GRID[::12]]
+
+
+@functools.lru_cache(maxsize=None)
+def _mm_at(width):
+    return jc.jit(lambda a, b: a @ b, vector_width=width)
+
+
+@pytest.mark.parametrize("width", NARROW_WIDTHS, ids=lambda w: f"w{w}")
+@pytest.mark.parametrize("mkn, dtype", NARROW_MM, ids=lambda v: _mkn_id(v) if
+                         isinstance(v, tuple) else str(v))
+def test_matmul_narrow_widths(mkn, dtype, width):
+    check_mm(*mkn, dtype, f=_mm_at(width))
+    x, w = operands(*mkn, dtype, "grid")
+    assert all(k.vector_width == width for k in _mm_at(width).kernels(x, w))
+
+
+@pytest.mark.parametrize("width", NARROW_WIDTHS, ids=lambda w: f"w{w}")
+@pytest.mark.parametrize("dtype", [F32, F64], ids=str)
+def test_post_op_narrow_widths(dtype, width):
+    x, w, b = _post_args(dtype)
+    post, ref_fn = POST_OPS["gelu"]
+    f = jc.jit(lambda x, w, b: post(x @ w + b), vector_width=width)
+    assert_close(f(x, w, b), ref_fn(f64(x) @ f64(w) + f64(b)), dtype, **post_tol(dtype, x, w))
 
 
 def test_matmul_function_and_eager():

@@ -39,7 +39,9 @@ CASES = {
         f = jc.jit(lambda a: jc.exp(a) * 2.0)
         base = np.linspace(-3, 3, 4000, dtype=np.float32).reshape(40, 100)
         for view in (base[::-1], base[:, ::-3], base.T, base[5:35:2, 10:90:7], base[::-2, ::-1].T):
-            assert np.allclose(f(view), np.exp(view) * 2.0, rtol=1e-5), view.strides
+            got, want = f(view), np.exp(view.astype(np.float64)) * 2.0    # exp: <= 1.01 ulp
+            assert got.dtype == np.float32 and got.shape == view.shape, view.strides
+            assert np.allclose(got, want, rtol=2 * np.finfo(np.float32).eps, atol=0), view.strides
     """,
     "out_aliasing_and_read_only": """
         f = jc.jit(lambda a: a * 2.0 + 1.0)
@@ -69,6 +71,7 @@ CASES = {
         got = f(x)
         want = (x.max(), x.min(), np.maximum(x, 0.5), x.sum())
         for g, w in zip(got, want):
+            assert np.asarray(g).dtype == np.asarray(w).dtype, (g, w)
             assert np.array_equal(np.asarray(g), np.asarray(w), equal_nan=True), (g, w)
         assert np.allclose(got[-1], np.exp(x), rtol=1e-6, equal_nan=True)   # 1 ulp
     """,

@@ -84,8 +84,10 @@ def test_the_fast_path_keeps_the_code_it_calls_alive():
         assert np.array_equal(f(a), a * 3 - 1)       # the fast path: a's code
         try:
             f(np.arange(9, dtype=np.float32), out=np.empty(3, np.float32))
-        except jc.ShapeError:
-            pass
+        except jc.ShapeError as e:
+            assert "out" in str(e), e                 # the error is the wrong out=
+        else:
+            raise AssertionError("a wrong out= was accepted")
         gc.collect()
         for _ in range(100):
             assert np.array_equal(f(a), a * 3 - 1)

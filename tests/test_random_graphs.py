@@ -8,8 +8,8 @@ integers), matmuls (2-D, batched with broadcast batch dims, transposed operands,
 forked tasks (a step computed by `jc.fork` and waited for at its first use). The same program
 runs through numpy (float64 for float programs, the exact integer dtypes for integer
 programs, float -> integer casts saturating as jitcore defines them: `saturating_astype`) and
-through jitcore; float results are compared with a tolerance that follows the
-magnitudes of the intermediate values. A failure prints the program and jitcore's graph."""
+through jitcore; each float output is held to an error bound propagated along the program
+from its own inputs (`error_bounds`). A failure prints the program and jitcore's graph."""
 from __future__ import annotations
 
 import math
@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 import jitcore as jc
 from jitcore.llvm import codegen
-from helpers import BOOL, EPS, F32, F64, TOL, U8, assert_close, saturating_astype
+from helpers import BOOL, F32, F64, TOL, U8, ULP, assert_close, saturating_astype
 
 DIMS = [1, 2, 3, 5, 7, 16, 17]
 MAX_SIZE = 3000
@@ -294,18 +294,12 @@ def quiet_numpy():
         yield
 
 
-def run(program, inputs, record=None, reference=False):
+def run(program, inputs, reference=False):
     vals = list(inputs)
     for step in program.steps:
         with quiet_numpy():
             v = apply_step(step, vals, reference)
-        if _is_np(v):
-            v = np.asarray(v)
-            flat = v.reshape(-1)
-            finite = flat[np.isfinite(flat)] if v.dtype.kind == "f" else flat[:0]
-            if record is not None and finite.size:
-                record.append(float(np.max(np.abs(finite))))
-        vals.append(v)
+        vals.append(np.asarray(v) if _is_np(v) else v)
     return tuple(value(vals, i) for i in program.outputs)
 
 
@@ -610,19 +604,126 @@ def programs(draw, kind="float"):
 
 # ---- the test -------------------------------------------------------------------------------
 
-def _max_reduced(program):
-    """The largest number of elements folded into one value by any reduction, matmul or
-    last-axis composite."""
-    n = 1
-    for step, vals, out in walk(program):
+# ---- error bounds ---------------------------------------------------------------------------
+# Every value of a float program gets an absolute error bound per element: what its inputs'
+# bounds move it by (first order: the step re-run with one input moved by its bound, each
+# input in turn; the worst direction), plus the step's own rounding, ROUNDING_ULP ulp of the
+# magnitude of the terms it combines (sum|terms| for sums and matmuls, times sqrt(n) for the
+# accumulation order). Inputs are exact. So an output is held to what its own inputs allow,
+# not to the largest value anywhere in the program.
+ROUNDING_ULP = 4
+
+
+def _unary_terms(name, v, out):
+    """The magnitude a unary step's own rounding errors are relative to."""
+    a = np.abs(out)
+    if name in ("gelu", "gelu_tanh"):                # 0.5v + 0.5v*erf(..): cancels for v < 0
+        return a + np.abs(v)
+    if name == "hardswish":                          # v * (v + 3) / 6: v + 3 cancels
+        return a + np.abs(v) * (np.abs(v) + 3) / 6
+    if name == "hardsigmoid":
+        return a + (np.abs(v) + 3) / 6
+    if name == "shift":
+        return np.abs(v) + 0.5
+    if name == "log1p_abs":                          # log of a rounded |v| + 1: eps absolute
+        return a + 1.0
+    if name in ROW_OPS and v.size:
+        n = v.shape[-1]
+        z = np.abs(v - v.max(axis=-1, keepdims=True))
+        if name == "softmax":                        # exp(z) is relative to |z|; the row sum
+            return a * (z + math.sqrt(n) + 1)
+        if name == "log_softmax":
+            return z + a + math.sqrt(n)
+        s = np.sqrt(v.var(axis=-1, keepdims=True) + 1.0)           # layer_norm, eps = 1
+        return (np.abs(v) + math.sqrt(n) * np.abs(v).mean(axis=-1, keepdims=True)) / s \
+            + a * math.sqrt(n)
+    return a
+
+
+def _rounding_terms(step, vals, out):
+    kind = step[0]
+    if kind in ("transpose", "slice", "reshape", "broadcast_to", "not", "compare", "logic",
+                "where"):
+        return np.zeros(out.shape)                   # no arithmetic
+    if kind == "unary":
+        return _unary_terms(step[1], vals[step[2]], out)
+    if kind in ("binary", "scalar"):
+        if kind == "binary":
+            x, y = vals[step[2]], vals[step[3]]
+        else:
+            x, y = vals[step[2]], step[3]
+        if step[1] in ("add", "sub"):
+            return np.abs(x) + np.abs(y)
+        return np.abs(out)
+    if kind == "reduce":
+        v, op, axis, keepdims = vals[step[1]], *step[2:]
+        if op in ("sum", "mean"):
+            n = v.size // max(out.size, 1)
+            return getattr(np.abs(v), op)(axis=axis, keepdims=keepdims) * math.sqrt(max(n, 1))
+        return np.abs(out)
+    if kind == "matmul":
+        v, w = np.abs(vals[step[1]]), np.abs(vals[step[2]])
+        return (v @ (_swap_last(w) if step[3] else w)) * math.sqrt(max(v.shape[-1], 1))
+    return np.abs(out)                               # astype: one rounding
+
+
+def _moved(step, vals, errs, out, i):
+    """How far out moves, at most, when input i moves by its bound either way."""
+    worst = np.zeros(out.shape)
+    for sign in (1.0, -1.0):
+        moved = dict(vals)
+        moved[i] = vals[i] + sign * errs[i]
+        worst = np.maximum(worst, np.abs(np.asarray(apply_step(step, moved, True)) - out))
+    return worst
+
+
+def _propagated(step, vals, errs, out):
+    """The error out inherits from its inputs' bounds."""
+    kind = step[0]
+    refs = [i for i in dict.fromkeys(step_inputs(step)) if vals[i].dtype.kind == "f"]
+    if out.dtype.kind != "f" or not refs or out.size == 0:
+        return np.zeros(out.shape)
+    if kind == "where":                              # the bound of the value it picks
+        c, x, y = step[1:4]
+        return np.asarray(np.where(vals[c], errs[x], errs[y]), dtype=np.float64)
+    if kind in ("transpose", "slice", "reshape", "broadcast_to", "astype"):
+        return np.asarray(apply_step(step, errs, True), dtype=np.float64)
+    if kind == "reduce":
+        op, axis, keepdims = step[2:]
+        e = errs[step[1]]
+        return (e.sum if op == "sum" else e.mean if op == "mean" else e.max)(
+            axis=axis, keepdims=keepdims)
+    if kind == "matmul":                             # |da| @ |b| + |a| @ |db| + |da| @ |db|
+        (a, ea), (b, eb) = ((np.abs(vals[i]), errs[i]) for i in step[1:3])
+        mm = lambda x, y: x @ (_swap_last(y) if step[3] else y)        # noqa: E731
+        return mm(ea, b) + mm(a, eb) + mm(ea, eb)
+    if kind == "unary" and step[1] in ROW_OPS:       # worst case over the row, not one shift
+        d = errs[step[2]].max(axis=-1, keepdims=True)
+        if step[1] == "softmax":
+            return 2 * np.abs(out) * d
+        if step[1] == "log_softmax":
+            return 2 * d
+        v = vals[step[2]]
+        return 2 * d * (1 + np.abs(out)) / np.sqrt(v.var(axis=-1, keepdims=True) + 1.0)
+    return sum(_moved(step, vals, errs, out, i) for i in refs)
+
+
+def error_bounds(program, inputs, ulp):
+    """(float64 reference outputs, absolute error bound per output element) of a float
+    program on float64 copies of its inputs; ulp: the spacing at 1 of its least precise
+    dtype."""
+    vals = {i: np.asarray(x, np.float64) for i, x in enumerate(inputs)}
+    errs = {i: np.zeros(x.shape) for i, x in enumerate(inputs)}
+    for k, step in enumerate(program.steps, start=len(inputs)):
         inner = step[1] if step[0] == "fork" else step
-        if inner[0] == "reduce":
-            n = max(n, vals[inner[1]].size // max(out.size, 1))
-        elif inner[0] == "matmul":
-            n = max(n, vals[inner[1]].shape[-1])
-        elif inner[0] == "unary" and inner[1] in ROW_OPS:
-            n = max(n, vals[inner[2]].shape[-1])
-    return n
+        with quiet_numpy():
+            out = np.asarray(apply_step(inner, vals, True))
+            err = np.zeros(out.shape)
+            if out.dtype.kind == "f":
+                err = _propagated(inner, vals, errs, out) + ROUNDING_ULP * ulp * np.broadcast_to(
+                    _rounding_terms(inner, vals, out), out.shape)
+        vals[k], errs[k] = out, np.where(np.isnan(err), np.inf, err)
+    return ([vals[i] for i in program.outputs], [errs[i] for i in program.outputs])
 
 
 def _float32_anywhere(program) -> bool:
@@ -654,20 +755,14 @@ def test_random_programs_match_numpy(program):
     rng = np.random.default_rng(program.seed)
     inputs = [(rng.standard_normal(s) * 2.0).astype(d)
               for s, d in zip(program.input_shapes, program.input_dtypes)]
-    scales = [float(np.max(np.abs(x))) for x in inputs if x.size]   # inputs are finite
+    least = F32 if _float32_anywhere(program) else F64
+    refs, bounds = error_bounds(program, inputs, ULP[least])
     with quiet_numpy():
-        refs = run(program, [x.astype(np.float64) for x in inputs], record=scales,
-                   reference=True)
         typed = run(program, inputs)            # numpy on the original dtypes: the result dtypes
     f, got = _jit_and_run(program, inputs)
-    least = F32 if _float32_anywhere(program) else F64
-    n = _max_reduced(program)
-    scale = max(scales, default=1.0)
-    rtol = TOL[least][0] * 10
-    atol = TOL[least][1] + 64 * EPS[least] * scale * math.sqrt(n) * 4
-    for k, (g, r, t) in enumerate(zip(got, refs, typed)):
+    for k, (g, r, t, e) in enumerate(zip(got, refs, typed, bounds)):
         try:
-            assert_close(g, np.asarray(r), np.asarray(t).dtype, rtol=rtol, atol=atol,
+            assert_close(g, r, np.asarray(t).dtype, rtol=0.0, atol=TOL[least][1] + e,
                          msg=f"output {k}")
         except AssertionError as e:
             raise AssertionError(f"{e}\nprogram:\n{program}\ngraph:\n{_graph_text(f, inputs)}"

@@ -130,10 +130,26 @@ def masked_load(builder: ir.IRBuilder, ptr, mask, vty: ir.VectorType):
 
 
 def masked_store(builder: ir.IRBuilder, value, ptr, mask):
-    """llvm.masked.store: lanes off the mask write nothing."""
+    """llvm.masked.store: lanes off the mask write nothing.
+
+    A narrowing integer store (value is a `trunc`) is written lane by lane instead: the x86
+    backend (LLVM 22) folds trunc + masked.store into a truncating store that, with one lane
+    on, writes a whole wide element (int64 -> uint8: 7 bytes past the end of the output)."""
+    if isinstance(value, ir.CastInstr) and value.opname == "trunc":
+        return _store_lanes(builder, value, ptr, mask)
     fnty = ir.FunctionType(ir.VoidType(), [value.type, ptr.type, I32, mask.type])
     fn = declare_intrinsic(builder.module, "masked.store", [value.type, ptr.type], fnty)
     return builder.call(fn, [value, ptr, I32(1), mask])
+
+
+def _store_lanes(builder: ir.IRBuilder, value, ptr, mask):
+    """Each lane on the mask stored on its own (a branch per lane)."""
+    elem = value.type.element
+    base = builder.bitcast(ptr, elem.as_pointer())
+    for j in range(value.type.count):
+        with builder.if_then(builder.extract_element(mask, I32(j))):
+            lane_ptr = builder.gep(base, [I32(j)], source_etype=elem)
+            builder.store(builder.extract_element(value, I32(j)), lane_ptr, align=1)
 
 
 def transpose(builder: ir.IRBuilder, rows: list) -> list:
