@@ -8,10 +8,12 @@ rewritten as partial reductions over a fixed number of blocks of its longest axi
 number depends on the shape alone), then the reduction of those few partials:
     sum(x[R, C...])  ->  sum(sum(x.reshape(nb, R // nb, C...), axis=(1, ...)))
 nb is the largest divisor of R up to MAX_BLOCKS, so the partials take at most a few KB and
-the whole reduction is two kernels; when R has no divisor between MIN_BLOCKS and
-MAX_BLOCKS, MAX_BLOCKS blocks take the first rows and the few rows left over are reduced on
-their own. Views stay views: a broadcast or transposed input is read in place. A mean's
-division by n moves onto the partials, into the final reduction's kernel.
+the whole reduction is two kernels. When R has no divisor between MIN_BLOCKS and MAX_BLOCKS
+(a prime, say), MAX_BLOCKS blocks take the first rows; when the input is a single row, the final
+reduction also takes the r < nb elements left over (still two kernels), otherwise those rows are
+reduced on their own (a third and fourth kernel). Views stay views: a broadcast or
+transposed input is read in place. A mean's division by n moves onto the partials, into the
+final reduction's kernel.
 
 A float sum over one axis of LONG_AXIS or more elements per output (x[R, N].sum(axis=1), or a
 column sum over millions of rows) becomes block sums of BLOCK elements, then the sum of the
@@ -23,6 +25,8 @@ a row pairwise (jitcore/llvm/pairwise.py).
 from __future__ import annotations
 
 import math
+
+import numpy as np
 
 from ir import build as b
 from ir.graph import Node
@@ -75,6 +79,10 @@ def _reduce_all(op: Op, x: Node) -> Node:
     return b.node(op, x, arg=tuple(range(x.ndim)))
 
 
+# The identity a masked-off element of a sum or product contributes.
+_IDENTITY = {Op.SUM: 0, Op.PROD: 1}
+
+
 def _split_full(node: Node):
     """A reduction to one element of a large input -> partials over fixed blocks of its
     longest axis (any axis will do: the order of a full reduction is ours to choose, and
@@ -87,17 +95,41 @@ def _split_full(node: Node):
     main = src if nb * q == rows else _along(src, axis, 0, nb * q)
     blocks = b.reshape(main, src.shape[:axis] + (nb, q) + src.shape[axis + 1:])
     partial = b.node(node.op, blocks, arg=tuple(k for k in range(blocks.ndim) if k != axis))
+    if nb * q < rows and math.prod(src.shape) == rows:
+        partial = _with_tail(node.op, b.reshape(partial, (nb,)), b.reshape(src, (rows,)))
     total = b.reshape(_reduce_all(node.op, partial), (1,))
-    if nb * q < rows:
+    if nb * q < rows and math.prod(src.shape) > rows:
         tail = b.reshape(_reduce_all(node.op, _along(src, axis, nb * q, rows)), (1,))
         total = b.node(REDUCE_COMBINE[node.op], total, tail)
     return b.reshape(total, node.shape)
+
+
+def _with_tail(op: Op, partial: Node, row: Node) -> Node:
+    """The nb partials of the blocks of a single row and the r < nb elements after them ->
+    nb values whose reduction is the row's: partial i combined with element n - nb + i,
+    masked to the last r for a sum or product (max and min may read an element twice).
+    The final reduction's kernel reads them: still two kernels, the row read in place."""
+    nb, n = partial.shape[0], row.shape[0]
+    last = b.cast(_along(row, 0, n - nb, n), partial.dtype)
+    if op in _IDENTITY:
+        mask = np.arange(nb) >= nb - n % nb
+        last = b.elementwise(Op.WHERE, b.const_array(mask), last,
+                             b.const(_IDENTITY[op], partial.dtype))
+    return b.elementwise(REDUCE_COMBINE[op], partial, last)
 
 
 def _strip(node: Node, *ops: Op) -> Node:
     while node.op in ops:
         node = node.src[0]
     return node
+
+
+def _is_partial_sum(node: Node) -> bool:
+    """The operand of a split full sum's final reduction: partial sums, or (with a tail)
+    their masked combination with the row's last elements (see _with_tail)."""
+    if node.op == Op.ADD:
+        node = node.src[0]
+    return _strip(node, Op.RESHAPE).op == Op.SUM
 
 
 def _divided_partials(node: Node):
@@ -108,7 +140,8 @@ def _divided_partials(node: Node):
             or total.arg != tuple(range(total.src[0].ndim)):
         return None
     partial = total.src[0]
-    if partial.op != Op.SUM or math.prod(partial.shape) == 1 or not partial.dtype.is_float:
+    if not _is_partial_sum(partial) or math.prod(partial.shape) == 1 \
+            or not partial.dtype.is_float:
         return None
     scaled = b.elementwise(Op.DIV, partial, count)
     return b.reshape(_reduce_all(Op.SUM, scaled), node.shape)

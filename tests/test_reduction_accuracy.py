@@ -210,13 +210,57 @@ def test_full_reductions_of_strided_broadcast_and_transposed_views(op):
             np.testing.assert_allclose(got, want, rtol=2e-6)
 
 
-def test_prime_length_full_reduction_is_exact(threads):
-    """A longest axis with no divisor among the block counts: a tail of rows on its own."""
-    x = (np.arange(1_000_003) % 11).astype(np.int32)
-    assert jc.jit(lambda v: v.sum())(x) == x.sum()
-    assert jc.jit(lambda v: v.max())(x) == 10
-    y = np.full(1_000_003, 0.1, np.float32)
-    _check_accuracy(lambda v: v.sum(), (y,), lambda a: a.sum(), threads)
+# Lengths with no divisor between 16 and 256 (primes, 2 * prime, 3 * 2**16 + 1) as single rows
+# (the rows left over join the final reduction), and 3-D prime dims (a divisor of their own).
+AWKWARD_SHAPES = [(1_000_003,), (2 * 65_537,), (65_536 * 3 + 1,), (1, 1_000_003),
+                  (1_000_003, 1, 1), (101, 103, 107)]
+
+
+def _awkward_views(shape):
+    n = math.prod(shape)
+    base = np.arange(2 * n) % 11
+    yield "contiguous", base[:n].reshape(shape)
+    yield "strided", base[::2].reshape(shape)
+    yield "reversed", base[:n].reshape(shape)[::-1, ...]
+    if len(shape) > 1:
+        yield "transposed", base[:n].reshape(shape[::-1]).T
+    yield "broadcast", np.broadcast_to(base[5:6].reshape((1,) * len(shape)), shape)
+
+
+@pytest.mark.parametrize("shape", AWKWARD_SHAPES)
+@pytest.mark.parametrize("op", FULL_OPS)
+def test_full_reductions_of_awkward_lengths_are_two_kernels_and_exact(shape, op, threads):
+    """No fitting divisor: the rows left over join the final reduction (no third kernel)."""
+    for view, base in _awkward_views(shape):
+        for dtype in (np.int32, np.uint8, np.bool_, np.float64):
+            if op == "mean" and dtype == np.bool_:
+                continue
+            x = base.astype(dtype)
+            if op == "prod" and dtype != np.bool_:      # a few 2s and -1s among 1s: exact
+                at = np.arange(x.size).reshape(x.shape)
+                minus = -1 if dtype != np.uint8 else 1
+                x = np.select([at % 65_521 == 7, at % 9_973 == 8], [2, minus], 1).astype(dtype)
+            f = jc.jit(_full(op))
+            assert len(f.kernels(x)) <= 2, (view, dtype, [k.name for k in f.kernels(x)])
+            threads(1)
+            got = f(x)
+            threads(2)
+            np.testing.assert_array_equal(f(x), got)
+            want = _full(op)(x)
+            assert np.asarray(got).dtype == jit_dtype(np.asarray(want).dtype)
+            if np.asarray(want).dtype.kind in "iub" or op in ("max", "min"):
+                assert got == want, (view, dtype, got, want)
+            else:
+                np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+@pytest.mark.parametrize("shape", AWKWARD_SHAPES[:-1])
+@pytest.mark.parametrize("op", ["sum", "mean"])
+def test_float32_full_sums_of_awkward_lengths_are_accurate(shape, op, threads):
+    x = np.random.default_rng(6).random(shape, dtype=np.float32) + np.float32(0.1)
+    _check_accuracy(_full(op), (x,), lambda a: _full(op)(a), threads)
+    _check_accuracy(_full(op), (np.full(shape, 0.1, np.float32),),
+                    lambda a: _full(op)(a), threads)
 
 
 def test_full_sum_of_a_huge_broadcast_view_uses_no_memory():
