@@ -4,8 +4,8 @@ they accumulate in two levels and in parallel.
 
 A reduction to a single element (over all axes, or over the axes longer than 1) has no
 parallel loop: one thread would do all of it. It is
-rewritten as partial reductions over a fixed number of blocks of its longest axis (the
-number depends on the shape alone), then the reduction of those few partials:
+rewritten as partial reductions over a fixed number of blocks of its outermost axis of
+MIN_BLOCKS or more elements (the number depends on the shape alone), then the reduction of those few partials:
     sum(x[R, C...])  ->  sum(sum(x.reshape(nb, R // nb, C...), axis=(1, ...)))
 nb is the largest divisor of R up to MAX_BLOCKS, so the partials take at most a few KB and
 the whole reduction is two kernels. When R has no divisor between MIN_BLOCKS and MAX_BLOCKS
@@ -83,12 +83,21 @@ def _reduce_all(op: Op, x: Node) -> Node:
 _IDENTITY = {Op.SUM: 0, Op.PROD: 1}
 
 
+def _block_axis(shape: tuple) -> int:
+    """The axis a full reduction is cut along: the outermost one with MIN_BLOCKS or more
+    elements (else the longest). Any axis would do (the order of a full reduction is ours to
+    choose), but an inner one leaves each partial to add the outer rows one after another
+    in its vector lanes: (101, 103, 107) cut along its last axis summed 10,403 rows per lane
+    (float32 error 1e-4); cut along the first, each partial is whole rows, added pairwise."""
+    long_enough = [k for k, d in enumerate(shape) if d >= MIN_BLOCKS]
+    return long_enough[0] if long_enough else shape.index(max(shape))
+
+
 def _split_full(node: Node):
-    """A reduction to one element of a large input -> partials over fixed blocks of its
-    longest axis (any axis will do: the order of a full reduction is ours to choose, and
-    the longest gives the most blocks and the longest runs inside each)."""
+    """A reduction to one element of a large input -> partials over fixed blocks of one
+    axis (_block_axis), then the reduction of those partials."""
     src = node.src[0]
-    axis = src.shape.index(max(src.shape))
+    axis = _block_axis(src.shape)
     rows = src.shape[axis]
     nb = block_count(rows)
     q = rows // nb

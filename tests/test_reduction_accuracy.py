@@ -254,7 +254,7 @@ def test_full_reductions_of_awkward_lengths_are_two_kernels_and_exact(shape, op,
                 np.testing.assert_allclose(got, want, rtol=1e-12)
 
 
-@pytest.mark.parametrize("shape", AWKWARD_SHAPES[:-1])
+@pytest.mark.parametrize("shape", AWKWARD_SHAPES + [(20, 1_000_000), (17, 3, 100_000)])
 @pytest.mark.parametrize("op", ["sum", "mean"])
 def test_float32_full_sums_of_awkward_lengths_are_accurate(shape, op, threads):
     x = np.random.default_rng(6).random(shape, dtype=np.float32) + np.float32(0.1)
