@@ -24,7 +24,7 @@ def run_pipeline(graph: Graph, vector_bits: int, input_strides: dict | None = No
     graph = verify(graph)
     graph = verify(decompose(graph))
     graph = verify(simplify(graph))
-    graph = verify(split_reductions(graph))
+    graph = verify(split_reductions(graph, input_strides))
     lowered = lower(graph, input_strides)
     for kernel in lowered.kernels:
         check(kernel, vector_bits, masked_tails)

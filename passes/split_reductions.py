@@ -9,9 +9,10 @@ MIN_BLOCKS or more elements (the number depends on the shape alone), then the re
     sum(x[R, C...])  ->  sum(sum(x.reshape(nb, R // nb, C...), axis=(1, ...)))
 nb is the largest divisor of R up to MAX_BLOCKS, so the partials take at most a few KB and
 the whole reduction is two kernels. When R has no divisor between MIN_BLOCKS and MAX_BLOCKS
-(a prime, say), MAX_BLOCKS blocks take the first rows; when the input is a single row, the final
-reduction also takes the r < nb elements left over (still two kernels), otherwise those rows are
-reduced on their own (a third and fourth kernel). Views stay views: a broadcast or
+(a prime, say), MAX_BLOCKS blocks take the first rows; when the input is a single row (or
+elementwise ops of C-contiguous inputs, cut as one row), the final reduction also takes the
+r < nb elements left over (still two kernels); otherwise (views that would index through
+div/mod if flattened) those rows are reduced on their own (a third and fourth kernel). Views stay views: a broadcast or
 transposed input is read in place. A mean's division by n moves onto the partials, into the
 final reduction's kernel.
 
@@ -30,7 +31,8 @@ import numpy as np
 
 from ir import build as b
 from ir.graph import Node
-from ir.ops import REDUCE_COMBINE, Op
+from ir.ops import ELEMENTWISE, REDUCE_COMBINE, Op
+from ir.shapes import contiguous_strides
 
 from .rewrite import rewrite
 
@@ -83,23 +85,74 @@ def _reduce_all(op: Op, x: Node) -> Node:
 _IDENTITY = {Op.SUM: 0, Op.PROD: 1}
 
 
-def _block_axis(shape: tuple) -> int:
-    """The axis a full reduction is cut along: the outermost one with MIN_BLOCKS or more
-    elements (else the longest). Any axis would do (the order of a full reduction is ours to
-    choose), but an inner one leaves each partial to add the outer rows one after another
-    in its vector lanes: (101, 103, 107) cut along its last axis summed 10,403 rows per lane
-    (float32 error 1e-4); cut along the first, each partial is whole rows, added pairwise."""
-    long_enough = [k for k, d in enumerate(shape) if d >= MIN_BLOCKS]
+def _input_strides(node: Node, strides: dict):
+    """The strides (elements) node is read with when it is an input, a permuted input or
+    elementwise ops of such of its own shape (the first one found); else None."""
+    if node.op == Op.INPUT:
+        return tuple(strides.get(node.arg) or contiguous_strides(node.shape))
+    if node.op == Op.PERMUTE:
+        inner = _input_strides(node.src[0], strides)
+        return None if inner is None else tuple(inner[k] for k in node.arg)
+    if node.op in ELEMENTWISE:
+        for src in node.src:
+            if src.shape == node.shape:
+                found = _input_strides(src, strides)
+                if found is not None:
+                    return found
+    return None
+
+
+def _block_axis(src: Node, strides: dict) -> int:
+    """The axis a full reduction is cut along: the outermost one in memory (by its input's
+    strides; C order when unknown or broadcast) with MIN_BLOCKS or more elements (else the
+    longest). Any axis would do (the order of a full reduction is ours to choose), but an inner one leaves
+    each partial to add the outer rows one after another in its vector lanes ((101, 103, 107)
+    cut along its last axis summed 10,403 rows per lane: float32 error 1e-4), and cutting a
+    transposed input along its unit-stride axis leaves the partials short vectors."""
+    shape, found = src.shape, _input_strides(src, strides)
+    # broadcast inputs (a stride of 0) keep C order: their partials then reduce whole rows
+    broadcast = found is not None and any(st == 0 and d > 1 for st, d in zip(found, shape))
+    order = range(len(shape)) if found is None or broadcast else \
+        sorted(range(len(shape)), key=lambda k: -abs(found[k]))
+    long_enough = [k for k in order if shape[k] >= MIN_BLOCKS]
     return long_enough[0] if long_enough else shape.index(max(shape))
 
 
-def _split_full(node: Node):
+def _flattens_in_place(node: Node, strides: dict) -> bool:
+    """Whether node, reshaped to one row, is still read with unit strides: elementwise ops
+    of C-contiguous inputs of its own shape and of scalar constants."""
+    if node.op == Op.INPUT:
+        given = strides.get(node.arg) or contiguous_strides(node.shape)
+        return all(st == c for d, st, c in zip(node.shape, given, contiguous_strides(node.shape))
+                   if d > 1)
+    if _is_scalar(node):
+        return True
+    if node.op in ELEMENTWISE:
+        return all(s.shape == node.shape or _is_scalar(s) for s in node.src) \
+            and all(_flattens_in_place(s, strides) for s in node.src)
+    return False
+
+
+def _is_scalar(node: Node) -> bool:
+    """A one-element constant, possibly reshaped or broadcast (read at offset 0)."""
+    while node.op in (Op.RESHAPE, Op.EXPAND) and math.prod(node.src[0].shape) == 1:
+        node = node.src[0]
+    return node.op == Op.CONST and math.prod(node.shape) == 1
+
+
+def _split_full(node: Node, strides: dict):
     """A reduction to one element of a large input -> partials over fixed blocks of one
     axis (_block_axis), then the reduction of those partials."""
     src = node.src[0]
-    axis = _block_axis(src.shape)
+    axis = _block_axis(src, strides)
     rows = src.shape[axis]
     nb = block_count(rows)
+    if rows % nb and src.ndim > 1 and _flattens_in_place(src, strides):
+        # rows left over: a contiguous input is cut as one row instead, whose leftover
+        # elements the final reduction takes in (two kernels, not four)
+        src = b.reshape(src, (math.prod(src.shape),))
+        axis, rows = 0, src.shape[0]
+        nb = block_count(rows)
     q = rows // nb
     main = src if nb * q == rows else _along(src, axis, 0, nb * q)
     blocks = b.reshape(main, src.shape[:axis] + (nb, q) + src.shape[axis + 1:])
@@ -156,7 +209,7 @@ def _divided_partials(node: Node):
     return b.reshape(_reduce_all(Op.SUM, scaled), node.shape)
 
 
-def _split(node: Node):
+def _split(node: Node, strides: dict):
     if node.op == Op.DIV and math.prod(node.shape) == 1:
         return _divided_partials(node)
     if node.op not in REDUCE_COMBINE:
@@ -168,8 +221,11 @@ def _split(node: Node):
         return _split_long_axis(node)
     if not full or math.prod(src.shape) < SPLIT_MIN:
         return None     # (the partials of a split are never full; their final is small)
-    return _split_full(node)
+    return _split_full(node, strides)
 
 
-def split_reductions(graph):
-    return rewrite(graph, _split)
+def split_reductions(graph, input_strides: dict | None = None):
+    """`input_strides` (input name -> strides in elements) lets a contiguous input with an
+    awkward length be cut as one row."""
+    strides = input_strides or {}
+    return rewrite(graph, lambda node: _split(node, strides))

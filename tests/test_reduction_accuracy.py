@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import jitcore as jc
-from helpers import EPS, F32, jit_dtype
+from helpers import EPS, F32, assert_same, jit_dtype
 
 U = EPS[F32]         # float32 unit roundoff, 2**-24
 
@@ -295,3 +295,42 @@ def test_full_reductions_do_not_depend_on_the_thread_count(threads):
             one = f(x)
             threads(2)
             np.testing.assert_array_equal(f(x), one)
+
+
+# Several rows whose cut axis has no divisor between 16 and 256 (65,537 and 1,009 are prime).
+AWKWARD_ROWS = [(65_537, 3), (1_009, 67, 3), (3, 65_537)]
+
+
+@pytest.mark.parametrize("shape", AWKWARD_ROWS)
+@pytest.mark.parametrize("op", FULL_OPS)
+def test_contiguous_inputs_of_awkward_lengths_are_cut_as_one_row(shape, op, threads):
+    """A C-contiguous input (or elementwise ops of such and scalars) is cut as one row, so its
+    leftover elements join the final reduction: two kernels; views that would index through
+    div/mod once flattened keep their rows (and a third and fourth kernel)."""
+    x = (np.arange(math.prod(shape)) % 7 - 3).reshape(shape).astype(np.int32)
+    for fn in (_full(op), lambda a, op=op: _full(op)(a * a + 1)):
+        f = jc.jit(fn)
+        assert len(f.kernels(x)) <= 2, [k.name for k in f.kernels(x)]
+        threads(1)
+        got = f(x)
+        threads(2)
+        assert_same(f(x), got)
+        want = np.asarray(fn(x))
+        assert got.dtype == jit_dtype(want.dtype), (got.dtype, want.dtype)
+        if op == "mean":                                 # float64: the order may differ
+            np.testing.assert_allclose(got, want, rtol=1e-12)
+        else:
+            assert got == want, (got, want)
+    assert len(jc.jit(_full(op)).kernels(x.T)) <= 4
+
+
+@pytest.mark.parametrize("shape", [(100_000, 20), (1_000, 1_000), (5, 40_000)])
+def test_transposed_inputs_are_cut_along_their_outermost_axis_in_memory(shape, threads):
+    """x.T of a C array is cut along its largest stride: each partial reads whole rows
+    of memory in vectors (cut along the unit-stride axis, (1000, 1000).T summed 4 columns
+    per vector and (100000, 20).T had 200x numpy's float32 error)."""
+    x = np.random.default_rng(9).random(shape, dtype=np.float32).T
+    _check_accuracy(lambda a: a.sum(), (x,), lambda a: a.sum(), threads)
+    first = jc.jit(lambda a: a.sum()).kernels(x)[0]
+    assert first.vectorized and "(reduce, vector)" in first.loop_nest
+    assert not first.loop_nest.endswith(" 0..4 (reduce, vector)"), first.loop_nest
