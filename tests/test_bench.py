@@ -67,7 +67,11 @@ def test_markdown_tables_have_both_columns(tiny_suite):
     text = markdown.tables(data)
     assert "| workload | jitcore | numpy |" in text and "natural use / compute only" in text
     chain = next(line for line in text.splitlines() if line.startswith("| chain | "))
-    assert chain.count(" / ") == 3 and "(1.00x) / " in chain      # numpy: 1.00x in both
+    cells = [c.strip() for c in chain.strip("|").split("|")][1:]
+    jit, numpy = cells[0], cells[1]
+    assert " / " in jit and numpy.count("(1.00x)") == 2            # numpy: 1.00x in both
+    # every other system has both columns, or says it is missing / not applicable
+    assert all(" / " in c or c in ("missing", "n/a") for c in cells[2:]), cells
     assert "first call, cold / warm cache" in text
 
 
@@ -75,6 +79,8 @@ def test_children_are_pinned_and_interop_bounded(tiny_suite):
     data, _ = tiny_suite
     allowed = sorted(os.sched_getaffinity(0))
     for run in data["runs"]:
+        if all(c.get("status") == "missing" for c in run["results"].values()):
+            continue                    # a peer that is not installed starts no child
         want = allowed[:run["threads"]]
         assert run["cores"] == want and run["affinity"] == want, run
     one = next(r for r in data["runs"] if r["system"] == "jitcore" and r["threads"] == 1)
