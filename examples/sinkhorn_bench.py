@@ -6,7 +6,8 @@
 The programs are jitcore/bench/sinkhorn.py's (a step is one row or column normalisation).
 Per program and step count it prints the graph's primitive ops in all kernels, the number of
 kernels, the most ops in one kernel, the compile time (disk cache off), the median call
-times of jitcore and numpy, their ratio (< 1: jitcore is faster) and jitcore's largest
+times of jitcore and of numpy written as a numpy user would (sinkhorn.NUMPY_PEERS: in place,
+matrix-vector products through BLAS), their ratio (< 1: jitcore is faster) and jitcore's largest
 error relative to a float64 numpy run. Timings alternate jitcore and numpy in `--rounds`
 rounds of `median_time` and report the medians, so a load change on a shared machine hits
 both. Goal (issue 12): ratio <= 1 at every step count, ops per kernel bounded, compile time
@@ -35,12 +36,13 @@ def bench(program: str, steps: int, args: tuple, repeat: int, rounds: int) -> di
     t0 = time.perf_counter()
     kernels = jf.kernels(*args)
     compile_s = time.perf_counter() - t0
+    peer = sinkhorn.NUMPY_PEERS[program](steps)
     ref = fn(*(a.astype(np.float64) for a in args))
     err = float(np.max(np.abs(jf(*args) - ref)) / np.max(np.abs(ref)))
     t_jc, t_np = [], []
     for _ in range(rounds):
         t_jc.append(median_time(lambda: jf(*args), repeat=repeat))
-        t_np.append(median_time(lambda: fn(*args), repeat=repeat))
+        t_np.append(median_time(lambda: peer(*args), repeat=repeat))
     ms_jc, ms_np = 1e3 * float(np.median(t_jc)), 1e3 * float(np.median(t_np))
     return {"ops": sum(len(k.ops) for k in kernels), "kernels": len(kernels),
             "max_ops": max(len(k.ops) for k in kernels), "compile_s": compile_s,

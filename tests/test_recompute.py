@@ -204,3 +204,12 @@ def test_temps_of_a_forked_task_are_never_shared():
     want = (np.maximum(x64 @ wy64, 0).sum(axis=1, keepdims=True) + 1.0
             + np.tanh(x64 @ wz64).sum(axis=1, keepdims=True) * 2.0)
     assert_close(got, want, np.float32, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("program", sorted(sinkhorn.NUMPY_PEERS))
+def test_the_numpy_peers_compute_the_same_plan(program):
+    """The benchmark's numpy peers (in place, BLAS products) are the same algorithm."""
+    args = sinkhorn.inputs(40, 33, dtype=np.float64)[program]
+    for steps in (1, 2, 7):
+        np.testing.assert_allclose(sinkhorn.NUMPY_PEERS[program](steps)(*args),
+                                   sinkhorn.PROGRAMS[program](steps)(*args), rtol=1e-12)

@@ -59,6 +59,36 @@ def scaling_matmul(steps: int, eps: float = EPS):
 PROGRAMS = {"normalize": normalize, "scaling": scaling, "scaling_matmul": scaling_matmul}
 
 
+def numpy_normalize(steps: int, eps: float = EPS):
+    """normalize as a numpy user writes it: one array rescaled in place."""
+    def sinkhorn_normalize_np(C):
+        K = np.exp(-C / eps)
+        for i in range(steps):
+            K /= K.sum(axis=1 - i % 2, keepdims=True)
+        return K
+    return sinkhorn_normalize_np
+
+
+def numpy_scaling(steps: int, eps: float = EPS):
+    """The scaling form as a numpy user writes it: matrix-vector products through BLAS."""
+    def sinkhorn_scaling_np(C, a, b):
+        K = np.exp(-C / eps)
+        u = a / K.sum(axis=1)
+        v = None
+        for i in range(1, steps):
+            if i % 2:
+                v = b / (u @ K)
+            else:
+                u = a / (K @ v)
+        return u[:, None] * K if v is None else u[:, None] * K * v[None, :]
+    return sinkhorn_scaling_np
+
+
+# The peer each program is timed against: the competent numpy version of the same algorithm.
+NUMPY_PEERS = {"normalize": numpy_normalize, "scaling": numpy_scaling,
+               "scaling_matmul": numpy_scaling}
+
+
 def inputs(n: int, m: int | None = None, dtype=np.float32, seed: int = 0) -> dict:
     """Arguments per program: a random cost matrix in [0, 1) of shape (n, m) and uniform
     marginals."""
