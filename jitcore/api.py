@@ -130,8 +130,10 @@ class JitFunction:
         if result is MISMATCH:
             # another signature: find its plan by one lookup, and keep looking up first
             # while signatures keep changing (a failed native call costs more than that)
-            self._fast, self._fast_out = self._lookup
-            result = self._fast(args) if out is None else self._fast_out(args, out)
+            lookup = self._lookup
+            if self._fast is not lookup[0]:      # (not when the lookup just missed)
+                self._fast, self._fast_out = lookup
+                result = lookup[0](args) if out is None else lookup[1](args, out)
             if result is MISMATCH:
                 result = self._call_slow(args, out)
         return result

@@ -66,8 +66,8 @@ def _features(keys: list) -> list:
     def distinct(features):
         return len({tuple(_project(k, f) for f in features) for k in keys})
     while distinct(chosen) < len(keys):
-        chosen.append(max(candidates, key=lambda c: (distinct(chosen + [c]),
-                                                     -candidates.index(c))))
+        # max keeps the first of equal candidates: the cheapest, by _ATTRS order
+        chosen.append(max(candidates, key=lambda c: distinct(chosen + [c])))
     return chosen
 
 
