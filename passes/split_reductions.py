@@ -122,9 +122,8 @@ def _flattens_in_place(node: Node, strides: dict) -> bool:
     """Whether node, reshaped to one row, is still read with unit strides: elementwise ops
     of C-contiguous inputs of its own shape and of scalar constants."""
     if node.op == Op.INPUT:
-        given = strides.get(node.arg) or contiguous_strides(node.shape)
-        return all(st == c for d, st, c in zip(node.shape, given, contiguous_strides(node.shape))
-                   if d > 1)
+        given, c_order = _input_strides(node, strides), contiguous_strides(node.shape)
+        return all(st == c for d, st, c in zip(node.shape, given, c_order) if d > 1)
     if _is_scalar(node):
         return True
     if node.op in ELEMENTWISE:
