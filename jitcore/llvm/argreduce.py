@@ -138,12 +138,9 @@ class ArgReduce:
         """The lanes of one (values, indices) pair merged by halves down to scalars."""
         b, n = self.b, u.lanes_of(pair[0])
         while n > 1:
-            half = n // 2
-            lo = ir.Constant(ir.VectorType(u.I32, half), [u.I32(i) for i in range(half)])
-            hi = ir.Constant(ir.VectorType(u.I32, half), [u.I32(i + half) for i in range(half)])
-            pair = self.pick(*[tuple(b.shuffle_vector(x, x, sel) for x in pair)
-                               for sel in (lo, hi)])
-            n = half
+            (v_lo, v_hi), (i_lo, i_hi) = (u.halves(b, x) for x in pair)
+            pair = self.pick((v_lo, i_lo), (v_hi, i_hi))
+            n //= 2
         return tuple(b.extract_element(x, u.I32(0)) for x in pair)
 
     def vertical(self, width: int, first: bool):

@@ -495,15 +495,7 @@ class KernelEmitter:
 
     def horizontal(self, vec):
         """Tree-combine the lanes of a vector (fixed order: deterministic results)."""
-        n = u.lanes_of(vec)
-        while n > 1:
-            half = n // 2
-            lo = self.b.shuffle_vector(vec, vec, ir.Constant(ir.VectorType(u.I32, half),
-                                                             [u.I32(i) for i in range(half)]))
-            hi = self.b.shuffle_vector(vec, vec, ir.Constant(ir.VectorType(u.I32, half),
-                                                             [u.I32(i + half) for i in range(half)]))
-            vec, n = self._combine(lo, hi), half
-        return self.b.extract_element(vec, u.I32(0))
+        return u.reduce_lanes(self.b, vec, self._combine)
 
 
 class _PairwiseAccumulators:

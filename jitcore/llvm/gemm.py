@@ -204,12 +204,12 @@ class GemmEmitter:
                 flat = b.sdiv(flat, u.I64(v.extent))
             j, group = b.sdiv(rem, u.I64(p.m_groups)), b.srem(rem, u.I64(p.m_groups))
             n0 = b.mul(j, u.I64(p.nc))
-            ncols = _min(b, u.I64(p.nc), b.sub(u.I64(g.n.extent), n0))
+            ncols = u.imin(b, u.I64(p.nc), b.sub(u.I64(g.n.extent), n0))
             m_lo = b.mul(group, u.I64(p.group_rows))
-            m_hi = _min(b, b.add(m_lo, u.I64(p.group_rows)), u.I64(g.m.extent))
+            m_hi = u.imin(b, b.add(m_lo, u.I64(p.group_rows)), u.I64(g.m.extent))
             with u.for_range(b, u.I64(0), u.I64(p.k_blocks), 1, name="pcb") as pci:
                 pc = b.mul(pci, u.I64(p.kc))
-                kc = _min(b, u.I64(p.kc), b.sub(u.I64(g.k.extent), pc))
+                kc = u.imin(b, u.I64(p.kc), b.sub(u.I64(g.k.extent), pc))
                 npanels = b.sdiv(b.add(ncols, u.I64(p.nr - 1)), u.I64(p.nr))
                 panels = self.packed_block(pci, j, pc, kc, n0, ncols, npanels)
                 last = b.icmp_signed("==", pci, u.I64(p.k_blocks - 1))
@@ -278,7 +278,7 @@ class GemmEmitter:
         vec = u.const(self.vty, 0)
         for c in range(self.p.lanes):
             valid = b.icmp_signed(">", count, u.I64(c))
-            ke.env[g.n] = _min(b, b.add(col, u.I64(c)), u.I64(max(g.n.extent - 1, 0)))
+            ke.env[g.n] = u.imin(b, b.add(col, u.I64(c)), u.I64(max(g.n.extent - 1, 0)))
             x = b.load(b.gep(ke.base_ptr(g.b.buffer), [ke.index(g.b.offset)]))
             vec = b.insert_element(vec, b.select(valid, x, u.const(self.elem, 0)), u.I32(c))
         return vec
@@ -287,13 +287,13 @@ class GemmEmitter:
     def row_blocks(self, panels, pc, kc, n0, ncols, npanels, m_lo, m_hi, first, last):
         b, p = self.b, self.p
         with u.for_range(b, m_lo, m_hi, p.mc, "ic", partial=True) as ic:
-            ic_end = _min(b, b.add(ic, u.I64(p.mc)), m_hi)
+            ic_end = u.imin(b, b.add(ic, u.I64(p.mc)), m_hi)
             with u.for_range(b, u.I64(0), npanels, 1, name="jr") as jp:
                 col0 = b.add(n0, b.mul(jp, u.I64(p.nr)))
-                ncol = _min(b, u.I64(p.nr), b.sub(b.add(n0, ncols), col0))
+                ncol = u.imin(b, u.I64(p.nr), b.sub(b.add(n0, ncols), col0))
                 panel = b.gep(panels, [b.mul(jp, u.I64(p.kc * p.nr))])
                 with u.for_range(b, ic, ic_end, p.mr, "ir", partial=True) as row0:
-                    nrow = _min(b, u.I64(p.mr), b.sub(ic_end, row0))
+                    nrow = u.imin(b, u.I64(p.mr), b.sub(ic_end, row0))
                     self.micro(panel, pc, kc, row0)
                     self.update(row0, nrow, col0, ncol, first, last)
 
@@ -308,7 +308,7 @@ class GemmEmitter:
         a_rows, a_base = [], ke.base_ptr(g.a.buffer)
         last_row = u.I64(max(g.m.extent - 1, 0))
         for r in range(p.mr):           # rows past the edge read the last row, unused
-            ke.env[g.m] = _min(b, b.add(row0, u.I64(r)), last_row)
+            ke.env[g.m] = u.imin(b, b.add(row0, u.I64(r)), last_row)
             a_rows.append(b.gep(a_base, [ke.index(g.a.offset)]))
         step = g.a.offset.coeff(g.k)        # None: A's index is not linear in k
         vptr = self.vty.as_pointer()
@@ -329,7 +329,7 @@ class GemmEmitter:
     def a_element(self, row0, r, k):
         """A[row0 + r, k] through the general index (A's offset is not linear in k)."""
         b, g, ke = self.b, self.g, self.ke
-        ke.env[g.m] = _min(b, b.add(row0, u.I64(r)), u.I64(max(g.m.extent - 1, 0)))
+        ke.env[g.m] = u.imin(b, b.add(row0, u.I64(r)), u.I64(max(g.m.extent - 1, 0)))
         ke.env[g.k] = k
         return b.load(b.gep(ke.base_ptr(g.a.buffer), [ke.index(g.a.offset)]))
 
@@ -390,11 +390,7 @@ class GemmEmitter:
             count, lambda: self.ke.store(st.buffer, st.offset, value, self.p.lanes))
 
 
-def _min(b, x, y):
-    return b.select(b.icmp_signed("<", x, y), x, y)
-
-
 def _clamp(b, x, hi: int):
     """min(max(x, 0), hi) for i64 x."""
     zero = u.I64(0)
-    return _min(b, b.select(b.icmp_signed(">", x, zero), x, zero), u.I64(hi))
+    return u.imin(b, b.select(b.icmp_signed(">", x, zero), x, zero), u.I64(hi))

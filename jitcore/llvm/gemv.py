@@ -113,7 +113,7 @@ class GemvEmitter:
                 ke.env[v] = b.srem(flat, u.I64(v.extent))
                 flat = b.sdiv(flat, u.I64(v.extent))
             lo = b.mul(blk, u.I64(p.block))
-            count = _min(b, u.I64(p.block), b.sub(u.I64(self.i.extent), lo))
+            count = u.imin(b, u.I64(p.block), b.sub(u.I64(self.i.extent), lo))
             if p.layout == "rows":
                 self.rows_item(lo, count)
             else:
@@ -142,7 +142,7 @@ class GemvEmitter:
         for c in range(p.lanes):       # element by element; past `count`, the last element
             kc = b.add(k0, u.I64(c))
             if count is not None:
-                kc = _min(b, kc, last)
+                kc = u.imin(b, kc, last)
             x = b.load(self.pointer(load, kc))
             if count is not None:
                 x = b.select(b.icmp_signed(">", count, u.I64(c)), x, u.const(self.elem, 0))
@@ -153,7 +153,7 @@ class GemvEmitter:
     def rows_item(self, lo, count):
         """Outputs lo .. lo+count (count <= lanes): GROUP rows at a time, then single rows;
         the sums go to a stack vector, finished by the epilogue as one vector."""
-        b, p = self.b, self.p
+        b = self.b
         tile = u.alloca_once(b, self.vty, name="sums")
         tile.align = 64
         b.store(u.const(self.vty, 0), tile)
@@ -202,7 +202,7 @@ class GemvEmitter:
             while len(vecs) > 1:                     # fixed tree: deterministic
                 vecs = [b.fadd(x, y) for x, y in zip(vecs[::2], vecs[1::2])] + \
                     vecs[len(vecs) // 2 * 2:]
-            totals.append(_horizontal_sum(b, vecs[0]))
+            totals.append(u.reduce_lanes(b, vecs[0], b.fadd))
         return totals
 
     # -- columns: axpy ----------------------------------------------------------------------------
@@ -258,7 +258,7 @@ class GemvEmitter:
             rows_pass(k0, 1)
         with u.for_range(b, u.I64(0), nvec, 1, name="out") as v:
             self.ke.env[self.i] = b.add(lo, b.mul(v, u.I64(lanes)))
-            valid = _min(b, u.I64(lanes), b.sub(count, b.mul(v, u.I64(lanes))))
+            valid = u.imin(b, u.I64(lanes), b.sub(count, b.mul(v, u.I64(lanes))))
             self.finish(b.load(b.gep(ys, [v]), align=64), valid)
 
     # -- the epilogue ------------------------------------------------------------------------
@@ -271,20 +271,3 @@ class GemvEmitter:
                 self.epilogue.emit(total, None)
             with otherwise:
                 self.epilogue.emit(total, count)
-
-
-def _horizontal_sum(b, vec):
-    """The lanes of vec added in a fixed tree (halves first)."""
-    n = vec.type.count
-    while n > 1:
-        half = n // 2
-        lo = b.shuffle_vector(vec, vec, ir.Constant(ir.VectorType(u.I32, half),
-                                                    [u.I32(c) for c in range(half)]))
-        hi = b.shuffle_vector(vec, vec, ir.Constant(ir.VectorType(u.I32, half),
-                                                    [u.I32(c + half) for c in range(half)]))
-        vec, n = b.fadd(lo, hi), half
-    return b.extract_element(vec, u.I32(0))
-
-
-def _min(b, x, y):
-    return b.select(b.icmp_signed("<", x, y), x, y)

@@ -77,6 +77,28 @@ def intrinsic(builder: ir.IRBuilder, name: str, args: list, ret_type=None):
     return builder.call(declare_intrinsic(builder.module, name, [ty], fnty), args)
 
 
+def imin(builder: ir.IRBuilder, x, y):
+    """The smaller of two signed integers."""
+    return builder.select(builder.icmp_signed("<", x, y), x, y)
+
+
+def halves(builder: ir.IRBuilder, vec):
+    """(low half, high half) of a vector's lanes (an even count)."""
+    n = vec.type.count // 2
+    return tuple(builder.shuffle_vector(vec, vec, ir.Constant(ir.VectorType(I32, n),
+                                                              [I32(i + at) for i in range(n)]))
+                 for at in (0, n))
+
+
+def reduce_lanes(builder: ir.IRBuilder, vec, combine):
+    """combine(a, b) over the lanes of a vector (a power of two of them) in a fixed tree,
+    halves first (deterministic results); the result is a scalar."""
+    n = vec.type.count
+    while n > 1:
+        vec, n = combine(*halves(builder, vec)), n // 2
+    return builder.extract_element(vec, I32(0))
+
+
 def alloca_once(builder: ir.IRBuilder, ty: ir.Type, name: str = ""):
     """An alloca in the entry block, so mem2reg can promote it whatever block we are in."""
     entry = builder.function.entry_basic_block

@@ -41,26 +41,12 @@ class PairwiseSum:
         (the set low bits of the count), then store it at that level."""
         b = self.b
         count = b.load(self.count)
-        level = u.alloca_once(b, u.I64, name=f"{self.name}.l")
         carry = u.alloca_once(b, self.ty, name=f"{self.name}.v")
-        bits = u.alloca_once(b, u.I64, name=f"{self.name}.bits")
-        b.store(u.I64(0), level)
         b.store(value, carry)
-        b.store(count, bits)
-        cond = b.append_basic_block(f"{self.name}.carry")
-        body = b.append_basic_block(f"{self.name}.merge")
-        done = b.append_basic_block(f"{self.name}.store")
-        b.branch(cond)
-        b.position_at_end(cond)
-        c = b.load(bits)
-        b.cbranch(b.icmp_unsigned("!=", b.and_(c, u.I64(1)), u.I64(0)), body, done)
-        b.position_at_end(body)
-        lv = b.load(level)
-        b.store(self.combine(b.load(self._slot(lv)), b.load(carry)), carry)
-        b.store(b.add(lv, u.I64(1)), level)
-        b.store(b.lshr(c, u.I64(1)), bits)
-        b.branch(cond)
-        b.position_at_end(done)
+
+        def merge(lv, bits):
+            b.store(self.combine(b.load(self._slot(lv)), b.load(carry)), carry)
+        level = self._walk_bits(count, "carry", merge, while_low_bit=True)
         b.store(b.load(carry), self._slot(b.load(level)))
         b.store(b.add(count, u.I64(1)), self.count)
 
@@ -68,24 +54,36 @@ class PairwiseSum:
         """`rest` (what was not pushed) plus every filled level, lowest level first."""
         b = self.b
         total = u.alloca_once(b, self.ty, name=f"{self.name}.total")
-        level = u.alloca_once(b, u.I64, name=f"{self.name}.fl")
-        bits = u.alloca_once(b, u.I64, name=f"{self.name}.fbits")
         b.store(rest, total)
+
+        def add_level(lv, bits):
+            with b.if_then(b.icmp_unsigned("!=", b.and_(bits, u.I64(1)), u.I64(0))):
+                b.store(self.combine(b.load(self._slot(lv)), b.load(total)), total)
+        self._walk_bits(b.load(self.count), "fold", add_level, while_low_bit=False)
+        return b.load(total)
+
+    def _walk_bits(self, count, name: str, body, while_low_bit: bool):
+        """body(level, bits) for level = 0, 1, ... with bits = count >> level, while the low
+        bit of bits is set (`while_low_bit`: push's carries) or while any bit is left (fold).
+        Returns the level slot: afterwards it holds the first level not walked."""
+        b = self.b
+        level = u.alloca_once(b, u.I64, name=f"{self.name}.{name}.l")
+        bits = u.alloca_once(b, u.I64, name=f"{self.name}.{name}.bits")
         b.store(u.I64(0), level)
-        b.store(b.load(self.count), bits)
-        cond = b.append_basic_block(f"{self.name}.fold")
-        body = b.append_basic_block(f"{self.name}.level")
-        done = b.append_basic_block(f"{self.name}.folded")
+        b.store(count, bits)
+        cond = b.append_basic_block(f"{self.name}.{name}")
+        loop = b.append_basic_block(f"{self.name}.{name}.body")
+        done = b.append_basic_block(f"{self.name}.{name}.end")
         b.branch(cond)
         b.position_at_end(cond)
         c = b.load(bits)
-        b.cbranch(b.icmp_unsigned("!=", c, u.I64(0)), body, done)
-        b.position_at_end(body)
+        test = b.and_(c, u.I64(1)) if while_low_bit else c
+        b.cbranch(b.icmp_unsigned("!=", test, u.I64(0)), loop, done)
+        b.position_at_end(loop)
         lv = b.load(level)
-        with b.if_then(b.icmp_unsigned("!=", b.and_(c, u.I64(1)), u.I64(0))):
-            b.store(self.combine(b.load(self._slot(lv)), b.load(total)), total)
+        body(lv, c)
         b.store(b.add(lv, u.I64(1)), level)
         b.store(b.lshr(c, u.I64(1)), bits)
         b.branch(cond)
         b.position_at_end(done)
-        return b.load(total)
+        return level
