@@ -4,12 +4,15 @@ also the bitwise family, shifts by any count, and float -> integer casts of floa
 of NaN, infinities and out-of-range values), broadcasting between
 compatible shapes (size-1, odd and empty dims), views (transpose, slicing with any step,
 reshape, expand/broadcast), reductions (random axes, keepdims; argmax/argmin and prod on
-integers), matmuls (2-D, batched with broadcast batch dims, transposed operands, 1-D) and
+integers; argmax/argmin on floats the reference computes exactly, ties included; elementwise
+chains read by two reductions), pow with constant and tensor exponents, matmuls (2-D, batched
+with broadcast batch dims, transposed operands, 1-D: A @ v, v @ A, v @ v) and
 forked tasks (a step computed by `jc.fork` and waited for at its first use). The same program
 runs through numpy (float64 for float programs, the exact integer dtypes for integer
 programs, float -> integer casts saturating as jitcore defines them: `saturating_astype`) and
-through jitcore; each float output is held to an error bound propagated along the program
-from its own inputs (`error_bounds`). A failure prints the program and jitcore's graph."""
+through jitcore (so do full reductions large enough to be split); each float output is
+held to an error bound propagated along the program from its own inputs (`error_bounds`).
+A failure prints the program and jitcore's graph."""
 from __future__ import annotations
 
 import math
@@ -32,7 +35,11 @@ MAX_SIZE = 3000
 UNARY = ["neg", "abs", "tanh", "sigmoid", "relu", "sin", "cos", "exp_neg_abs", "log1p_abs",
          "sqrt_abs1", "gelu", "silu", "scale", "shift", "leaky_where", "erf", "rsqrt_abs1",
          "recip_abs1", "pow_abs1", "gelu_tanh", "hardtanh", "relu6", "hardswish",
-         "hardsigmoid", "leaky_relu", "softmax", "log_softmax", "layer_norm"]
+         "hardsigmoid", "leaky_relu", "softmax", "log_softmax", "layer_norm", "pow2", "pow3",
+         "pow_abs1_2_5", "pow_abs1_m0_5", "pow_abs1_0_5", "pow_abs1_m2"]
+# constant exponents of pow (x ** c): integer ones on any base, half-integer ones on |v| + 1
+POW_CONST = {"pow2": 2, "pow3": 3, "pow_abs1_2_5": 2.5, "pow_abs1_m0_5": -0.5,
+             "pow_abs1_0_5": 0.5, "pow_abs1_m2": -2}
 BINARY = ["add", "sub", "mul", "maximum", "minimum", "div_safe", "where_max", "pow_tanh"]
 REDUCE = ["sum", "mean", "max", "min"]
 # integer programs: exact ops (wrap-around included), compared for equality
@@ -45,6 +52,8 @@ INT_REDUCE = ["sum", "max", "min", "prod", "argmax", "argmin"]
 BOOL_REDUCE = ["sum", "max", "min"]
 COMPARE = ["less", "less_equal", "greater", "greater_equal", "equal", "not_equal"]
 NO_IDENTITY = {"max", "min", "argmax", "argmin"}   # an empty reduced axis raises in numpy
+EXACT_KINDS = {"transpose", "slice", "reshape", "broadcast_to", "astype"}
+EXACT_OPS = {"neg", "abs", "relu", "hardtanh", "relu6", "maximum", "minimum", "where_max"}
 ROW_OPS = {"softmax", "log_softmax", "layer_norm"}  # along the last axis (not of 0-d values)
 I32, I64 = np.dtype(np.int32), np.dtype(np.int64)
 # float values of integer programs: cast to integers or bool (exact, so compared exactly)
@@ -132,6 +141,8 @@ def unary(name, v):
         return np.sqrt(np.abs(v) + 1.0)
     if name == "pow_abs1":
         return (np.abs(v) + 1.0) ** 1.5
+    if name in POW_CONST:
+        return (v if name in ("pow2", "pow3") else np.abs(v) + 1.0) ** POW_CONST[name]
     if name == "scale":
         return v * 0.75
     if name == "scale3":
@@ -340,10 +351,12 @@ def _broadcastable(*shapes_):
 
 def _matmul_shape(sa, sb, transposed):
     """The shape of sa @ sb (sb's last two axes swapped when `transposed`), or None."""
-    if len(sb) < 2 or not sa:
+    if not sa or not sb or (len(sb) < 2 and transposed):
         return None
     sb = sb[:-2] + (sb[-1], sb[-2]) if transposed else sb
-    if len(sa) == 1:
+    if len(sb) == 1:                                 # A @ v (gemv) or v @ v
+        out = sa[:-1] if sa[-1] == sb[0] else None
+    elif len(sa) == 1:
         out = sb[:-2] + sb[-1:] if sa[0] == sb[-2] else None
     else:
         batch = _broadcastable(sa[:-2], sb[:-2])
@@ -403,6 +416,9 @@ class _Builder:
         self.prog = prog
         self.floats = floats
         self.vals = zero_values(prog)
+        # values the float64 reference computes with no rounding (inputs, views, casts, and
+        # ops that pick one of their operands): argmax/argmin of them is exact, ties included
+        self.exact = set(range(len(prog.input_shapes)))
 
     @property
     def shape(self):
@@ -416,6 +432,9 @@ class _Builder:
         with quiet_numpy():
             self.vals.append(np.asarray(apply_step(step, self.vals)))
         self.prog.steps.append(step)
+        if (step[0] in EXACT_KINDS or step[0] in ("unary", "binary") and step[1] in EXACT_OPS) \
+                and set(step_inputs(step)) <= self.exact:
+            self.exact.add(len(self.vals) - 1)
 
     def numeric(self):
         """The values arithmetic draws from: floats in a float program, integers in an
@@ -460,6 +479,42 @@ def _draw_matmul(draw, b):
                if b.dtype[i].kind == "f" and b.dtype[j].kind == "f"
                and _matmul_shape(b.shape[i], b.shape[j], t) is not None]
     return ("matmul", *draw(st.sampled_from(options))) if options else None
+
+
+def _draw_gemv(draw, b):
+    """A matrix-vector product (the gemv kernel): A @ v or v @ A (A transposed or batched),
+    v a sum of A over its other axes, so that its length fits (1-D values rarely meet
+    matrices otherwise). Adds the sum and returns the product."""
+    mats = [i for i in b.numeric() if len(b.shape[i]) >= 2]
+    if not mats:
+        return None
+    i, left, t = draw(st.sampled_from(mats)), draw(st.booleans()), draw(st.booleans())
+    n = len(b.shape[i])
+    keep = n - 2 if left != t else n - 1             # the axis of A the vector runs along
+    b.add(("reduce", i, "sum", tuple(a for a in range(n) if a != keep), False))
+    v = len(b.shape) - 1
+    step = ("matmul", v, i, t) if left else ("matmul", i, v, False) if not t else None
+    if step is None or _matmul_shape(b.shape[step[1]], b.shape[step[2]], t) is None:
+        return None
+    return step
+
+
+def _draw_reductions(draw, b, ops, unary_ops):
+    """A chain of elementwise ops on the latest value, read by two reductions (keepdims),
+    whose kernels may each recompute it, combined so that both stay live. Adds the chain and
+    the reductions and returns the combination."""
+    for _ in range(draw(st.integers(1, 3))):
+        b.add(("unary", draw(st.sampled_from([o for o in unary_ops if o not in ROW_OPS])),
+               max(b.numeric())))
+    i = max(b.numeric())
+    r = []
+    for _ in range(2):
+        step = _draw_reduce(draw, b, i, ops)
+        if step is None:
+            return None
+        b.add(step[:4] + (True,))
+        r.append(len(b.shape) - 1)
+    return ("binary", draw(st.sampled_from(["add", "sub", "maximum"])), *r)
 
 
 def _draw_elementwise(draw, b, kind, unary_ops, binary_ops, scalars, scalar_ops=SCALAR_OPS):
@@ -565,8 +620,9 @@ def programs(draw, kind="float"):
     b = _Builder(Program(in_shapes, in_dtypes, seed=draw(st.integers(0, 2**31 - 1))), floats)
     scalar_ops = SCALAR_OPS if floats else SCALAR_OPS + BITWISE
     choices = ["unary", "unary", "binary", "binary", "scalar", "view", "view", "reduce",
-               "fork"] + (["matmul", "cast"] if floats else ["bool", "bool", "cast"]
-                          + ["float_cast"] * (3 if float_input else 1))
+               "reductions", "fork"] + (["matmul", "gemv", "cast", "argreduce"] if floats
+                                        else ["bool", "bool", "cast"]
+                                        + ["float_cast"] * (3 if float_input else 1))
     for _ in range(draw(st.integers(3, 12))):
         step_kind = draw(st.sampled_from(choices))
         if step_kind == "fork":                      # a unary op or matmul as a forked task
@@ -580,6 +636,13 @@ def programs(draw, kind="float"):
         elif step_kind == "cast":
             i = draw(st.sampled_from(b.numeric()))
             step = ("astype", i, draw(st.sampled_from(dtypes)))
+        elif step_kind == "reductions":
+            step = _draw_reductions(draw, b, reduce_ops, unary_ops)
+        elif step_kind == "gemv":
+            step = _draw_gemv(draw, b)
+        elif step_kind == "argreduce":               # float argmax/argmin: exact indices
+            exact = [i for i in b.exact if b.dtype[i].kind == "f"]
+            step = _draw_reduce(draw, b, draw(st.sampled_from(exact)), ["argmax", "argmin"])
         elif step_kind == "float_cast":
             step = _draw_float_cast(draw, b)
         elif step_kind in ("unary", "binary", "scalar"):
@@ -803,6 +866,41 @@ def test_random_integer_programs_match_numpy_exactly(program):
         except AssertionError as e:
             raise AssertionError(f"{e}\nprogram:\n{program}\ngraph:\n{_graph_text(f, inputs)}"
                                  ) from None
+
+
+# Full reductions of >= 65,536 elements are cut into pieces (passes/split_reductions.py); the
+# random programs above (dims up to 17) never get there. Lengths include primes.
+SPLIT_SHAPES = [(65_536,), (65_537,), (100_003,), (262_139,), (257, 509), (3, 100_003),
+                (131_071, 2), (263, 1_000)]
+
+
+@st.composite
+def split_reductions(draw):
+    """A large 1-D/2-D input, read contiguously, transposed or with a step, reduced to one
+    element (a float program of two steps, checked like the random programs)."""
+    shape = draw(st.sampled_from(SPLIT_SHAPES))
+    layout = draw(st.sampled_from(["contiguous", "transposed", "strided"]))
+    if layout == "strided":                          # every other element of the first axis
+        step = draw(st.sampled_from([2, -2]))
+        prog = Program([(2 * shape[0],) + shape[1:]], [draw(st.sampled_from([F32, F64]))])
+        prog.steps.append(("slice", 0, (slice(None, None, step),) + (slice(None),) *
+                           (len(shape) - 1)))
+    else:
+        prog = Program([shape], [draw(st.sampled_from([F32, F64]))])
+        prog.steps.append(("transpose", 0, tuple(reversed(range(len(shape))))) if layout ==
+                          "transposed" else ("reshape", 0, shape))
+    prog.steps.append(("reduce", 1, draw(st.sampled_from(REDUCE + ["argmax", "argmin"])),
+                       None, draw(st.booleans())))
+    prog.outputs = [2]
+    prog.seed = draw(st.integers(0, 2**31 - 1))
+    return prog
+
+
+@settings(max_examples=12, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(split_reductions())
+def test_random_split_full_reductions_match_numpy(program):
+    test_random_programs_match_numpy.hypothesis.inner_test(program)
 
 
 @contextmanager

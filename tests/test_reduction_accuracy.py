@@ -166,6 +166,21 @@ def _full(op):
     return lambda v: getattr(v, op)()
 
 
+def _full_on_one_and_two_threads(op, x, threads, info=()):
+    """op over all of x, jitted: at most two kernels, the same bits on one and two threads,
+    numpy's dtype (jitcore's deviations applied). Returns (jitcore's result, numpy's)."""
+    f = jc.jit(_full(op))
+    kernels = f.kernels(x)
+    assert len(kernels) <= 2, (*info, [k.name for k in kernels])
+    threads(1)
+    got = f(x)
+    threads(2)
+    np.testing.assert_array_equal(f(x), got)
+    want = _full(op)(x)
+    assert np.asarray(got).dtype == jit_dtype(np.asarray(want).dtype)
+    return got, want
+
+
 @pytest.mark.parametrize("shape", [(1_000_000, 3), (65_535, 1), (65_536, 1), (3, 1_000_000),
                                    (1000, 33, 7)])
 @pytest.mark.parametrize("op", FULL_OPS)
@@ -179,15 +194,7 @@ def test_full_reductions_are_two_kernels_and_exact_for_integers(shape, op, threa
         if op == "prod" and dtype != np.bool_:
             x = np.where(np.arange(n).reshape(shape) % 97 == 0, x.dtype.type(2),
                          x.dtype.type(1))
-        f = jc.jit(_full(op))
-        kernels = f.kernels(x)
-        assert len(kernels) <= 2, [k.name for k in kernels]
-        threads(1)
-        got = f(x)
-        threads(2)
-        np.testing.assert_array_equal(f(x), got)
-        want = _full(op)(x)
-        assert np.asarray(got).dtype == jit_dtype(np.asarray(want).dtype)
+        got, want = _full_on_one_and_two_threads(op, x, threads)
         if np.asarray(want).dtype.kind in "iub":
             assert got == want
         else:
@@ -240,14 +247,7 @@ def test_full_reductions_of_awkward_lengths_are_two_kernels_and_exact(shape, op,
                 at = np.arange(x.size).reshape(x.shape)
                 minus = -1 if dtype != np.uint8 else 1
                 x = np.select([at % 65_521 == 7, at % 9_973 == 8], [2, minus], 1).astype(dtype)
-            f = jc.jit(_full(op))
-            assert len(f.kernels(x)) <= 2, (view, dtype, [k.name for k in f.kernels(x)])
-            threads(1)
-            got = f(x)
-            threads(2)
-            np.testing.assert_array_equal(f(x), got)
-            want = _full(op)(x)
-            assert np.asarray(got).dtype == jit_dtype(np.asarray(want).dtype)
+            got, want = _full_on_one_and_two_threads(op, x, threads, (view, dtype))
             if np.asarray(want).dtype.kind in "iub" or op in ("max", "min"):
                 assert got == want, (view, dtype, got, want)
             else:
