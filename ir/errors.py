@@ -1,4 +1,4 @@
-"""The exception hierarchy. It lives in `ir` (the bottom layer) so every package can raise it;
+"""The exception hierarchy. It lives in `jitcore.ir` (the bottom layer) so every package can raise it;
 `jitcore` re-exports it as the public `jc.JitcoreError`, `jc.ShapeError`, ...
 """
 
@@ -21,3 +21,9 @@ class TraceError(JitcoreError):
 
 class CompileError(JitcoreError):
     """A graph failed verification, lowering or LLVM compilation."""
+
+
+# Tracebacks and reprs name the public path (`jitcore.ShapeError`), not this module's.
+for _error in (JitcoreError, ShapeError, DTypeError, TraceError, CompileError):
+    _error.__module__ = "jitcore"
+del _error

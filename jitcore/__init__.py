@@ -10,8 +10,9 @@
     print(f.explain(a, b, c))      # kernels, vectorization, bytes, flops, compile time
     print(f.llvm_ir(a, b, c))      # the optimized LLVM IR (f.asm for machine code)
 """
-from ir.dtypes import bool_, float32, float64, int32, int64, uint8
-from ir.errors import CompileError, DTypeError, JitcoreError, ShapeError, TraceError
+from . import source_layout  # noqa: F401 -- first: in a checkout, maps jitcore.ir/passes/runtime
+from jitcore.ir.dtypes import bool_, float32, float64, int32, int64, uint8
+from jitcore.ir.errors import CompileError, DTypeError, JitcoreError, ShapeError, TraceError
 
 from .api import Graph, JitFunction, compile, jit
 from .compiler import VERSION as __version__

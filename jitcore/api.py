@@ -8,13 +8,13 @@ import threading
 
 import numpy as np
 
-from ir import build as b
-from ir.errors import DTypeError, JitcoreError, ShapeError, TraceError
-from ir.graph import ConstArray
-from ir.graph import Graph as IRGraph
-from ir.ops import Op
-from runtime.forksafe import renew_in_child
-from runtime.settings import validate_count
+from jitcore.ir import build as b
+from jitcore.ir.errors import DTypeError, JitcoreError, ShapeError, TraceError
+from jitcore.ir.graph import ConstArray
+from jitcore.ir.graph import Graph as IRGraph
+from jitcore.ir.ops import Op
+from jitcore.runtime.forksafe import renew_in_child
+from jitcore.runtime.settings import validate_count
 
 from . import config
 from .callpath import MISMATCH, CallPlan

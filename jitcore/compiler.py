@@ -14,17 +14,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ir.graph import Graph
-from passes.legality import bytes_moved, coverage, flops
-from passes.pipeline import run_pipeline
+from jitcore.ir.graph import Graph
+from jitcore.passes.legality import bytes_moved, coverage, flops
+from jitcore.passes.pipeline import run_pipeline
 
 from . import config, diskcache
 from .llvm import engine, gemm
 from .llvm.codegen import NDARRAY_TYPE_SYMBOL, build_module
 from .llvm.target import Target
 from .lru import LRU
-from runtime import PARALLEL_FOR, TASK_SPAWN, TASK_WAIT
-from runtime.forksafe import renew_in_child
+from jitcore.runtime import PARALLEL_FOR, TASK_SPAWN, TASK_WAIT
+from jitcore.runtime.forksafe import renew_in_child
 
 VERSION = "0.1.0"
 

@@ -38,7 +38,7 @@ import zlib
 
 import llvmlite
 
-from runtime.forksafe import renew_in_child
+from jitcore.runtime.forksafe import renew_in_child
 
 MAGIC = b"JITCORE-OBJ-1\n"
 _HEADER = struct.Struct("<QQ32s")          # header json length, payload length, payload sha256

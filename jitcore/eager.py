@@ -6,7 +6,7 @@ import threading
 
 import numpy as np
 
-from runtime.forksafe import renew_in_child
+from jitcore.runtime.forksafe import renew_in_child
 
 from .lru import LRU
 

@@ -17,10 +17,10 @@ import itertools
 import sys
 import threading
 
-from ir import build as b
-from ir.errors import TraceError
-from ir.ops import Op
-from runtime.forksafe import renew_in_child
+from jitcore.ir import build as b
+from jitcore.ir.errors import TraceError
+from jitcore.ir.ops import Op
+from jitcore.runtime.forksafe import renew_in_child
 
 from .api import JitFunction
 from .parallel import pool, start_interop

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import numbers
 
-from ir import build as b
-from ir.errors import ShapeError, TraceError
-from ir.graph import Node
-from ir.ops import Op
+from jitcore.ir import build as b
+from jitcore.ir.errors import ShapeError, TraceError
+from jitcore.ir.graph import Node
+from jitcore.ir.ops import Op
 
 
 def _expand_ellipsis(index: tuple, ndim: int) -> tuple:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ir.errors import TraceError
+from jitcore.ir.errors import TraceError
 
 from . import ops
 

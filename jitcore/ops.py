@@ -10,11 +10,11 @@ import math
 
 import numpy as np
 
-from ir import build as b
-from ir import dtypes as dt
-from ir.errors import ShapeError, TraceError
-from ir.ops import COMPARE, Op
-from ir.shapes import as_shape, infer_reshape, normalize_axes, normalize_axis
+from jitcore.ir import build as b
+from jitcore.ir import dtypes as dt
+from jitcore.ir.errors import ShapeError, TraceError
+from jitcore.ir.ops import COMPARE, Op
+from jitcore.ir.shapes import as_shape, infer_reshape, normalize_axes, normalize_axis
 
 from .tracer import Tracer, node_of, wrap
 

@@ -11,8 +11,8 @@ import os
 import sys
 import threading
 
-from runtime import POOL_EXPORTS, ThreadSettings, build_pool_module
-from runtime.forksafe import renew_in_child
+from jitcore.runtime import POOL_EXPORTS, ThreadSettings, build_pool_module
+from jitcore.runtime.forksafe import renew_in_child
 
 SETTINGS = ThreadSettings()
 renew_in_child(SETTINGS, "_lock")

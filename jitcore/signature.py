@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ir import dtypes as dt
-from ir.errors import DTypeError, ShapeError
-from ir.shapes import as_shape, contiguous_strides
+from jitcore.ir import dtypes as dt
+from jitcore.ir.errors import DTypeError, ShapeError
+from jitcore.ir.shapes import as_shape, contiguous_strides
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,9 @@ import threading
 
 import numpy as np
 
-from ir import build as b
-from ir.errors import TraceError
-from ir.graph import Node
+from jitcore.ir import build as b
+from jitcore.ir.errors import TraceError
+from jitcore.ir.graph import Node
 
 
 class TraceState(threading.local):
@@ -181,7 +181,7 @@ def node_of(x, like: Node | None = None) -> Node:
     if isinstance(x, Tracer):
         return x.node
     if isinstance(x, (bool, int, float)) and not isinstance(x, np.generic):
-        from ir import dtypes as dt
+        from jitcore.ir import dtypes as dt
         d = dt.promote_with_weak(like.dtype, x) if like is not None else dt.weak_scalar_dtype(x)
         return b.const(x, d)
     if isinstance(x, (np.ndarray, np.generic, list, tuple)):

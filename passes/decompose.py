@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import math
 
-from ir import build as b
-from ir.graph import Node
-from ir.ops import Op
+from jitcore.ir import build as b
+from jitcore.ir.graph import Node
+from jitcore.ir.ops import Op
 
 from .rewrite import rewrite, table_rule
 

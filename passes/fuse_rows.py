@@ -18,7 +18,7 @@ per row are plain pointwise work and stay vector kernels).
 """
 from __future__ import annotations
 
-from ir.ops import TRANSCENDENTAL
+from jitcore.ir.ops import TRANSCENDENTAL
 
 from .kernel import MAX_FUSED_OPS, Const, Kernel, Load, Loop, Store, rebuild, walk
 from .symbolic import lin

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ir.dtypes import DType
-from ir.ops import Op
+from jitcore.ir.dtypes import DType
+from jitcore.ir.ops import Op
 
 from .symbolic import Lin, Var
 

@@ -11,7 +11,7 @@ transposes them in registers (see codegen's emit_tiled).
 """
 from __future__ import annotations
 
-from ir.ops import INDEX_REDUCE, Op
+from jitcore.ir.ops import INDEX_REDUCE, Op
 
 from .kernel import Kernel, walk
 from .symbolic import Var

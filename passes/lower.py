@@ -26,10 +26,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ir.errors import CompileError
-from ir.graph import Graph, Node
-from ir.ops import ELEMENTWISE, REDUCE, Op
-from ir.shapes import contiguous_strides, numel
+from jitcore.ir.errors import CompileError
+from jitcore.ir.graph import Graph, Node
+from jitcore.ir.ops import ELEMENTWISE, REDUCE, Op
+from jitcore.ir.shapes import contiguous_strides, numel
 
 from .kernel import (Acc, Buffer, Compute, Const, Gemm, Kernel, Load, Loop, Reduction, Store,
                      rebuild)

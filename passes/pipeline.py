@@ -1,8 +1,8 @@
 """The pass pipeline as one straight-line function of named stages, verifying between them."""
 from __future__ import annotations
 
-from ir.graph import Graph
-from ir.verifier import verify
+from jitcore.ir.graph import Graph
+from jitcore.ir.verifier import verify
 
 from .decompose import decompose
 from .fuse_outputs import fuse_outputs

@@ -20,7 +20,7 @@ are linear in the graph.
 """
 from __future__ import annotations
 
-from ir.ops import ELEMENTWISE, TRANSCENDENTAL, Op
+from jitcore.ir.ops import ELEMENTWISE, TRANSCENDENTAL, Op
 
 OP_COST = 1
 TRANSCENDENTAL_COST = 6       # vector math: a polynomial and range reduction

@@ -1,7 +1,7 @@
 """One graph-rewrite driver: rebuild nodes bottom-up, applying rule tables until nothing changes."""
 from __future__ import annotations
 
-from ir.graph import Graph, Node
+from jitcore.ir.graph import Graph, Node
 
 MAX_ROUNDS = 32
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ir import build as b
-from ir import dtypes as dt
-from ir.graph import Node
-from ir.ops import ELEMENTWISE, INDEX_REDUCE, Op
+from jitcore.ir import build as b
+from jitcore.ir import dtypes as dt
+from jitcore.ir.graph import Node
+from jitcore.ir.ops import ELEMENTWISE, INDEX_REDUCE, Op
 
 from .rewrite import rewrite
 

@@ -29,10 +29,10 @@ import math
 
 import numpy as np
 
-from ir import build as b
-from ir.graph import Node
-from ir.ops import ELEMENTWISE, REDUCE_COMBINE, Op
-from ir.shapes import contiguous_strides
+from jitcore.ir import build as b
+from jitcore.ir.graph import Node
+from jitcore.ir.ops import ELEMENTWISE, REDUCE_COMBINE, Op
+from jitcore.ir.shapes import contiguous_strides
 
 from .rewrite import rewrite
 

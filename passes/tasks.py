@@ -16,8 +16,8 @@ concurrently in this scheme: it is demoted to the main line (still correct, just
 """
 from __future__ import annotations
 
-from ir.graph import Graph
-from ir.ops import Op
+from jitcore.ir.graph import Graph
+from jitcore.ir.ops import Op
 
 
 def _reach(roots, stop) -> set:

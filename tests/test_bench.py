@@ -23,7 +23,7 @@ TIMED_FIELDS = ("median_s", "min_s", "cpu_per_wall", "minflt_per_call", "sys_s_p
 
 def run_cli(tmp_path, *args):
     out = tmp_path / "bench.json"
-    env = {**os.environ, "PYTHONPATH": REPO}
+    env = dict(os.environ)
     proc = subprocess.run([sys.executable, "-m", "jitcore", "bench", "--tiny", *args,
                            "--json", str(out)], capture_output=True, text=True, env=env,
                           timeout=600)
@@ -161,5 +161,5 @@ def test_missing_peer_is_reported(monkeypatch, capsys):
 
 def test_unknown_names_are_refused():
     proc = subprocess.run([sys.executable, "-m", "jitcore", "bench", "--only", "nope"],
-                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": REPO})
+                          capture_output=True, text=True, env=dict(os.environ))
     assert proc.returncode == 2 and "unknown: nope" in proc.stderr

@@ -267,8 +267,8 @@ def test_float_operands_are_a_dtype_error_naming_the_op(op, dtype):
 def test_ir_typing_rules():
     """The IR's own rule (ir.build.infer, also the verifier's): one integer or bool dtype per
     bitwise node, integers only for shifts."""
-    from ir import build as b
-    from ir.ops import Op
+    from jitcore.ir import build as b
+    from jitcore.ir.ops import Op
     i32, i64 = b.input_node("a", (4,), jc.int32), b.input_node("b", (4,), jc.int64)
     f32, m = b.input_node("f", (4,), jc.float32), b.input_node("m", (4,), jc.bool)
     assert b.node(Op.BITWISE_AND, m, m).dtype == jc.bool

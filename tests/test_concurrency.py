@@ -27,7 +27,7 @@ def run_script(code: str, timeout: int = 240, tmp_path=None, env=None, prelude="
     else:
         cmd = [sys.executable, "-c", source]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "PYTHONPATH": REPO, **(env or {})})
+                          env={**os.environ, **(env or {})})
     assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout[-2000:]}\n" \
                                  f"{proc.stderr[-3000:]}"
     return proc.stdout

@@ -38,7 +38,7 @@ def run(cache_dir, **env):
     """Run SCRIPT; `hits`/`rejected` count the graph's entry (not the runtime's), `new` lists
     the entries the graph added."""
     proc = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": REPO,
+                          env={**os.environ,
                                "JITCORE_CACHE_DIR": str(cache_dir), **env}, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -121,7 +121,7 @@ def test_a_directory_others_can_write_is_not_used(tmp_path):
     shared.mkdir()
     shared.chmod(0o777)
     proc = subprocess.run([sys.executable, "-W", "always", "-c", SCRIPT], capture_output=True,
-                          text=True, env={**os.environ, "PYTHONPATH": REPO,
+                          text=True, env={**os.environ,
                                           "JITCORE_CACHE_DIR": str(shared)}, timeout=300)
     assert proc.returncode == 0 and "not using the disk cache" in proc.stderr
     assert not entries(shared)
@@ -151,7 +151,7 @@ size = sum(e.stat().st_size for e in os.scandir(os.environ["JITCORE_CACHE_DIR"])
 print(json.dumps({"size": size, "evicted": jc.cache_info()["disk_evicted"]}))
 """
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": REPO,
+                          env={**os.environ,
                                "JITCORE_CACHE_DIR": str(tmp_path),
                                "JITCORE_DISK_CACHE_MB": "0.25"}, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -167,5 +167,5 @@ hits = jc.cache_info()["disk_hits"]
 jc.jit(lambda a, k=149: jc.tanh(a) * float(k))(np.ones(16, np.float32))
 print(jc.cache_info()["disk_hits"] - hits)
 """], capture_output=True, text=True, timeout=120,
-        env={**os.environ, "PYTHONPATH": REPO, "JITCORE_CACHE_DIR": str(tmp_path)})
+        env={**os.environ, "JITCORE_CACHE_DIR": str(tmp_path)})
     assert again.stdout.split()[-1] == "1", again.stderr[-2000:]   # the newest entry stayed

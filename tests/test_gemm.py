@@ -15,7 +15,6 @@ import functools
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -24,7 +23,6 @@ import jitcore as jc
 from helpers import (F32, F64, I32, NARROW_WIDTHS, TOL, assert_close, erf64, f64, make,
                      reduction_tol, rng_for)
 
-REPO_ROOT = str(Path(__file__).resolve().parents[1])
 DIMS = [1, 3, 17, 63, 64, 65, 255]
 
 
@@ -425,7 +423,7 @@ def test_env_var_disables_prepacking():
             "f = jc.jit(lambda x, W: x @ W, constants={'W': W})\n"
             "x = np.ones((37, 65), np.float32)\n"
             "print('prepacked' in f.explain(x), bool(np.all(f(x) == 65.0)))\n")
-    env = {**os.environ, "JITCORE_PREPACK": "0", "PYTHONPATH": REPO_ROOT}
+    env = {**os.environ, "JITCORE_PREPACK": "0"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stderr

@@ -1,11 +1,11 @@
 """The IR alone: typing rules, printer, structural hashing, verifier. No LLVM involved."""
 import pytest
 
-import ir
-from ir import Op
-from ir import build as b
-from ir import dtypes as dt
-from ir.graph import Graph, Node
+import jitcore.ir as ir
+from jitcore.ir import Op
+from jitcore.ir import build as b
+from jitcore.ir import dtypes as dt
+from jitcore.ir.graph import Graph, Node
 
 
 def _graph():

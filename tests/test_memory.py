@@ -23,7 +23,7 @@ def run_memory(*args: str, cache_size: int) -> dict:
     proc = subprocess.run([sys.executable, str(REPO / "examples" / "memory.py"), "--json",
                            "--cache-size", str(cache_size), *args],
                           capture_output=True, text=True, timeout=400,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})
+                          env=dict(os.environ))
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -42,8 +42,7 @@ def run_with_cache_size(code: str, size: int) -> str:
     its stdout (a crash or a failed assert fails the test)."""
     proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
                           text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(REPO),
-                               "JITCORE_CACHE_SIZE": str(size), "JITCORE_DISK_CACHE": "0"})
+                          env={**os.environ, "JITCORE_CACHE_SIZE": str(size), "JITCORE_DISK_CACHE": "0"})
     assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stderr[-3000:]}"
     return proc.stdout
 

@@ -1,11 +1,11 @@
 """Passes without LLVM: decomposition, simplification, lowering decisions, legality reasons."""
-from ir import Op
-from ir import build as b
-from ir import dtypes as dt
-from ir.graph import Graph
-from passes import run_pipeline
-from passes.kernel import walk
-from passes.symbolic import Var, lin
+from jitcore.ir import Op
+from jitcore.ir import build as b
+from jitcore.ir import dtypes as dt
+from jitcore.ir.graph import Graph
+from jitcore.passes import run_pipeline
+from jitcore.passes.kernel import walk
+from jitcore.passes.symbolic import Var, lin
 
 
 def _kernels(outputs, inputs, strides=None, bits=512):
@@ -183,7 +183,7 @@ def test_row_fusion_of_three_dimensional_parts_runs_every_inner_loop():
 
 
 def test_fused_softmax_computes_exp_once_per_element():
-    from passes.kernel import walk
+    from jitcore.passes.kernel import walk
     x = b.input_node("x", (8, 1000), dt.float32)
     (k,) = _kernels([b.node(Op.SOFTMAX, x, arg=1)], [x])
     exps = [sum(getattr(n, "op", None) == Op.EXP for n in walk([s.value for s in p.stores]))

@@ -7,16 +7,16 @@ import pytest
 
 import jitcore as jc
 from helpers import assert_close
-from ir import Op
-from ir import build as b
-from ir import dtypes as dt
-from ir.graph import Graph
+from jitcore.ir import Op
+from jitcore.ir import build as b
+from jitcore.ir import dtypes as dt
+from jitcore.ir.graph import Graph
 from jitcore.bench import sinkhorn
 from jitcore.signature import signature_of
-from passes import run_pipeline
-from passes.kernel import MAX_FUSED_OPS
-from passes.memory_plan import live_ranges, plan_temps
-from passes.recompute import MAX_CONE_COST, OP_COST, ROUND_TRIP_COST
+from jitcore.passes import run_pipeline
+from jitcore.passes.kernel import MAX_FUSED_OPS
+from jitcore.passes.memory_plan import live_ranges, plan_temps
+from jitcore.passes.recompute import MAX_CONE_COST, OP_COST, ROUND_TRIP_COST
 
 # float32 Sinkhorn against float64 numpy: each normalisation divides by a sum of n positive
 # terms (relative error ~ sqrt(n) eps); the iteration is contracting, so errors stay at the

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from ir.ops import Op
+from jitcore.ir.ops import Op
 
 from . import irutil as u
 from .opemit import emit

@@ -16,12 +16,12 @@ import math
 
 from llvmlite import ir
 
-from ir.ops import INDEX_REDUCE, REDUCE_COMBINE, Op
-from passes.legality import bytes_moved, flops
-from passes.memory_plan import ALIGN, plan_temps
-from passes.kernel import Compute, Const, Kernel, Load, walk
-from passes.symbolic import Div, Lin, Var
-from runtime import emit_parallel_for, emit_spawn, emit_wait, kernel_type
+from jitcore.ir.ops import INDEX_REDUCE, REDUCE_COMBINE, Op
+from jitcore.passes.legality import bytes_moved, flops
+from jitcore.passes.memory_plan import ALIGN, plan_temps
+from jitcore.passes.kernel import Compute, Const, Kernel, Load, walk
+from jitcore.passes.symbolic import Div, Lin, Var
+from jitcore.runtime import emit_parallel_for, emit_spawn, emit_wait, kernel_type
 
 from . import irutil as u
 from .argreduce import ArgReduce

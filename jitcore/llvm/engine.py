@@ -13,8 +13,8 @@ import threading
 
 import llvmlite.binding as llvm
 
-from ir.errors import CompileError
-from runtime.forksafe import hold_during_fork
+from jitcore.ir.errors import CompileError
+from jitcore.runtime.forksafe import hold_during_fork
 
 from .target import Target
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from passes.kernel import Acc, walk
+from jitcore.passes.kernel import Acc, walk
 
 from . import irutil as u
 

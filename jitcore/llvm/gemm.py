@@ -36,9 +36,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 from llvmlite import ir
 
-from ir.graph import ConstArray
-from passes.kernel import Buffer, Kernel, Load
-from passes.symbolic import lin
+from jitcore.ir.graph import ConstArray
+from jitcore.passes.kernel import Buffer, Kernel, Load
+from jitcore.passes.symbolic import lin
 
 from . import irutil as u
 from .epilogue import Epilogue

@@ -5,7 +5,7 @@ from contextlib import contextmanager
 
 from llvmlite import ir
 
-from ir.dtypes import DType
+from jitcore.ir.dtypes import DType
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 F32, F64 = ir.FloatType(), ir.DoubleType()

@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
-from ir import dtypes as dt
-from ir.ops import Op
+from jitcore.ir import dtypes as dt
+from jitcore.ir.ops import Op
 
 from . import irutil as u
 from . import powf, vecmath

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 import llvmlite.binding as llvm
 
-from ir.errors import JitcoreError
+from jitcore.ir.errors import JitcoreError
 
 VALID_WIDTHS = (128, 256, 512)
 
