@@ -15,7 +15,6 @@ from jitcore.ir.dtypes import bool_, float32, float64, int32, int64, uint8
 from jitcore.ir.errors import CompileError, DTypeError, JitcoreError, ShapeError, TraceError
 
 from .api import Graph, JitFunction, compile, jit
-from .compiler import VERSION as __version__
 from .compiler import cache_info
 from .ops import (abs, add, amax, amin, argmax, argmin, astype, bitwise_and, bitwise_not,
                   bitwise_or, bitwise_xor, broadcast_to, ceil, cos, div,
@@ -28,11 +27,13 @@ from .ops import (abs, add, amax, amin, argmax, argmin, astype, bitwise_and, bit
                   prod, remainder,
                   reciprocal, relu, relu6, reshape, right_shift, rsqrt, sigmoid, silu, sin,
                   softmax, sqrt, squeeze, sub, subtract, sum, tanh, transpose, where)
+from . import eager  # noqa: F401 -- ops on plain arrays run jitted
 from .futures import Future, fork, wait
 from .parallel import (get_num_interop_threads, get_num_threads, parallel_info,
                        set_num_interop_threads, set_num_threads)
 from .signature import Spec, spec
 from .targetinfo import target_info
+from .version import VERSION as __version__
 
 bool = bool_  # noqa: A001 -- jc.bool, as numpy's np.bool
 

@@ -16,24 +16,17 @@ from jitcore.ir.ops import Op
 from jitcore.runtime.forksafe import renew_in_child
 from jitcore.runtime.settings import validate_count
 
-from . import config
 from .callpath import MISMATCH, CallPlan
 from .compiler import compile_graph
 from .dispatch import Dispatch, lookup_paths, plan_key
-from .llvm.target import Target, host_target
 from .lru import LRU
 from .signature import describe, signature_of, to_array
+from .targetinfo import select_target
+from . import tensor_methods  # noqa: F401 -- gives Tracer its operators before any trace
 from .tracer import TRACE, Tracer, node_of
 
 _PLANS_LOCK = threading.Lock()            # guards every JitFunction's plan table
 renew_in_child(sys.modules[__name__], "_PLANS_LOCK")
-
-
-def select_target(vector_width=None) -> Target:
-    """The host target at the requested width (argument, else JITCORE_VECTOR_WIDTH, else max)."""
-    target = host_target()
-    bits = vector_width if vector_width is not None else config.get().vector_width
-    return target.with_vector_bits(bits) if bits is not None else target
 
 
 def _positional_names(fn) -> list:

@@ -18,7 +18,7 @@ import ctypes
 import numpy as np
 
 from .compiler import CompiledGraph
-from .llvm import codegen as cg
+from .llvm import entry as abi
 from .signature import check_out
 
 
@@ -39,16 +39,16 @@ def _native_layout_ok() -> bool:
     t = (a, a)
     descr = id(a.dtype)
     try:
-        return (_peek(id(t) + cg.TUPLE_ITEMS_OFFSET) == id(a)
-                and _peek(id(t) + cg.TUPLE_SIZE_OFFSET, ctypes.c_ssize_t) == 2
-                and _peek(id(a) + cg.OB_TYPE_OFFSET) == id(np.ndarray)
-                and _peek(id(a) + cg.ARRAY_DATA_OFFSET) == a.ctypes.data
-                and _peek(id(a) + cg.ARRAY_ND_OFFSET, ctypes.c_int) == 2
-                and _peek(_peek(id(a) + cg.ARRAY_DIMS_OFFSET) + 8, ctypes.c_int64) == 3
-                and _peek(_peek(id(a) + cg.ARRAY_STRIDES_OFFSET) + 8, ctypes.c_int64) == 8
-                and _peek(id(a) + cg.ARRAY_DESCR_OFFSET) == descr
-                and _peek(descr + cg.DESCR_TYPE_NUM_OFFSET, ctypes.c_int) == a.dtype.num
-                and _peek(descr + cg.DESCR_BYTEORDER_OFFSET, ctypes.c_char) == b"="
+        return (_peek(id(t) + abi.TUPLE_ITEMS_OFFSET) == id(a)
+                and _peek(id(t) + abi.TUPLE_SIZE_OFFSET, ctypes.c_ssize_t) == 2
+                and _peek(id(a) + abi.OB_TYPE_OFFSET) == id(np.ndarray)
+                and _peek(id(a) + abi.ARRAY_DATA_OFFSET) == a.ctypes.data
+                and _peek(id(a) + abi.ARRAY_ND_OFFSET, ctypes.c_int) == 2
+                and _peek(_peek(id(a) + abi.ARRAY_DIMS_OFFSET) + 8, ctypes.c_int64) == 3
+                and _peek(_peek(id(a) + abi.ARRAY_STRIDES_OFFSET) + 8, ctypes.c_int64) == 8
+                and _peek(id(a) + abi.ARRAY_DESCR_OFFSET) == descr
+                and _peek(descr + abi.DESCR_TYPE_NUM_OFFSET, ctypes.c_int) == a.dtype.num
+                and _peek(descr + abi.DESCR_BYTEORDER_OFFSET, ctypes.c_char) == b"="
                 and _flags_ok())
     except (ValueError, OSError):
         return False
@@ -56,9 +56,9 @@ def _native_layout_ok() -> bool:
 
 def _flags_ok() -> bool:
     a = np.zeros(2)
-    writeable = _peek(id(a) + cg.ARRAY_FLAGS_OFFSET, ctypes.c_int) & cg.NPY_ARRAY_WRITEABLE
+    writeable = _peek(id(a) + abi.ARRAY_FLAGS_OFFSET, ctypes.c_int) & abi.NPY_ARRAY_WRITEABLE
     a.flags.writeable = False
-    readonly = _peek(id(a) + cg.ARRAY_FLAGS_OFFSET, ctypes.c_int) & cg.NPY_ARRAY_WRITEABLE
+    readonly = _peek(id(a) + abi.ARRAY_FLAGS_OFFSET, ctypes.c_int) & abi.NPY_ARRAY_WRITEABLE
     return bool(writeable) and not readonly
 
 
@@ -135,7 +135,7 @@ class CallPlan:
 
     @staticmethod
     def _status(rc: int):
-        if rc == cg.SIGNATURE_MISMATCH:
+        if rc == abi.SIGNATURE_MISMATCH:
             return MISMATCH
         raise MemoryError("jitcore: a kernel could not allocate its temporary buffers")
 
@@ -156,8 +156,8 @@ class CallPlan:
 
     def _invoke(self, arrays: tuple):
         """Run via the entry when it accepts the arrays, else with raw data pointers."""
-        rc = self.entry(arrays) if self.entry is not None else cg.SIGNATURE_MISMATCH
-        if rc == cg.SIGNATURE_MISMATCH:
+        rc = self.entry(arrays) if self.entry is not None else abi.SIGNATURE_MISMATCH
+        if rc == abi.SIGNATURE_MISMATCH:
             # e.g. int64 with typecode 'q', or unusual strides on size-1 axes: the arrays
             # were validated in Python, so hand the pointers over directly
             ptrs = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])

@@ -20,13 +20,14 @@ from jitcore.passes.pipeline import run_pipeline
 
 from . import config, diskcache
 from .llvm import engine, gemm
-from .llvm.codegen import NDARRAY_TYPE_SYMBOL, build_module
+from .llvm.entry import NDARRAY_TYPE_SYMBOL
+from .llvm.graph_module import build_module
 from .llvm.target import Target
 from .lru import LRU
+from .version import VERSION
 from jitcore.runtime import PARALLEL_FOR, TASK_SPAWN, TASK_WAIT
 from jitcore.runtime.forksafe import renew_in_child
 
-VERSION = "0.1.0"
 
 RUN_TYPE = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.POINTER(ctypes.c_void_p))
 

@@ -40,6 +40,8 @@ import llvmlite
 
 from jitcore.runtime.forksafe import renew_in_child
 
+from .version import VERSION
+
 MAGIC = b"JITCORE-OBJ-1\n"
 _HEADER = struct.Struct("<QQ32s")          # header json length, payload length, payload sha256
 STATS = {"disk_hits": 0, "disk_misses": 0, "disk_rejected": 0, "disk_evicted": 0}
@@ -125,7 +127,6 @@ def _engine_fingerprint() -> str:
 
 
 def _jitcore_version() -> str:
-    from .compiler import VERSION
     return str(VERSION)
 
 

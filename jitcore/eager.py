@@ -1,4 +1,7 @@
-"""Eager calls: `jc.exp(array)` outside a jitted function jits the op for that signature."""
+"""Eager calls: `jc.exp(array)` outside a jitted function jits the op for that signature.
+
+This module sits above the public API (it jits); importing it installs `run_eagerly` as the
+op namespace's runner (`jitcore.ops.set_eager_runner`)."""
 from __future__ import annotations
 
 import sys
@@ -8,6 +11,8 @@ import numpy as np
 
 from jitcore.runtime.forksafe import renew_in_child
 
+from . import ops
+from .api import jit
 from .lru import LRU
 
 _CACHE = LRU()                         # key -> the jitted op
@@ -23,7 +28,6 @@ def _is_tensor_arg(a) -> bool:
 def run_eagerly(public, fn, args: tuple, kwargs: dict):
     """Run `fn(*args, **kwargs)` compiled: array arguments become inputs; everything else
     (Python scalars, axes, shapes, flags) is baked into the traced function."""
-    from .api import jit
     positions = tuple(i for i, a in enumerate(args) if _is_tensor_arg(a))
     # types are part of the key: 1, 1.0 and True are equal but promote differently
     static = tuple((i, type(a), a) for i, a in enumerate(args) if i not in positions)
@@ -49,3 +53,6 @@ def run_eagerly(public, fn, args: tuple, kwargs: dict):
             with _LOCK:
                 _CACHE.put(key, jitted)
     return jitted(*[args[p] for p in positions])
+
+
+ops.set_eager_runner(run_eagerly)

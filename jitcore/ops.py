@@ -1,7 +1,9 @@
 """The op namespace (`jc.exp`, `jc.sum`, ...), with numpy's names and semantics.
 
 Inside a jitted function these record IR nodes on Tracers. Called on plain arrays they run
-eagerly: the op is jitted once per signature and executed (see `jitcore.eager`).
+eagerly: the op is jitted once per signature and executed. Jitting is done by the layers above
+this one, so `jitcore.eager` installs the runner here (`set_eager_runner`) when jitcore is
+imported, and this module imports nothing of the compiler.
 """
 from __future__ import annotations
 
@@ -19,6 +21,15 @@ from jitcore.ir.shapes import as_shape, infer_reshape, normalize_axes, normalize
 from .tracer import Tracer, node_of, wrap
 
 
+_eager_runner = None      # run(public_op, traced_fn, args, kwargs), set by jitcore.eager
+
+
+def set_eager_runner(run) -> None:
+    """Install how ops run on plain arrays (`jitcore.eager.run_eagerly`)."""
+    global _eager_runner
+    _eager_runner = run
+
+
 def op(fn):
     """Make fn run eagerly (jitted) when none of its arguments is a Tracer."""
     @functools.wraps(fn)
@@ -26,8 +37,10 @@ def op(fn):
         if any(isinstance(a, Tracer) for a in args) or \
                 any(isinstance(v, Tracer) for v in kwargs.values()):
             return fn(*args, **kwargs)
-        from .eager import run_eagerly
-        return run_eagerly(wrapper, fn, args, kwargs)
+        if _eager_runner is None:
+            raise RuntimeError(f"jitcore.ops.{fn.__name__} on plain arrays needs the eager "
+                               "runner: import jitcore first")
+        return _eager_runner(wrapper, fn, args, kwargs)
     return wrapper
 
 

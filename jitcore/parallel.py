@@ -28,7 +28,7 @@ class _PoolLibrary:
 
     def __init__(self):
         from . import diskcache
-        from .api import select_target
+        from .targetinfo import select_target
         from .llvm import engine
         target = select_target()
         mach = engine.machine(target)

@@ -1,10 +1,17 @@
-"""`jc.target_info()`: what this process compiles for."""
+"""Target selection: the host CPU at the vector width asked for, and `jc.target_info()`."""
 from __future__ import annotations
 
 import platform
 
-from .api import select_target
-from .llvm.target import cpu_brand
+from . import config
+from .llvm.target import Target, cpu_brand, host_target
+
+
+def select_target(vector_width=None) -> Target:
+    """The host target at the requested width (argument, else JITCORE_VECTOR_WIDTH, else max)."""
+    target = host_target()
+    bits = vector_width if vector_width is not None else config.get().vector_width
+    return target.with_vector_bits(bits) if bits is not None else target
 
 
 def target_info(vector_width=None) -> dict:

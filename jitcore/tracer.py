@@ -1,8 +1,9 @@
 """Tracer values: what a jitted function sees instead of arrays while it is traced.
 
-A Tracer wraps one IR node. Operators, methods, indexing and numpy's protocols
-(`__array_ufunc__`, `__array_function__`) all record ops through `jitcore.ops`, so
-`np.exp(x)`, `x.sum(axis=1)` and `jc.exp(x)` build the same graph. Anything that would need
+A Tracer wraps one IR node. Its operators, methods, indexing and numpy's protocols
+(`__array_ufunc__`, `__array_function__`) record ops through `jitcore.ops`; they are attached
+by `jitcore.tensor_methods` (the op namespace is built on this module, so it cannot be imported
+here), and `np.exp(x)`, `x.sum(axis=1)` and `jc.exp(x)` build the same graph. Anything that would need
 a tensor's *value* at trace time (if/while on it, float(x), np.asarray(x)) raises TraceError.
 """
 from __future__ import annotations
@@ -87,89 +88,9 @@ class Tracer:
     def __hash__(self):
         return id(self)
 
-    # -- numpy protocols ----------------------------------------------------------------------
-    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
-        from .numpy_compat import apply_ufunc
-        return apply_ufunc(ufunc, method, inputs, kwargs)
-
-    def __array_function__(self, func, types, args, kwargs):
-        from .numpy_compat import apply_function
-        return apply_function(func, args, kwargs)
-
-    # -- methods ------------------------------------------------------------------------------
-    def sum(self, axis=None, keepdims=False, dtype=None):
-        return _ops().sum(self, axis, keepdims=keepdims, dtype=dtype)
-
-    def mean(self, axis=None, keepdims=False):
-        return _ops().mean(self, axis, keepdims=keepdims)
-
-    def prod(self, axis=None, keepdims=False):
-        return _ops().prod(self, axis, keepdims=keepdims)
-
-    def max(self, axis=None, keepdims=False):
-        return _ops().max(self, axis, keepdims=keepdims)
-
-    def min(self, axis=None, keepdims=False):
-        return _ops().min(self, axis, keepdims=keepdims)
-
-    def argmax(self, axis=None, keepdims=False):
-        return _ops().argmax(self, axis, keepdims=keepdims)
-
-    def argmin(self, axis=None, keepdims=False):
-        return _ops().argmin(self, axis, keepdims=keepdims)
-
-    def reshape(self, *shape):
-        return _ops().reshape(self, shape[0] if len(shape) == 1 else shape)
-
-    def transpose(self, *axes):
-        return _ops().transpose(self, (axes[0] if len(axes) == 1 else axes) or None)
-
-    @property
-    def T(self):
-        return _ops().transpose(self)
-
-    def astype(self, dtype):
-        return _ops().astype(self, dtype)
-
-    def broadcast_to(self, shape):
-        return _ops().broadcast_to(self, shape)
-
-    def __getitem__(self, index):
-        return _ops().getitem(self, index)
-
     def __setitem__(self, index, value):
         raise TraceError("in-place assignment to a traced tensor is not supported; "
                          "use jc.where(mask, value, x) to build the updated tensor")
-
-
-def _ops():
-    from . import ops
-    return ops
-
-
-def _binary(name, reflected=False):
-    def method(self, other):
-        fn = getattr(_ops(), name)
-        return fn(other, self) if reflected else fn(self, other)
-    method.__name__ = f"__{'r' if reflected else ''}{name}__"
-    return method
-
-
-# & | ^ ~ are numpy's bitwise ufuncs (on bools they are the logical ops), never logical_and
-for _dunder, _fn in [("add", "add"), ("sub", "sub"), ("mul", "mul"), ("truediv", "div"),
-                     ("floordiv", "floor_divide"), ("mod", "remainder"), ("pow", "pow"),
-                     ("matmul", "matmul"), ("and", "bitwise_and"), ("or", "bitwise_or"),
-                     ("xor", "bitwise_xor"), ("lshift", "left_shift"),
-                     ("rshift", "right_shift")]:
-    setattr(Tracer, f"__{_dunder}__", _binary(_fn))
-    setattr(Tracer, f"__r{_dunder}__", _binary(_fn, reflected=True))
-for _dunder, _fn in [("eq", "equal"), ("ne", "not_equal"), ("lt", "less"), ("le", "less_equal"),
-                     ("gt", "greater"), ("ge", "greater_equal")]:
-    setattr(Tracer, f"__{_dunder}__", _binary(_fn))
-Tracer.__neg__ = lambda self: _ops().neg(self)
-Tracer.__pos__ = lambda self: self
-Tracer.__abs__ = lambda self: _ops().abs(self)
-Tracer.__invert__ = lambda self: _ops().invert(self)
 
 
 def node_of(x, like: Node | None = None) -> Node:

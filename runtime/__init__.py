@@ -8,7 +8,7 @@ hands a kernel to it, and `settings` holds the thread settings with PyTorch's se
 from .parallel_for import (KERNEL_ABI, PARALLEL_FOR, TASK_SPAWN, TASK_WAIT, emit_parallel_for,
                            emit_spawn, emit_wait, kernel_type)
 from .pool_ir import EXPORTS as POOL_EXPORTS
-from .pool_ir import build_pool_module
+from .module_ir import build_pool_module
 from .settings import ThreadSettings, usable_cores
 
 __all__ = ["KERNEL_ABI", "PARALLEL_FOR", "TASK_SPAWN", "TASK_WAIT", "emit_parallel_for",

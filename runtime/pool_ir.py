@@ -38,7 +38,7 @@ EXPORTS = ("jc_parallel_for", "jc_set_num_threads", "jc_pool_workers", "jc_after
            "jc_tasks_inflight")
 
 
-class _Pool:
+class PoolModule:
     def __init__(self):
         self.m = ir.Module(name="jitcore_runtime")
         g = self._global
@@ -304,15 +304,3 @@ class _Pool:
             b.store(I32(0), gv)
         tasks.after_fork_child(b)
         b.ret_void()
-
-
-def build_pool_module(triple: str, data_layout: str) -> str:
-    """The runtime's LLVM IR module (text)."""
-    pool = _Pool()
-    pool.m.triple, pool.m.data_layout = triple, data_layout
-    run_chunks = pool.run_chunks()
-    worker = pool.worker(run_chunks)
-    pool.parallel_for(run_chunks, worker)
-    from .tasks_ir import add_tasks
-    pool.small_exports(add_tasks(pool))
-    return str(pool.m)

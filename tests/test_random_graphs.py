@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import jitcore as jc
-from jitcore.llvm import codegen
+from jitcore.llvm import graph_module
 from helpers import BOOL, F32, F64, TOL, U8, ULP, assert_close, saturating_astype
 
 DIMS = [1, 2, 3, 5, 7, 16, 17]
@@ -906,11 +906,11 @@ def test_random_split_full_reductions_match_numpy(program):
 @contextmanager
 def tiny_chunks():
     """Every kernel's range loop split into chunks of a few iterations across the pool."""
-    saved, codegen.MIN_CHUNK_WORK = codegen.MIN_CHUNK_WORK, 64
+    saved, graph_module.MIN_CHUNK_WORK = graph_module.MIN_CHUNK_WORK, 64
     try:
         yield
     finally:
-        codegen.MIN_CHUNK_WORK = saved
+        graph_module.MIN_CHUNK_WORK = saved
 
 
 def _same_bits_on_one_and_two_threads(program, inputs):

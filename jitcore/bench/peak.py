@@ -51,7 +51,7 @@ def _ir(lanes: int) -> str:
 
 def fma_peak_gflops() -> float:
     """Best-of-RUNS GFLOP/s of one thread running vector FMAs at the kernels' width."""
-    from jitcore.api import select_target
+    from jitcore.targetinfo import select_target
     from jitcore.llvm import engine
     target = select_target()
     lanes = target.vector_bits // 32

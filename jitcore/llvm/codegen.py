@@ -1,53 +1,25 @@
-"""Kernels -> one LLVM module: a function per kernel, a `run` function, and the native entry.
-
-ABI (room for the parallel runtime: a kernel runs any sub-range of its first loop):
-    void  <graph>_k<i>(i64 start, i64 stop, i8** bufs)   kernel over [start, stop) of loop 0
-    i32   <graph>_run(i8** bufs)                          all kernels; allocates the temps
-    i32   <graph>_entry(PyTupleObject* arrays)           reads each ndarray's data pointer
-The entry lets Python make one call with a tuple of arrays: it reads `ob_item[i]` of the tuple
-and the `data` field of each ndarray at offsets that `jitcore.callpath` checks at import.
-The entry first checks that every input is an ndarray of the compiled shape, strides and
-dtype, so Python's fast path needs no signature lookup of its own.
-Return codes: OK, OUT_OF_MEMORY, SIGNATURE_MISMATCH (below).
+"""One kernel -> one LLVM function `void k(i64 start, i64 stop, i8** bufs)` that runs
+iterations [start, stop) of the kernel's range loop (so the parallel runtime can hand out any
+sub-range). `KernelEmitter` emits the loop nests, elementwise bodies, register tiles and
+reductions itself, and hands GEMM, GEMV and arg-reduction kernels to their own emitters.
+`graph_module.py` puts the kernels of a graph into one module.
 """
 from __future__ import annotations
-
-import math
 
 from llvmlite import ir
 
 from jitcore.ir.ops import INDEX_REDUCE, REDUCE_COMBINE, Op
-from jitcore.passes.legality import bytes_moved, flops
-from jitcore.passes.memory_plan import ALIGN, plan_temps
 from jitcore.passes.kernel import Compute, Const, Kernel, Load, walk
 from jitcore.passes.symbolic import Div, Lin, Var
-from jitcore.runtime import emit_parallel_for, emit_spawn, emit_wait, kernel_type
+from jitcore.runtime import kernel_type
 
 from . import irutil as u
 from .argreduce import ArgReduce
-from .gemm import GemmEmitter, plan_threads
-from .gemm import plan as gemm_plan
+from .gemm import GemmEmitter
 from .gemv import GemvEmitter
-from .gemv import plan as gemv_plan
 from .opemit import cast, emit
 from .pairwise import PairwiseSum
 
-# CPython and numpy struct offsets (64-bit); jitcore.callpath verifies them at import
-OB_TYPE_OFFSET = 8          # offsetof(PyObject, ob_type)
-TUPLE_SIZE_OFFSET = 16      # offsetof(PyVarObject, ob_size)
-TUPLE_ITEMS_OFFSET = 24     # offsetof(PyTupleObject, ob_item)
-ARRAY_DATA_OFFSET = 16      # offsetof(PyArrayObject_fields, data)
-ARRAY_ND_OFFSET = 24        # ... nd (int)
-ARRAY_DIMS_OFFSET = 32      # ... dimensions (npy_intp*)
-ARRAY_STRIDES_OFFSET = 40   # ... strides (npy_intp*, bytes)
-ARRAY_DESCR_OFFSET = 56     # ... descr (PyArray_Descr*)
-ARRAY_FLAGS_OFFSET = 64     # ... flags (int)
-NPY_ARRAY_WRITEABLE = 0x0400
-DESCR_BYTEORDER_OFFSET = 26  # offsetof(PyArray_Descr, byteorder) (char)
-DESCR_TYPE_NUM_OFFSET = 28  # offsetof(PyArray_Descr, type_num) (int)
-NDARRAY_TYPE_SYMBOL = "jitcore_ndarray_type"   # bound to &PyArray_Type when linking
-
-OK, OUT_OF_MEMORY, SIGNATURE_MISMATCH = 0, 1, 2
 
 
 def _reduce_identity(op: Op, dtype):
@@ -73,6 +45,12 @@ STREAM_MIN = 64        # a column reduction this wide accumulates into its outpu
 STREAM_ROWS = 4        # ...this many rows per pass over the output
 CHEAP_BODY = 6         # ...when the reduced expression costs at most this (see _compute_cost);
                        # a costlier body is throughput-bound and unrolling would only bloat it
+def streams_by_rows(kernel: Kernel) -> bool:
+    """A column reduction with no outer loop accumulates into its output row by row."""
+    return kernel.kind == "reduce_vertical" and kernel.range_loop is kernel.loops[-1] \
+        and kernel.range_extent >= STREAM_MIN and kernel.reduction.op not in INDEX_REDUCE
+
+
 _MATH_COST = {Op.EXP: 20, Op.LOG: 20, Op.TANH: 25, Op.ERF: 30, Op.SIN: 25, Op.COS: 25,
               Op.POW: 40}
 
@@ -377,7 +355,7 @@ class KernelEmitter:
         if red.op in INDEX_REDUCE:
             identity = _reduce_identity(red.op, st.value.dtype)
             return ArgReduce(self, identity).vertical(width, first)
-        if _streams(k):
+        if streams_by_rows(k):
             return self.emit_vertical_streaming(reduce_loops)
         var = k.loops[-1].var
 
@@ -589,213 +567,3 @@ class _PairwiseAccumulators:
                 end_block()
                 b.store(u.I64(0), done)
         return body
-
-
-def build_module(lowered, vector_bits: int, triple: str, data_layout: str,
-                 masked_tails: bool = False, threads: int = 0) -> tuple:
-    """Return (module text, run function name, entry function name). `threads`: intra-op
-    threads of this graph's kernels (0: the process-wide setting at call time)."""
-    module = ir.Module(name=lowered.name)
-    module.triple, module.data_layout = triple, data_layout
-    prefix = f"jc_{lowered.name}"
-    kernel_fns = []
-    for i, kernel in enumerate(lowered.kernels):
-        ke = KernelEmitter(module, kernel, f"{prefix}_k{i}", masked_tails)
-        launch = (kernel.range_extent, grain(kernel))
-        if kernel.kind == "gemm":        # work items of the GEMM, one per call at most
-            ke.gemm_plan = gemm_plan(kernel, vector_bits, plan_threads(threads))
-            launch = (ke.gemm_plan.items, 1)
-        elif kernel.kind == "gemv":      # work items: blocks of outputs
-            ke.gemv_plan = gemv_plan(kernel, vector_bits, plan_threads(threads))
-            launch = (ke.gemv_plan.items, grain(kernel, ke.gemv_plan.items))
-        ke.emit()
-        kernel_fns.append((ke.fn,) + launch)     # (function, range extent, grain)
-    run = _emit_run(module, lowered, kernel_fns, f"{prefix}_run", threads)
-    entry = _emit_entry(module, lowered, run, f"{prefix}_entry")
-    text = _with_vector_attributes(str(module), vector_bits)
-    return text, run.name, entry.name
-
-
-def _with_vector_attributes(text: str, vector_bits: int) -> str:
-    """llvmlite cannot set string attributes; tag every definition with group #0 in the text.
-    Without "min-legal-vector-width" the x86 backend may split 512-bit vectors in halves."""
-    lines = []
-    for line in text.splitlines():
-        if line.startswith("define "):
-            line = line.rstrip() + " #0" if not line.rstrip().endswith("{") else \
-                line.rstrip()[:-1].rstrip() + " #0 {"
-        lines.append(line)
-    lines.append(f'attributes #0 = {{ nounwind "min-legal-vector-width"="{vector_bits}" '
-                 f'"prefer-vector-width"="{vector_bits}" }}')
-    return "\n".join(lines) + "\n"
-
-
-MIN_CHUNK_WORK = 1 << 16    # bytes + flops in the smallest chunk worth a thread (~5-10 us)
-
-
-def _streams(kernel: Kernel) -> bool:
-    """A column reduction with no outer loop accumulates into its output row by row."""
-    return kernel.kind == "reduce_vertical" and kernel.range_loop is kernel.loops[-1] \
-        and kernel.range_extent >= STREAM_MIN and kernel.reduction.op not in INDEX_REDUCE
-
-
-def grain(kernel: Kernel, extent: int | None = None) -> int:
-    """Fewest iterations of the kernel's range loop (of `extent` work items, if given) per
-    parallel chunk, from its cost. A streaming column reduction is split in halves at most:
-    narrower column slices turn its long row reads into short strided ones."""
-    extent = kernel.range_extent if extent is None else extent
-    per_iteration = max((bytes_moved(kernel) + flops(kernel)) / max(extent, 1), 1)
-    g = max(1, math.ceil(MIN_CHUNK_WORK / per_iteration))
-    return max(g, -(-extent // 2)) if _streams(kernel) else g
-
-
-def _emit_task(module, lowered, kernel_fns, task: int, name: str, threads: int) -> ir.Function:
-    """`void task(i8** bufs)`: the kernels of one forked sub-graph, in order."""
-    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [u.I8P.as_pointer()]), name=name)
-    fn.linkage = "internal"
-    b = ir.IRBuilder(fn.append_basic_block("entry"))
-    for kernel, (kfn, extent, chunk) in zip(lowered.kernels, kernel_fns):
-        if kernel.task == task:
-            emit_parallel_for(b, kfn, extent, fn.args[0], chunk, threads)
-    b.ret_void()
-    return fn
-
-
-def _emit_run(module, lowered, kernel_fns, name, threads: int):
-    fn = ir.Function(module, ir.FunctionType(u.I32, [u.I8P.as_pointer()]), name=name)
-    b = ir.IRBuilder(fn.append_basic_block("entry"))
-    given = fn.args[0]
-    nslots = len(lowered.buffers)
-    bufs = b.alloca(ir.ArrayType(u.I8P, max(nslots, 1)), name="bufs")
-    slots = b.bitcast(bufs, u.I8P.as_pointer())
-    aligned_alloc = ir.Function(module, ir.FunctionType(u.I8P, [u.I64, u.I64]), "aligned_alloc")
-    free = ir.Function(module, ir.FunctionType(ir.VoidType(), [u.I8P]), "free")
-    temps = []
-    plan = plan_temps(lowered)                  # temps with disjoint lifetimes share a block
-    for size in plan.sizes:
-        p = b.call(aligned_alloc, [u.I64(ALIGN), u.I64(size)], name=f"block{len(temps)}")
-        fail = b.icmp_unsigned("==", p, ir.Constant(u.I8P, None))
-        with b.if_then(fail, likely=False):
-            for t in temps:
-                b.call(free, [t])
-            b.ret(u.I32(OUT_OF_MEMORY))
-        temps.append(p)
-    for buf in lowered.buffers:
-        dst = b.gep(slots, [u.I64(buf.slot)])
-        if buf.kind == "temp" and buf.slot not in plan.block_of:  # its kernels were fused away
-            b.store(ir.Constant(u.I8P, None), dst)
-        elif buf.kind == "temp":
-            b.store(temps[plan.block_of[buf.slot]], dst)
-        else:
-            b.store(b.load(b.gep(given, [u.I64(buf.slot)])), dst)
-    handles = {}
-    for step, arg in lowered.steps:
-        if step == "kernel":
-            kfn, extent, chunk = kernel_fns[arg]
-            emit_parallel_for(b, kfn, extent, slots, chunk, threads)
-        elif step == "spawn":
-            task_fn = _emit_task(module, lowered, kernel_fns, arg, f"{name}_task{arg}", threads)
-            handles[arg] = emit_spawn(b, task_fn, slots)
-        else:
-            emit_wait(b, handles[arg])
-    for t in temps:
-        b.call(free, [t])
-    b.ret(u.I32(OK))
-    return fn
-
-
-def _fail_unless(b: ir.IRBuilder, cond, fail_bb):
-    ok = b.append_basic_block("check.ok")
-    b.cbranch(cond, ok, fail_bb)
-    b.position_at_end(ok)
-
-
-def _check_array(b, item, buf, ndarray_type, fail_bb):
-    """Branch to fail_bb unless `item` is an ndarray of exactly buf's shape, strides and dtype
-    (outputs must also be writeable)."""
-    typ = b.load(u.gep_bytes(b, item, OB_TYPE_OFFSET, u.I8P))
-    _fail_unless(b, b.icmp_unsigned("==", typ, ndarray_type), fail_bb)
-    nd = b.load(u.gep_bytes(b, item, ARRAY_ND_OFFSET, u.I32))
-    _fail_unless(b, b.icmp_unsigned("==", nd, u.I32(len(buf.shape))), fail_bb)
-    descr = b.load(u.gep_bytes(b, item, ARRAY_DESCR_OFFSET, u.I8P))
-    type_num = b.load(u.gep_bytes(b, descr, DESCR_TYPE_NUM_OFFSET, u.I32))
-    _fail_unless(b, b.icmp_unsigned("==", type_num, u.I32(buf.dtype.np.num)), fail_bb)
-    byteorder = b.load(u.gep_bytes(b, descr, DESCR_BYTEORDER_OFFSET, u.I8))
-    _fail_unless(b, b.icmp_unsigned("!=", byteorder, u.I8(ord(">"))), fail_bb)
-    if buf.kind == "output":
-        flags = b.load(u.gep_bytes(b, item, ARRAY_FLAGS_OFFSET, u.I32))
-        writeable = b.and_(flags, u.I32(NPY_ARRAY_WRITEABLE))
-        _fail_unless(b, b.icmp_unsigned("!=", writeable, u.I32(0)), fail_bb)
-    if not buf.shape:
-        return
-    dims = b.load(u.gep_bytes(b, item, ARRAY_DIMS_OFFSET, u.I64.as_pointer()))
-    strides = b.load(u.gep_bytes(b, item, ARRAY_STRIDES_OFFSET, u.I64.as_pointer()))
-    for k, d in enumerate(buf.shape):
-        _fail_unless(b, b.icmp_unsigned("==", b.load(b.gep(dims, [u.I64(k)])), u.I64(d)), fail_bb)
-    if 0 in buf.shape:
-        return                        # nothing is read: strides do not matter
-    for k, (d, st) in enumerate(zip(buf.shape, buf.strides)):
-        if d > 1:                     # a size-1 axis is only ever read at index 0
-            got = b.load(b.gep(strides, [u.I64(k)]))
-            _fail_unless(b, b.icmp_signed("==", got, u.I64(st * buf.dtype.itemsize)), fail_bb)
-
-
-def _byte_extent(buf) -> tuple:
-    """[lo, hi) of the bytes an array of buf's layout touches, relative to its data pointer."""
-    if 0 in buf.shape:
-        return 0, 0
-    lo = sum(min(0, (d - 1) * st) for d, st in zip(buf.shape, buf.strides))
-    hi = sum(max(0, (d - 1) * st) for d, st in zip(buf.shape, buf.strides)) + 1
-    return lo * buf.dtype.itemsize, hi * buf.dtype.itemsize
-
-
-def _fail_if_overlapping(b, data: dict, inputs: list, outputs: list, fail_bb):
-    """Outputs must not share bytes with inputs (out= aliasing an input): the slow path
-    then computes into fresh memory and copies."""
-    for o in outputs:
-        olo, ohi = _byte_extent(o)
-        if olo == ohi:
-            continue
-        o_lo = b.ptrtoint(data[o.slot], u.I64)
-        o_hi = b.add(o_lo, u.I64(ohi))
-        for i in inputs:
-            ilo, ihi = _byte_extent(i)
-            if ilo == ihi:
-                continue
-            i_base = b.ptrtoint(data[i.slot], u.I64)
-            i_lo, i_hi = b.add(i_base, u.I64(ilo)), b.add(i_base, u.I64(ihi))
-            disjoint = b.or_(b.icmp_unsigned("<=", o_hi, i_lo), b.icmp_unsigned("<=", i_hi, o_lo))
-            _fail_unless(b, disjoint, fail_bb)
-
-
-def _emit_entry(module, lowered, run, name):
-    """`i32 entry(tuple)`: check that the tuple holds inputs and outputs of exactly the
-    compiled signature, outputs writeable and not overlapping inputs (else return
-    SIGNATURE_MISMATCH, and Python takes its slow path); read the data pointers of inputs,
-    constants and outputs and call run."""
-    fn = ir.Function(module, ir.FunctionType(u.I32, [u.I8P]), name=name)
-    b = ir.IRBuilder(fn.append_basic_block("entry"))
-    fail_bb = fn.append_basic_block("mismatch")
-    ndarray_type = ir.GlobalVariable(module, u.I8, NDARRAY_TYPE_SYMBOL)
-    ndarray_type.linkage = "external"
-    tup = fn.args[0]
-    n_external = sum(1 for buf in lowered.buffers if buf.kind != "temp")
-    size = b.load(u.gep_bytes(b, tup, TUPLE_SIZE_OFFSET, u.I64))
-    _fail_unless(b, b.icmp_unsigned("==", size, u.I64(n_external)), fail_bb)
-    ptrs = b.alloca(ir.ArrayType(u.I8P, max(n_external, 1)), name="ptrs")
-    ptrs = b.bitcast(ptrs, u.I8P.as_pointer())
-    data = {}
-    for buf in lowered.buffers:
-        if buf.kind == "temp":
-            continue
-        item = b.load(u.gep_bytes(b, tup, TUPLE_ITEMS_OFFSET + 8 * buf.slot, u.I8P))
-        if buf.kind in ("input", "output"):
-            _check_array(b, item, buf, ndarray_type, fail_bb)
-        data[buf.slot] = b.load(u.gep_bytes(b, item, ARRAY_DATA_OFFSET, u.I8P))
-        b.store(data[buf.slot], b.gep(ptrs, [u.I64(buf.slot)]))
-    _fail_if_overlapping(b, data, lowered.buffers_of_kind("input"),
-                         [o for o in lowered.buffers if o.kind == "output"], fail_bb)
-    b.ret(b.call(run, [ptrs]))
-    b.position_at_end(fail_bb)
-    b.ret(u.I32(SIGNATURE_MISMATCH))
-    return fn

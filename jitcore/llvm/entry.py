@@ -1,0 +1,127 @@
+"""The native entry of a compiled graph: `i32 <graph>_entry(PyTupleObject* arrays)`.
+
+It lets Python make one call with a tuple of arrays: it reads `ob_item[i]` of the tuple and the
+`data` field of each ndarray at the offsets below, which `jitcore.callpath` checks at import.
+It first checks that every input is an ndarray of the compiled shape, strides and dtype (and
+every output writeable and apart from the inputs), so Python's fast path needs no signature
+lookup of its own. Return codes: OK, OUT_OF_MEMORY (from run), SIGNATURE_MISMATCH.
+"""
+from __future__ import annotations
+
+from llvmlite import ir
+
+from . import irutil as u
+
+# CPython and numpy struct offsets (64-bit); jitcore.callpath verifies them at import
+OB_TYPE_OFFSET = 8          # offsetof(PyObject, ob_type)
+TUPLE_SIZE_OFFSET = 16      # offsetof(PyVarObject, ob_size)
+TUPLE_ITEMS_OFFSET = 24     # offsetof(PyTupleObject, ob_item)
+ARRAY_DATA_OFFSET = 16      # offsetof(PyArrayObject_fields, data)
+ARRAY_ND_OFFSET = 24        # ... nd (int)
+ARRAY_DIMS_OFFSET = 32      # ... dimensions (npy_intp*)
+ARRAY_STRIDES_OFFSET = 40   # ... strides (npy_intp*, bytes)
+ARRAY_DESCR_OFFSET = 56     # ... descr (PyArray_Descr*)
+ARRAY_FLAGS_OFFSET = 64     # ... flags (int)
+NPY_ARRAY_WRITEABLE = 0x0400
+DESCR_BYTEORDER_OFFSET = 26  # offsetof(PyArray_Descr, byteorder) (char)
+DESCR_TYPE_NUM_OFFSET = 28  # offsetof(PyArray_Descr, type_num) (int)
+NDARRAY_TYPE_SYMBOL = "jitcore_ndarray_type"   # bound to &PyArray_Type when linking
+
+OK, OUT_OF_MEMORY, SIGNATURE_MISMATCH = 0, 1, 2
+
+
+def _fail_unless(b: ir.IRBuilder, cond, fail_bb):
+    ok = b.append_basic_block("check.ok")
+    b.cbranch(cond, ok, fail_bb)
+    b.position_at_end(ok)
+
+
+def _check_array(b, item, buf, ndarray_type, fail_bb):
+    """Branch to fail_bb unless `item` is an ndarray of exactly buf's shape, strides and dtype
+    (outputs must also be writeable)."""
+    typ = b.load(u.gep_bytes(b, item, OB_TYPE_OFFSET, u.I8P))
+    _fail_unless(b, b.icmp_unsigned("==", typ, ndarray_type), fail_bb)
+    nd = b.load(u.gep_bytes(b, item, ARRAY_ND_OFFSET, u.I32))
+    _fail_unless(b, b.icmp_unsigned("==", nd, u.I32(len(buf.shape))), fail_bb)
+    descr = b.load(u.gep_bytes(b, item, ARRAY_DESCR_OFFSET, u.I8P))
+    type_num = b.load(u.gep_bytes(b, descr, DESCR_TYPE_NUM_OFFSET, u.I32))
+    _fail_unless(b, b.icmp_unsigned("==", type_num, u.I32(buf.dtype.np.num)), fail_bb)
+    byteorder = b.load(u.gep_bytes(b, descr, DESCR_BYTEORDER_OFFSET, u.I8))
+    _fail_unless(b, b.icmp_unsigned("!=", byteorder, u.I8(ord(">"))), fail_bb)
+    if buf.kind == "output":
+        flags = b.load(u.gep_bytes(b, item, ARRAY_FLAGS_OFFSET, u.I32))
+        writeable = b.and_(flags, u.I32(NPY_ARRAY_WRITEABLE))
+        _fail_unless(b, b.icmp_unsigned("!=", writeable, u.I32(0)), fail_bb)
+    if not buf.shape:
+        return
+    dims = b.load(u.gep_bytes(b, item, ARRAY_DIMS_OFFSET, u.I64.as_pointer()))
+    strides = b.load(u.gep_bytes(b, item, ARRAY_STRIDES_OFFSET, u.I64.as_pointer()))
+    for k, d in enumerate(buf.shape):
+        _fail_unless(b, b.icmp_unsigned("==", b.load(b.gep(dims, [u.I64(k)])), u.I64(d)), fail_bb)
+    if 0 in buf.shape:
+        return                        # nothing is read: strides do not matter
+    for k, (d, st) in enumerate(zip(buf.shape, buf.strides)):
+        if d > 1:                     # a size-1 axis is only ever read at index 0
+            got = b.load(b.gep(strides, [u.I64(k)]))
+            _fail_unless(b, b.icmp_signed("==", got, u.I64(st * buf.dtype.itemsize)), fail_bb)
+
+
+def _byte_extent(buf) -> tuple:
+    """[lo, hi) of the bytes an array of buf's layout touches, relative to its data pointer."""
+    if 0 in buf.shape:
+        return 0, 0
+    lo = sum(min(0, (d - 1) * st) for d, st in zip(buf.shape, buf.strides))
+    hi = sum(max(0, (d - 1) * st) for d, st in zip(buf.shape, buf.strides)) + 1
+    return lo * buf.dtype.itemsize, hi * buf.dtype.itemsize
+
+
+def _fail_if_overlapping(b, data: dict, inputs: list, outputs: list, fail_bb):
+    """Outputs must not share bytes with inputs (out= aliasing an input): the slow path
+    then computes into fresh memory and copies."""
+    for o in outputs:
+        olo, ohi = _byte_extent(o)
+        if olo == ohi:
+            continue
+        o_lo = b.ptrtoint(data[o.slot], u.I64)
+        o_hi = b.add(o_lo, u.I64(ohi))
+        for i in inputs:
+            ilo, ihi = _byte_extent(i)
+            if ilo == ihi:
+                continue
+            i_base = b.ptrtoint(data[i.slot], u.I64)
+            i_lo, i_hi = b.add(i_base, u.I64(ilo)), b.add(i_base, u.I64(ihi))
+            disjoint = b.or_(b.icmp_unsigned("<=", o_hi, i_lo), b.icmp_unsigned("<=", i_hi, o_lo))
+            _fail_unless(b, disjoint, fail_bb)
+
+
+def emit_entry(module, lowered, run, name):
+    """`i32 entry(tuple)`: check that the tuple holds inputs and outputs of exactly the
+    compiled signature, outputs writeable and not overlapping inputs (else return
+    SIGNATURE_MISMATCH, and Python takes its slow path); read the data pointers of inputs,
+    constants and outputs and call run."""
+    fn = ir.Function(module, ir.FunctionType(u.I32, [u.I8P]), name=name)
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    fail_bb = fn.append_basic_block("mismatch")
+    ndarray_type = ir.GlobalVariable(module, u.I8, NDARRAY_TYPE_SYMBOL)
+    ndarray_type.linkage = "external"
+    tup = fn.args[0]
+    n_external = sum(1 for buf in lowered.buffers if buf.kind != "temp")
+    size = b.load(u.gep_bytes(b, tup, TUPLE_SIZE_OFFSET, u.I64))
+    _fail_unless(b, b.icmp_unsigned("==", size, u.I64(n_external)), fail_bb)
+    ptrs = b.alloca(ir.ArrayType(u.I8P, max(n_external, 1)), name="ptrs")
+    ptrs = b.bitcast(ptrs, u.I8P.as_pointer())
+    data = {}
+    for buf in lowered.buffers:
+        if buf.kind == "temp":
+            continue
+        item = b.load(u.gep_bytes(b, tup, TUPLE_ITEMS_OFFSET + 8 * buf.slot, u.I8P))
+        if buf.kind in ("input", "output"):
+            _check_array(b, item, buf, ndarray_type, fail_bb)
+        data[buf.slot] = b.load(u.gep_bytes(b, item, ARRAY_DATA_OFFSET, u.I8P))
+        b.store(data[buf.slot], b.gep(ptrs, [u.I64(buf.slot)]))
+    _fail_if_overlapping(b, data, lowered.buffers_of_kind("input"),
+                         [o for o in lowered.buffers if o.kind == "output"], fail_bb)
+    b.ret(b.call(run, [ptrs]))
+    b.position_at_end(fail_bb)
+    b.ret(u.I32(SIGNATURE_MISMATCH))
+    return fn

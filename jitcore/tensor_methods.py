@@ -1,0 +1,93 @@
+"""The operators and methods of traced tensors (`x + y`, `x.sum(axis=1)`, `x.T`, `x[i]`) and
+numpy's protocols on them (`np.exp(x)`), attached to `Tracer` when this module is imported.
+
+They live apart from the Tracer class, as JAX keeps its array methods apart from its tracers:
+each one records an op of `jitcore.ops`, which is built on `jitcore.tracer`, so defining them
+there would make the two modules import each other. `jitcore.api` imports this module before
+it traces anything.
+"""
+from __future__ import annotations
+
+from . import ops
+from .numpy_compat import apply_function, apply_ufunc
+from .tracer import Tracer
+
+class TensorMethods:
+    """What a traced tensor answers besides its static facts; copied onto Tracer below."""
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        return apply_ufunc(ufunc, method, inputs, kwargs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        return apply_function(func, args, kwargs)
+
+    def sum(self, axis=None, keepdims=False, dtype=None):
+        return ops.sum(self, axis, keepdims=keepdims, dtype=dtype)
+
+    def mean(self, axis=None, keepdims=False):
+        return ops.mean(self, axis, keepdims=keepdims)
+
+    def prod(self, axis=None, keepdims=False):
+        return ops.prod(self, axis, keepdims=keepdims)
+
+    def max(self, axis=None, keepdims=False):
+        return ops.max(self, axis, keepdims=keepdims)
+
+    def min(self, axis=None, keepdims=False):
+        return ops.min(self, axis, keepdims=keepdims)
+
+    def argmax(self, axis=None, keepdims=False):
+        return ops.argmax(self, axis, keepdims=keepdims)
+
+    def argmin(self, axis=None, keepdims=False):
+        return ops.argmin(self, axis, keepdims=keepdims)
+
+    def reshape(self, *shape):
+        return ops.reshape(self, shape[0] if len(shape) == 1 else shape)
+
+    def transpose(self, *axes):
+        return ops.transpose(self, (axes[0] if len(axes) == 1 else axes) or None)
+
+    @property
+    def T(self):
+        return ops.transpose(self)
+
+    def astype(self, dtype):
+        return ops.astype(self, dtype)
+
+    def broadcast_to(self, shape):
+        return ops.broadcast_to(self, shape)
+
+    def __getitem__(self, index):
+        return ops.getitem(self, index)
+
+
+for _name, _member in vars(TensorMethods).items():
+    if not _name.startswith("__") or _name in ("__array_ufunc__", "__array_function__",
+                                               "__getitem__"):
+        setattr(Tracer, _name, _member)
+
+
+def _binary(name, reflected=False):
+    def method(self, other):
+        fn = getattr(ops, name)
+        return fn(other, self) if reflected else fn(self, other)
+    method.__name__ = f"__{'r' if reflected else ''}{name}__"
+    return method
+
+
+# & | ^ ~ are numpy's bitwise ufuncs (on bools they are the logical ops), never logical_and
+for _dunder, _fn in [("add", "add"), ("sub", "sub"), ("mul", "mul"), ("truediv", "div"),
+                     ("floordiv", "floor_divide"), ("mod", "remainder"), ("pow", "pow"),
+                     ("matmul", "matmul"), ("and", "bitwise_and"), ("or", "bitwise_or"),
+                     ("xor", "bitwise_xor"), ("lshift", "left_shift"),
+                     ("rshift", "right_shift")]:
+    setattr(Tracer, f"__{_dunder}__", _binary(_fn))
+    setattr(Tracer, f"__r{_dunder}__", _binary(_fn, reflected=True))
+for _dunder, _fn in [("eq", "equal"), ("ne", "not_equal"), ("lt", "less"), ("le", "less_equal"),
+                     ("gt", "greater"), ("ge", "greater_equal")]:
+    setattr(Tracer, f"__{_dunder}__", _binary(_fn))
+Tracer.__neg__ = lambda self: ops.neg(self)
+Tracer.__pos__ = lambda self: self
+Tracer.__abs__ = lambda self: ops.abs(self)
+Tracer.__invert__ = lambda self: ops.invert(self)

@@ -1,0 +1,219 @@
+"""The architecture, checked: imports read with `ast` from every module of the four packages
+(imports inside functions count too), and the packaging that gives them one installed name.
+
+Rules:
+  - no import cycle anywhere;
+  - `jitcore.ir` imports none of the other three packages;
+  - `jitcore.passes` imports only `jitcore.ir`;
+  - `jitcore.runtime` imports none of `ir`, `passes`, `jitcore` (it knows no tensors);
+  - `jitcore.llvm` (the backend) imports `ir`, `passes`, `runtime` and itself, not the front;
+  - the front (the rest of `jitcore/`) is layered: a module imports only its own layer or
+    the ones below (FRONT_LAYERS). A new module must be placed in a layer here.
+"""
+from __future__ import annotations
+
+import ast
+import importlib.metadata
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+# source folder -> installed package name (pyproject's package-dir)
+PACKAGES = {"jitcore": "jitcore", "ir": "jitcore.ir", "passes": "jitcore.passes",
+            "runtime": "jitcore.runtime"}
+
+# The front of jitcore/, bottom up. `jitcore` is the package's __init__ (the public names).
+FRONT_LAYERS = [
+    ("settings, version, caches of Python objects",
+     {"jitcore.version", "jitcore.config", "jitcore.lru", "jitcore.source_layout"}),
+    ("target selection", {"jitcore.targetinfo"}),
+    ("tracing and the op namespace",
+     {"jitcore.tracer", "jitcore.indexing", "jitcore.ops", "jitcore.numpy_compat",
+      "jitcore.tensor_methods"}),
+    ("compile driver, caches and the thread pools",
+     {"jitcore.explain", "jitcore.dump", "jitcore.diskcache", "jitcore.parallel",
+      "jitcore.compiler"}),
+    ("call path", {"jitcore.signature", "jitcore.callpath", "jitcore.dispatch"}),
+    ("public API", {"jitcore.api", "jitcore.futures", "jitcore.eager", "jitcore"}),
+    ("CLI and benchmark suite", {"jitcore.__main__", "jitcore.bench"}),
+]
+
+
+def module_files() -> dict:
+    """Installed module name -> source file, for every module of the four packages."""
+    mods = {}
+    for folder, name in PACKAGES.items():
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            parts = [name, *path.relative_to(ROOT / folder).with_suffix("").parts]
+            if parts[-1] == "__init__":
+                parts.pop()
+            mods[".".join(parts)] = path
+    return mods
+
+
+def imports_of(module: str, path: Path, known: dict) -> dict:
+    """{imported module: (line, imported name)} for the imports of one module that land in the
+    four packages. `from pkg import sub` counts as importing `pkg.sub` when it is a module."""
+    is_package = path.name == "__init__.py"
+    edges = {}
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            pairs = [(a.name, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = module.split(".")[:len(module.split(".")) - node.level + is_package]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module
+            pairs = [(target, a.name) for a in node.names]
+        else:
+            continue
+        for target, name in pairs:
+            for candidate in (f"{target}.{name}", target):
+                if candidate in known and candidate != module:
+                    edges.setdefault(candidate, (node.lineno, name))
+                    break
+    return edges
+
+
+@pytest.fixture(scope="module")
+def graph() -> dict:
+    known = module_files()
+    return {m: imports_of(m, p, known) for m, p in known.items()}
+
+
+def find_cycle(graph: dict) -> list | None:
+    """One import cycle as [a, b, ..., a], or None."""
+    state = {}
+
+    def visit(m, stack):
+        state[m] = "open"
+        stack.append(m)
+        for dep in graph[m]:
+            if state.get(dep) == "open":
+                return stack[stack.index(dep):] + [dep]
+            if dep not in state:
+                found = visit(dep, stack)
+                if found:
+                    return found
+        stack.pop()
+        state[m] = "done"
+        return None
+
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
+    for m in sorted(graph):
+        if m not in state:
+            found = visit(m, [])
+            if found:
+                return found
+    return None
+
+
+def describe_cycle(graph: dict, cycle: list) -> str:
+    return "import cycle: " + "; ".join(
+        f"{a} imports {graph[a][b][1]!r} from {b} (line {graph[a][b][0]})"
+        for a, b in zip(cycle, cycle[1:]))
+
+
+def package_of(module: str) -> str:
+    parts = module.split(".")
+    if len(parts) > 1 and parts[1] in ("ir", "passes", "runtime", "llvm"):
+        return "jitcore." + parts[1]
+    return "front"
+
+
+ALLOWED = {
+    "jitcore.ir": {"jitcore.ir"},
+    "jitcore.passes": {"jitcore.passes", "jitcore.ir"},
+    "jitcore.runtime": {"jitcore.runtime"},
+    "jitcore.llvm": {"jitcore.llvm", "jitcore.ir", "jitcore.passes", "jitcore.runtime"},
+}
+
+
+def layer_of(module: str) -> int | None:
+    for k, (_, members) in enumerate(FRONT_LAYERS):
+        if module in members or any(module.startswith(m + ".") for m in members
+                                    if m != "jitcore"):
+            return k
+    return None
+
+
+def rule_violations(graph: dict) -> list:
+    """Messages for every arrow that breaks the package rules or the front's layering."""
+    bad = []
+    for src, deps in sorted(graph.items()):
+        for dst, (line, name) in sorted(deps.items()):
+            where = f"{src} imports {name!r} from {dst} (line {line})"
+            allowed = ALLOWED.get(package_of(src))
+            if allowed is not None and package_of(dst) not in allowed:
+                bad.append(f"{where}: {package_of(src)} may import only {sorted(allowed)}")
+            if package_of(src) == package_of(dst) == "front":
+                ls, ld = layer_of(src), layer_of(dst)
+                if ls is not None and ld is not None and ld > ls:
+                    bad.append(f"{where}: layer '{FRONT_LAYERS[ls][0]}' may not import the "
+                               f"layer above it, '{FRONT_LAYERS[ld][0]}'")
+    return bad
+
+
+def test_no_import_cycles(graph):
+    cycle = find_cycle(graph)
+    assert cycle is None, describe_cycle(graph, cycle)
+
+
+def test_package_rules_and_front_layers(graph):
+    bad = rule_violations(graph)
+    assert not bad, "\n".join(bad)
+
+
+def test_every_front_module_has_a_layer(graph):
+    unplaced = [m for m in graph if package_of(m) == "front" and layer_of(m) is None]
+    assert not unplaced, f"place these modules in FRONT_LAYERS (tests/test_architecture.py): " \
+                         f"{unplaced}"
+
+
+def test_the_checks_catch_a_cycle_and_a_broken_rule(graph):
+    """The checks above fail when an arrow is added by hand."""
+    broken = {m: dict(deps) for m, deps in graph.items()}
+    broken["jitcore.ir.graph"]["jitcore.api"] = (1, "jit")      # ir -> front, and a circle
+    assert find_cycle(broken) is not None
+    assert "jitcore.ir may import only ['jitcore.ir']" in "\n".join(rule_violations(broken))
+    broken = {m: dict(deps) for m, deps in graph.items()}
+    broken["jitcore.tracer"]["jitcore.compiler"] = (1, "compile_graph")   # upward in the front
+    assert any("may not import the layer above" in v for v in rule_violations(broken))
+
+
+def test_one_installed_top_level_name():
+    """pyproject installs every package folder, all under `jitcore`; an installed copy's
+    metadata names one top-level package."""
+    tomllib = pytest.importorskip("tomllib")
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(config["packages"])
+    assert all(p == "jitcore" or p.startswith("jitcore.") for p in listed), listed
+    folders = {p.parent for p in ROOT.glob("*/**/__init__.py")} & {
+        p.parent for f in PACKAGES for p in (ROOT / f).rglob("__init__.py")}
+    expected = {PACKAGES[d.relative_to(ROOT).parts[0]]
+                + "".join("." + part for part in d.relative_to(ROOT).parts[1:])
+                for d in folders}
+    assert listed == expected, f"pyproject packages {sorted(listed)} != folders {sorted(expected)}"
+    try:
+        top = importlib.metadata.distribution("jitcore").read_text("top_level.txt")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("jitcore is not installed (source checkout)")
+    if top is not None:
+        assert top.split() == ["jitcore"], top
+
+
+def test_errors_show_their_public_path():
+    import traceback
+
+    import numpy as np
+
+    import jitcore as jc
+    for error in (jc.JitcoreError, jc.ShapeError, jc.DTypeError, jc.TraceError, jc.CompileError):
+        assert f"{error.__module__}.{error.__qualname__}" == f"jitcore.{error.__name__}"
+    with pytest.raises(jc.ShapeError) as info:
+        jc.reshape(np.ones(4), (3,))
+    shown = traceback.format_exception_only(info.type, info.value)[-1]
+    assert shown.startswith("jitcore.ShapeError: reshape"), shown
