@@ -17,6 +17,7 @@ import ctypes
 
 import numpy as np
 
+from . import log
 from .compiler import CompiledGraph
 from .llvm import entry as abi
 from .signature import check_out
@@ -63,6 +64,9 @@ def _flags_ok() -> bool:
 
 
 NATIVE_LAYOUT_OK = _native_layout_ok()
+if not NATIVE_LAYOUT_OK:
+    log.warning("this interpreter's tuple or numpy's array layout is not the one the native "
+                "entry reads: every call takes the slower checked path")
 
 
 def _entry_function(compiled: CompiledGraph):

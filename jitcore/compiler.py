@@ -18,7 +18,7 @@ from jitcore.ir.graph import Graph
 from jitcore.passes.legality import bytes_moved, coverage, flops
 from jitcore.passes.pipeline import run_pipeline
 
-from . import config, diskcache
+from . import config, diskcache, log
 from .llvm import engine, gemm
 from .llvm.entry import NDARRAY_TYPE_SYMBOL
 from .llvm.graph_module import build_module
@@ -110,10 +110,14 @@ def compile_graph(graph: Graph, strides: tuple, target: Target, threads: int = 0
     key = cache_key(graph, strides, target, threads, prepack)
     with _CACHE_LOCK:
         hit = _CACHE.lookup(key)
-        if hit is not None:
+        if hit is None:
+            key_lock = _KEY_LOCKS.setdefault(key, threading.Lock())
+        else:
             STATS["hits"] += 1
-            return hit
-        key_lock = _KEY_LOCKS.setdefault(key, threading.Lock())
+    if hit is not None:
+        log.info("%s: compiled graph found in the memory cache (%d kernel(s))", graph.name,
+                 len(hit.kernels))
+        return hit
     with key_lock:                       # one compile per key, even from many threads
         with _CACHE_LOCK:
             hit = _CACHE.get(key)
@@ -138,6 +142,15 @@ def _runtime_imports(text: str) -> dict:
     return imports
 
 
+def _log_compile(compiled: CompiledGraph, disk: str) -> None:
+    log.info("%s: compiled %d kernel(s) in %.1f ms (memory cache miss, disk cache %s)",
+             compiled.graph.name, len(compiled.kernels), 1e3 * compiled.seconds["total"], disk)
+    for k in compiled.kernels:
+        log.debug("%s: kernel %s (%s, ops %s): %s", compiled.graph.name, k.name, k.kind,
+                  ", ".join(k.ops), f"vectorized x{k.lanes}" if k.vectorized
+                  else f"scalar, legality: {k.reason}")
+
+
 def _compile(graph: Graph, strides: tuple, target: Target, threads: int,
              prepack: bool) -> CompiledGraph:
     t0 = time.perf_counter()
@@ -153,8 +166,8 @@ def _compile(graph: Graph, strides: tuple, target: Target, threads: int,
     imports = _runtime_imports(text)     # the first one builds the thread pools, once
     t2 = time.perf_counter()
     exports = [run_name, entry_name]
-    library = engine.compile_ir(text, exports, target, imports=imports,
-                                cache=diskcache.Entry(text, target.key(), exports))
+    disk = diskcache.Entry(text, target.key(), exports)
+    library = engine.compile_ir(text, exports, target, imports=imports, cache=disk)
     t3 = time.perf_counter()
     # the process-wide runtime (built by the first graph that needs it) is not this graph's cost
     setup = t2 - t_runtime
@@ -162,6 +175,7 @@ def _compile(graph: Graph, strides: tuple, target: Target, threads: int,
                "total": t3 - t0 - setup}
     compiled = CompiledGraph(graph, lowered, target, text, library, run_name, entry_name, seconds)
     compiled.prepacked_bytes = packed
+    _log_compile(compiled, disk.outcome)
     if config.get().dump_dir:
         from .dump import dump
         dump(compiled, config.get().dump_dir)

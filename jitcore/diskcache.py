@@ -40,6 +40,7 @@ import llvmlite
 
 from jitcore.runtime.forksafe import renew_in_child
 
+from . import log
 from .version import VERSION
 
 MAGIC = b"JITCORE-OBJ-1\n"
@@ -84,6 +85,8 @@ def _usable(path: str) -> bool:
 
 def _refuse(path: str, why: str) -> bool:
     _UNUSABLE.add(path)
+    log.warning("not using the disk cache %r: %s; compiled code is not kept across runs",
+                path, why)
     warnings.warn(f"jitcore: not using the disk cache {path!r}: {why}", RuntimeWarning,
                   stacklevel=3)
     return False
@@ -95,9 +98,15 @@ class Entry:
     def __init__(self, ir_text: str, target_key: tuple, exports: list):
         self.target_key = target_key
         self.key = key(ir_text, target_key, exports)
+        self.outcome = "off"            # after load: "hit" or "miss" (for the compile log)
 
     def load(self):
-        return load(self.key, self.target_key)
+        found = load(self.key, self.target_key)
+        if found is not None:
+            self.outcome = "hit"
+        elif directory() is not None:
+            self.outcome = "miss"
+        return found
 
     def store(self, obj: bytes, optimized_ir: str):
         store(self.key, self.target_key, obj, optimized_ir)

@@ -14,6 +14,8 @@ import threading
 from jitcore.runtime import POOL_EXPORTS, ThreadSettings, build_pool_module
 from jitcore.runtime.forksafe import renew_in_child
 
+from . import log
+
 SETTINGS = ThreadSettings()
 renew_in_child(SETTINGS, "_lock")
 _LOCK = threading.Lock()
@@ -54,6 +56,9 @@ class _PoolLibrary:
             addr["jc_task_spawn"])
         self.task_wait = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(addr["jc_task_wait"])
         self.set_threads(SETTINGS.intra if THREADS_SUPPORTED else 1)
+        if not THREADS_SUPPORTED:
+            log.warning("no thread pools on %s: kernels and tasks run on the calling thread",
+                        sys.platform)
 
 
 def start_interop() -> _PoolLibrary:

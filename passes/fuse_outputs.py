@@ -16,22 +16,28 @@ memory. The merged kernel's vector decision is made again by the legality check.
 """
 from __future__ import annotations
 
+from .decision_log import debug
 from .kernel import MAX_FUSED_OPS, Kernel, Load, rebuild
 from .legality import check
 
 
-def _mergeable(kernel: Kernel, run: list, written: dict) -> bool:
+def _merge_stop(kernel: Kernel, run: list, written: dict) -> str | None:
+    """Why `kernel` cannot join `run` (None: it can)."""
     first = run[0]
     if "pointwise" != kernel.kind or "pointwise" != first.kind:   # a reduction over extent-1
-        return False                                              # axes has pointwise loops
+        return f"not pointwise ({kernel.kind} after {first.kind})"  # axes has pointwise loops
     if len(kernel.ops) + sum(len(k.ops) for k in run) > MAX_FUSED_OPS:
-        return False
+        return f"the kernel would exceed {MAX_FUSED_OPS} ops"
     if not kernel.loops or kernel.loops != first.loops:
-        return False
-    if kernel.task != first.task or kernel.vectorized != first.vectorized:
-        return False
-    return all(ld.offset == written[ld.buffer.slot].offset
-               for ld in kernel.loads() if ld.buffer.slot in written)
+        return "another loop nest"
+    if kernel.task != first.task:
+        return "another task"
+    if kernel.vectorized != first.vectorized:
+        return "a vector kernel and a scalar one"
+    if not all(ld.offset == written[ld.buffer.slot].offset
+               for ld in kernel.loads() if ld.buffer.slot in written):
+        return "reads a value of the run at another element than it was stored"
+    return None
 
 
 def _merged(run: list, read_later: set, vector_bits: int, masked_tails: bool) -> Kernel:
@@ -54,9 +60,12 @@ def fuse_outputs(kernels: list, vector_bits: int, masked_tails: bool = False) ->
     """Merge runs of pointwise kernels that share their loop nest; others pass unchanged."""
     runs, written = [], {}
     for k in kernels:
-        if runs and _mergeable(k, runs[-1], written):
+        stop = _merge_stop(k, runs[-1], written) if runs else "first"
+        if stop is None:
             runs[-1].append(k)
         else:
+            if runs:
+                debug("fuse_outputs: fusion stops before %s: %s", k.name, stop)
             runs.append([k])
             written = {}
         written.update({s.buffer.slot: s for s in k.stores})

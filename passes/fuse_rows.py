@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from jitcore.ir.ops import TRANSCENDENTAL
 
+from .decision_log import debug
 from .kernel import MAX_FUSED_OPS, Const, Kernel, Load, Loop, Store, rebuild, walk
 from .symbolic import lin
 
@@ -110,6 +111,21 @@ def _fused(group: list) -> Kernel:
     return fused
 
 
+def _row_stop(kernel: Kernel, row, group: list, written: dict) -> str | None:
+    """Why `kernel` cannot join the row group (None: it can)."""
+    if row is None:
+        return f"no row loop to share ({kernel.kind})"
+    if row != _row_var(group[0]):
+        return "another row loop"
+    if kernel.task != group[0].task:
+        return "another task"
+    if not _reads_fit(kernel, written, row):
+        return "reads another row's result, or a value at another offset than it was stored"
+    if len(kernel.ops) + sum(len(g.ops) for g in group) > MAX_FUSED_OPS:
+        return f"the kernel would exceed {MAX_FUSED_OPS} ops"
+    return None
+
+
 def fuse_rows(kernels: list) -> list:
     """Merge runs of row-compatible kernels; others pass through unchanged."""
     out, group, written = [], [], {}
@@ -125,10 +141,10 @@ def fuse_rows(kernels: list) -> list:
 
     for k in kernels:
         row = _row_var(k)
-        fits = (group and row is not None and row == _row_var(group[0])
-                and k.task == group[0].task and _reads_fit(k, written, row)
-                and len(k.ops) + sum(len(g.ops) for g in group) <= MAX_FUSED_OPS)
-        if not fits:
+        stop = _row_stop(k, row, group, written) if group else "first"
+        if stop is not None:
+            if group:
+                debug("fuse_rows: row fusion stops before %s: %s", k.name, stop)
             flush()
         if row is None:
             out.append(k)

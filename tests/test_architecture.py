@@ -27,16 +27,19 @@ PACKAGES = {"jitcore": "jitcore", "ir": "jitcore.ir", "passes": "jitcore.passes"
 # The front of jitcore/, bottom up. `jitcore` is the package's __init__ (the public names).
 FRONT_LAYERS = [
     ("settings, version, caches of Python objects",
-     {"jitcore.version", "jitcore.config", "jitcore.lru", "jitcore.source_layout"}),
+     {"jitcore.version", "jitcore.config", "jitcore.lru", "jitcore.source_layout",
+      "jitcore.log"}),
     ("target selection", {"jitcore.targetinfo"}),
     ("tracing and the op namespace",
      {"jitcore.tracer", "jitcore.indexing", "jitcore.ops", "jitcore.numpy_compat",
       "jitcore.tensor_methods"}),
     ("compile driver, caches and the thread pools",
      {"jitcore.explain", "jitcore.dump", "jitcore.diskcache", "jitcore.parallel",
-      "jitcore.compiler"}),
-    ("call path", {"jitcore.signature", "jitcore.callpath", "jitcore.dispatch"}),
-    ("public API", {"jitcore.api", "jitcore.futures", "jitcore.eager", "jitcore"}),
+      "jitcore.compiler", "jitcore.threadpool_control"}),
+    ("call path", {"jitcore.signature", "jitcore.callpath", "jitcore.dispatch",
+                   "jitcore.foreign"}),
+    ("public API", {"jitcore.api", "jitcore.futures", "jitcore.eager", "jitcore.pickling",
+                    "jitcore"}),
     ("CLI and benchmark suite", {"jitcore.__main__", "jitcore.bench"}),
 ]
 
