@@ -16,6 +16,7 @@ from jitcore.ir.ops import Op
 from jitcore.runtime.forksafe import renew_in_child
 from jitcore.runtime.settings import validate_count
 
+from . import foreign, log, pickling
 from .callpath import MISMATCH, CallPlan
 from .compiler import compile_graph
 from .dispatch import Dispatch, lookup_paths, plan_key
@@ -60,6 +61,22 @@ def _constant_arrays(fn, constants: dict) -> dict:
     return out
 
 
+def _user_out(result, out_given, out):
+    """With out= torch tensors (written through numpy views), the tensors themselves."""
+    if out is out_given:
+        return result
+    return tuple(out_given) if isinstance(out_given, (tuple, list)) else out_given
+
+
+def _warn_copies(fn_name: str, given: tuple, arrays: tuple, names: list) -> None:
+    """A new signature whose numpy inputs cannot be read in place: say so once (each call
+    with such arrays copies them)."""
+    for i, (g, a) in enumerate(zip(given, arrays)):
+        if isinstance(g, np.ndarray) and a is not g and not np.may_share_memory(g, a):
+            log.warning("%s: argument %d (%s) is copied on every call: byte-swapped, "
+                        "misaligned or strides not whole elements", fn_name, i, names[i])
+
+
 def _no_plan_yet(*args):
     return MISMATCH
 
@@ -92,11 +109,17 @@ class JitFunction:
 
     def __init__(self, fn, vector_width=None, num_threads=None, prepack_weights=True,
                  constants=None):
+        # the options as given (every parameter but fn, so new ones travel too): a pickled
+        # copy is rebuilt with them
+        self._options = dict(locals())
+        del self._options["self"], self._options["fn"]
         functools.update_wrapper(self, fn)
         self._fn = fn
         self._params = _positional_names(fn)    # once: inspect.signature costs ~10 us a call
         # parameters bound to arrays at jit time: traced as constants, not passed at calls
         self._constants = _constant_arrays(fn, constants or {})
+        if constants:                 # travel as bound now, not as the caller's arrays become
+            self._options["constants"] = {n: c.array for n, c in self._constants.items()}
         self._vector_width = vector_width
         # intra-op threads for this function's kernels (None: jc.set_num_threads' setting)
         self.num_threads = None if num_threads is None else \
@@ -133,12 +156,22 @@ class JitFunction:
 
     def _call_slow(self, args: tuple, out):
         """Normalize the arguments, find or build the plan for their signature, call it."""
+        views = foreign.views(args, out)
+        if views is not None:
+            # torch tensors, JAX arrays: viewed in place, a known plan's native entry takes them
+            result = self._lookup[0](views[0]) if out is None else self._lookup[1](*views)
+            if result is not MISMATCH:
+                return _user_out(result, out, views[1])
+        out_given, given = out, args
+        if out is not None:
+            out = foreign.out_arrays(out)
         args = tuple(to_array(a, i, n) for i, (a, n) in
                      enumerate(zip(args, self._arg_names(len(args)))))
         key = plan_key(args)
         with _PLANS_LOCK:
             plan = self._plans.lookup(key)
         if plan is None:
+            _warn_copies(self.__name__, given, args, self._arg_names(len(args)))
             plan = CallPlan(self._compiled(args))
             with _PLANS_LOCK:
                 self._plans.put(key, plan)
@@ -146,7 +179,7 @@ class JitFunction:
                 self._lookup = lookup_paths(Dispatch(self._plans), self)
         result = plan(args, out)
         self._fast, self._fast_out = plan.fast, plan.fast_out      # after it worked once
-        return result
+        return _user_out(result, out_given, out)
 
     def _compiled(self, args: tuple):
         names = self._arg_names(len(args))
@@ -214,6 +247,11 @@ class JitFunction:
     def __repr__(self):
         return f"<jitcore.jit {self.__name__}: {len(self._plans)} compiled signature(s)>"
 
+    def __reduce__(self):
+        """pickle / cloudpickle: the Python function and the options travel, compiled code
+        does not (the receiving process compiles, or loads from its disk cache)."""
+        return pickling.reduce(self)
+
 
 def jit(fn=None, *, vector_width=None, num_threads=None, prepack_weights=True,
         constants=None):
@@ -268,6 +306,10 @@ class CompiledFunction(JitFunction):
 
     def _arg_names(self, count: int) -> list:
         return self._names[:count] + [f"arg{i}" for i in range(len(self._names), count)]
+
+    def __reduce__(self):
+        raise TypeError(f"{self.__name__}: a jc.compile(Graph) function cannot be pickled; "
+                        "pickle a jc.jit function instead")
 
     def _trace(self, sigs, names):
         if len(sigs) != len(self._ir.inputs):

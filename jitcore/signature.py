@@ -15,6 +15,9 @@ from jitcore.ir import dtypes as dt
 from jitcore.ir.errors import DTypeError, ShapeError
 from jitcore.ir.shapes import as_shape, contiguous_strides
 
+from . import foreign
+from .foreign import is_foreign
+
 
 @dataclass(frozen=True)
 class Spec:
@@ -31,13 +34,29 @@ def spec(shape, dtype=dt.float32, strides=None) -> Spec:
 
 
 def to_array(x, position: int, name: str) -> np.ndarray:
-    """An ndarray the kernels can read in place, converting (copying) only when needed."""
-    if not isinstance(x, np.ndarray) or type(x) is not np.ndarray:
-        try:
-            x = np.asarray(x)
-        except Exception as e:
-            raise DTypeError(f"argument {position} ({name}): cannot convert "
-                             f"{type(x).__name__} to an array: {e}") from None
+    """An ndarray the kernels can read in place, converting (copying) only when needed.
+    torch tensors, JAX arrays and other DLPack producers are viewed, never copied."""
+    if type(x) is not np.ndarray:
+        if is_foreign(x):
+            x = foreign.view(x, f"argument {position} ({name})")
+        else:
+            try:
+                x = np.asarray(x)
+            except Exception as e:
+                raise DTypeError(f"argument {position} ({name}): cannot convert "
+                                 f"{type(x).__name__} to an array: {e}") from None
+    if x.dtype not in _READY_DTYPES:          # (a set lookup: dtype.name is slow)
+        x = _native_supported(x, position, name)
+    if not x.flags.aligned or any(s % x.itemsize for s in x.strides):
+        x = np.ascontiguousarray(x)
+    return x
+
+
+_READY_DTYPES = frozenset(d.np for d in dt.ALL)     # supported, in native byte order
+
+
+def _native_supported(x: np.ndarray, position: int, name: str) -> np.ndarray:
+    """x in native byte order (a copy if swapped), or DTypeError for an unsupported dtype."""
     if x.dtype.kind in "OUSVMmc" or x.dtype.fields is not None:
         raise DTypeError(f"argument {position} ({name}): dtype {x.dtype} is not supported; "
                          f"supported: {dt.SUPPORTED_NAMES}")
@@ -48,8 +67,6 @@ def to_array(x, position: int, name: str) -> np.ndarray:
     except DTypeError:
         raise DTypeError(f"argument {position} ({name}): dtype {x.dtype} is not supported; "
                          f"supported: {dt.SUPPORTED_NAMES}") from None
-    if not x.flags.aligned or any(s % x.itemsize for s in x.strides):
-        x = np.ascontiguousarray(x)
     return x
 
 

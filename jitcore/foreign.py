@@ -1,0 +1,88 @@
+"""Arrays of other libraries, read in place: CPU torch tensors, JAX arrays and any other
+DLPack producer become numpy views of their own memory (never copies).
+
+torch tensors go through `Tensor.numpy()`, which is a C call that views the tensor's memory
+(a third of the cost of a DLPack exchange, and this runs on every call with a tensor).
+Everything else that speaks DLPack goes through `np.from_dlpack`, which shares memory or fails.
+Failures are explained: a tensor on a GPU or another device, a dtype numpy cannot hold
+(bfloat16) or jitcore does not support, a tensor that requires grad.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from jitcore.ir import dtypes as dt
+from jitcore.ir.errors import DTypeError
+
+_DLPACK_CPU = 1          # DLPack's kDLCPU device type
+
+
+def is_foreign(x) -> bool:
+    """Whether x is read through this module (a DLPack producer that is not an ndarray)."""
+    return hasattr(type(x), "__dlpack__") and not isinstance(x, np.ndarray)
+
+
+def view(x, label: str) -> np.ndarray:
+    """A numpy view of x's own memory (same data pointer and strides)."""
+    try:
+        if type(x).__module__.startswith("torch"):
+            return x.numpy()                   # raises for GPU, bfloat16, requires_grad
+        return np.from_dlpack(x)
+    except Exception as e:                     # noqa: BLE001 -- explained below
+        raise _explain(x, label, e) from None
+
+
+def _explain(x, label: str, error: Exception) -> Exception:
+    what = f"{label}: a {type(x).__name__}"
+    device = _device(x)
+    if device is not None:
+        return TypeError(f"{what} on device {device}: jitcore reads CPU memory in place "
+                         "only; move it to the CPU first (e.g. x.cpu(), jax.device_put(x, "
+                         "jax.devices('cpu')[0]))")
+    dtype = str(getattr(x, "dtype", "")).rpartition(".")[2]
+    if dtype:
+        try:
+            dt.as_dtype(dtype)
+        except DTypeError:
+            return DTypeError(f"{what} of dtype {dtype}: not supported; supported: "
+                              f"{dt.SUPPORTED_NAMES}")
+    return TypeError(f"{what}: cannot be read in place: {error}")
+
+
+def _device(x) -> str | None:
+    """The device x lives on when it is not the CPU, else None."""
+    is_cpu = getattr(x, "is_cpu", None)       # torch says so directly
+    if isinstance(is_cpu, bool):
+        return None if is_cpu else str(x.device)
+    try:
+        kind, ident = x.__dlpack_device__()
+    except Exception:                          # noqa: BLE001 -- no device to tell of
+        return str(getattr(x, "device", "unknown"))
+    return None if kind == _DLPACK_CPU else f"{getattr(x, 'device', kind)} (DLPack {kind}:{ident})"
+
+
+def views(args: tuple, out):
+    """(args, out) with each foreign array viewed in place (out= torch tensors too, so the
+    kernels write into the tensors themselves); None when there is none, or when one cannot
+    be viewed (then to_array says why, naming the argument)."""
+    outs = out if isinstance(out, (tuple, list)) else () if out is None else (out,)
+    if not any(map(is_foreign, args)) and not any(map(is_foreign, outs)):
+        return None
+    try:
+        viewed = tuple([view(a, "") if is_foreign(a) else a for i, a in enumerate(args)])
+        viewed_outs = [view(o, "") if is_foreign(o) else o for i, o in enumerate(outs)]
+    except (TypeError, ValueError):
+        return None
+    if out is None or isinstance(out, (tuple, list)):
+        return viewed, (type(out)(viewed_outs) if out is not None else None)
+    return viewed, viewed_outs[0]
+
+
+def out_arrays(out):
+    """out= with each foreign array viewed in place (errors name out[i]); out itself when it
+    holds none."""
+    items = out if isinstance(out, (tuple, list)) else (out,)
+    if not any(map(is_foreign, items)):
+        return out
+    viewed = [view(o, f"out[{i}]") if is_foreign(o) else o for i, o in enumerate(items)]
+    return type(out)(viewed) if isinstance(out, (tuple, list)) else viewed[0]
