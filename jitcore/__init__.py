@@ -33,8 +33,10 @@ from .parallel import (get_num_interop_threads, get_num_threads, parallel_info,
                        set_num_interop_threads, set_num_threads)
 from .signature import Spec, spec
 from .targetinfo import target_info
+from . import threadpool_control
 from .version import VERSION as __version__
 
 bool = bool_  # noqa: A001 -- jc.bool, as numpy's np.bool
+threadpool_control.install()      # threadpoolctl sees the intra-op pool (when it is used)
 
 __all__ = [n for n in dir() if not n.startswith("_")]
