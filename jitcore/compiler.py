@@ -7,6 +7,7 @@ the same graph share code.
 from __future__ import annotations
 
 import ctypes
+import logging
 import sys
 import threading
 import time
@@ -145,6 +146,8 @@ def _runtime_imports(text: str) -> dict:
 def _log_compile(compiled: CompiledGraph, disk: str) -> None:
     log.info("%s: compiled %d kernel(s) in %.1f ms (memory cache miss, disk cache %s)",
              compiled.graph.name, len(compiled.kernels), 1e3 * compiled.seconds["total"], disk)
+    if not log.LOGGER.isEnabledFor(logging.DEBUG):
+        return
     for k in compiled.kernels:
         log.debug("%s: kernel %s (%s, ops %s): %s", compiled.graph.name, k.name, k.kind,
                   ", ".join(k.ops), f"vectorized x{k.lanes}" if k.vectorized
