@@ -58,7 +58,9 @@ def _device(x) -> str | None:
         kind, ident = x.__dlpack_device__()
     except Exception:                          # noqa: BLE001 -- no device to tell of
         return str(getattr(x, "device", "unknown"))
-    return None if kind == _DLPACK_CPU else f"{getattr(x, 'device', kind)} (DLPack {kind}:{ident})"
+    if kind == _DLPACK_CPU:
+        return None
+    return f"{getattr(x, 'device', kind)} (DLPack device {kind}:{ident})"
 
 
 def views(args: tuple, out):
@@ -69,8 +71,8 @@ def views(args: tuple, out):
     if not any(map(is_foreign, args)) and not any(map(is_foreign, outs)):
         return None
     try:
-        viewed = tuple([view(a, "") if is_foreign(a) else a for i, a in enumerate(args)])
-        viewed_outs = [view(o, "") if is_foreign(o) else o for i, o in enumerate(outs)]
+        viewed = tuple([view(a, "") if is_foreign(a) else a for a in args])
+        viewed_outs = [view(o, "") if is_foreign(o) else o for o in outs]
     except (TypeError, ValueError):
         return None
     if out is None or isinstance(out, (tuple, list)):

@@ -33,6 +33,9 @@ def spec(shape, dtype=dt.float32, strides=None) -> Spec:
     return Spec(shape, dt.as_dtype(dtype), tuple(strides) if strides else None)
 
 
+_READY_DTYPES = frozenset(d.np for d in dt.ALL)     # supported, in native byte order
+
+
 def to_array(x, position: int, name: str) -> np.ndarray:
     """An ndarray the kernels can read in place, converting (copying) only when needed.
     torch tensors, JAX arrays and other DLPack producers are viewed, never copied."""
@@ -50,9 +53,6 @@ def to_array(x, position: int, name: str) -> np.ndarray:
     if not x.flags.aligned or any(s % x.itemsize for s in x.strides):
         x = np.ascontiguousarray(x)
     return x
-
-
-_READY_DTYPES = frozenset(d.np for d in dt.ALL)     # supported, in native byte order
 
 
 def _native_supported(x: np.ndarray, position: int, name: str) -> np.ndarray:
