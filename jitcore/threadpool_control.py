@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import sys
 
+from jitcore.runtime.settings import MAX_THREADS
+
 from . import log
 from .parallel import get_num_threads, set_num_threads
 from .version import VERSION
@@ -52,7 +54,8 @@ def _controller_class(base):
             return get_num_threads()
 
         def set_num_threads(self, num_threads):
-            set_num_threads(num_threads)
+            # like the BLAS libraries, take any limit: clamped to what the pool allows
+            set_num_threads(max(1, min(int(num_threads), MAX_THREADS)))
 
         def get_version(self):
             return VERSION

@@ -43,6 +43,13 @@ def test_limits_and_restores(threads, how):
     assert jc.get_num_threads() == threads
 
 
+@pytest.mark.parametrize("limit, inside", [(10_000, 256), (0, 1)])
+def test_limits_out_of_range_are_clamped(threads, limit, inside):
+    with threadpoolctl.threadpool_limits(limits=limit, user_api="jitcore"):
+        assert jc.get_num_threads() == inside
+    assert jc.get_num_threads() == threads
+
+
 def test_other_apis_leave_it_alone(threads):
     with threadpoolctl.threadpool_limits(limits=1, user_api="blas"):
         assert jc.get_num_threads() == threads
