@@ -3,6 +3,7 @@ closures) carry the Python function and the options, never compiled code; the re
 process, spawned or forked, compiles or loads from its disk cache and computes numpy's answer."""
 import multiprocessing
 import pickle
+import sys
 
 import numpy as np
 import pytest
@@ -161,3 +162,19 @@ def test_pool_map_over_a_jitted_function(pool):
     xs = [np.full((2, 8), v, np.float32) for v in (-1.0, 0.0, 2.0)]
     for x, got in zip(xs, workers.map(weighted, xs)):
         np.testing.assert_allclose(got, reference("weighted", x), rtol=1e-6)
+
+
+def test_modules_registered_by_value_travel_by_value():
+    """cloudpickle.register_pickle_by_value(module): the function travels as code, so a
+    worker without that module can still rebuild it."""
+    cloudpickle = pytest.importorskip("cloudpickle")
+    by_reference = pickle.dumps(scaled_tanh)
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    try:
+        by_value = pickle.dumps(scaled_tanh)
+    finally:
+        cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+    assert b"_from_module" in by_reference and b"_from_bytes" in by_value
+    copy = pickle.loads(by_value)
+    x = np.linspace(-1, 1, 8, dtype=np.float32)
+    np.testing.assert_allclose(copy(x, x), reference("scaled_tanh", x), rtol=1e-5, atol=1e-6)
