@@ -21,6 +21,7 @@ from jitcore.passes.pipeline import run_pipeline
 from . import config, diskcache
 from .llvm import engine, gemm
 from .llvm.entry import NDARRAY_TYPE_SYMBOL
+from .llvm import graph_module
 from .llvm.graph_module import build_module
 from .llvm.target import Target
 from .lru import LRU
@@ -89,11 +90,16 @@ STATS = {"compiles": 0, "hits": 0}
 
 
 def cache_info() -> dict:
-    """Compiles and cache hits so far, the compiled graphs held now, and the disk cache's
-    hits, misses and rejected (corrupt or foreign) entries."""
+    """Compiles and cache hits so far, the compiled graphs held now, the disk cache's hits,
+    misses and rejected (corrupt or foreign) entries, the kernels whose LLVM IR was generated
+    or reused and the LLVM modules compiled or reused (an equal kernel already built in this
+    process is linked, not generated or compiled again), and
+    `compile_seconds`: the seconds all
+    compiles of this process spent per stage (STAGES, and their total)."""
     with _CACHE_LOCK:
         return {**STATS, "size": len(_CACHE), "max_size": config.get().cache_size,
-                **diskcache.STATS, "disk_dir": diskcache.directory()}
+                **diskcache.STATS, "disk_dir": diskcache.directory(), **engine.STATS, **graph_module.STATS,
+                "compile_seconds": dict(COMPILE_SECONDS)}
 
 
 def cache_key(graph: Graph, strides: tuple, target: Target, threads: int,
@@ -102,12 +108,15 @@ def cache_key(graph: Graph, strides: tuple, target: Target, threads: int,
 
 
 def compile_graph(graph: Graph, strides: tuple, target: Target, threads: int = 0,
-                  prepack: bool = True) -> CompiledGraph:
+                  prepack: bool = True, trace_seconds: float = 0.0) -> CompiledGraph:
     """Compile (or fetch from the cache). `strides`: per input, strides in elements;
     `threads`: intra-op threads for this graph (0: the process-wide setting); `prepack`:
-    pack constant GEMM weights at compile time (unless JITCORE_PREPACK=0)."""
+    pack constant GEMM weights at compile time (unless JITCORE_PREPACK=0); `trace_seconds`:
+    what tracing the graph took, recorded with the compile's other stages."""
     prepack = prepack and config.get().prepack
+    t0 = time.perf_counter()
     key = cache_key(graph, strides, target, threads, prepack)
+    key_seconds = time.perf_counter() - t0
     with _CACHE_LOCK:
         hit = _CACHE.lookup(key)
         if hit is not None:
@@ -118,7 +127,8 @@ def compile_graph(graph: Graph, strides: tuple, target: Target, threads: int = 0
         with _CACHE_LOCK:
             hit = _CACHE.get(key)
         if hit is None:
-            hit = _compile(graph, strides, target, threads, prepack)
+            hit = _compile(graph, strides, target, threads, prepack,
+                           {"trace": trace_seconds, "cache_key": key_seconds})
             with _CACHE_LOCK:
                 _CACHE.put(key, hit)
                 STATS["compiles"] += 1
@@ -138,28 +148,42 @@ def _runtime_imports(text: str) -> dict:
     return imports
 
 
+# Compile stages in the order they run (seconds per stage: CompiledGraph.seconds, explain(),
+# cache_info()["compile_seconds"]). LLVM's stages come from the engine; a graph whose machine
+# code came from the disk cache has disk_load instead of parse, optimize and machine_code.
+STAGES = ("trace", "cache_key", "passes", "prepack", "ir_generation", "parse", "optimize",
+          "machine_code", "disk_load", "disk_store", "link")
+COMPILE_SECONDS = dict.fromkeys(STAGES + ("total",), 0.0)    # summed over this process
+
+
 def _compile(graph: Graph, strides: tuple, target: Target, threads: int,
-             prepack: bool) -> CompiledGraph:
+             prepack: bool, front_seconds: dict) -> CompiledGraph:
     t0 = time.perf_counter()
     input_strides = {inp.arg: s for inp, s in zip(graph.inputs, strides)}
     lowered = run_pipeline(graph, target.vector_bits, input_strides, target.masked_tails)
+    t1 = time.perf_counter()
     packed = gemm.prepack(lowered, target.vector_bits, gemm.plan_threads(threads)) \
         if prepack else 0
-    t1 = time.perf_counter()
-    mach = engine.machine(target)
-    text, run_name, entry_name = build_module(lowered, target.vector_bits, target.triple,
-                                              mach.data_layout, target.masked_tails, threads)
-    t_runtime = time.perf_counter()
-    imports = _runtime_imports(text)     # the first one builds the thread pools, once
     t2 = time.perf_counter()
-    exports = [run_name, entry_name]
-    library = engine.compile_ir(text, exports, target, imports=imports,
-                                cache=diskcache.Entry(text, target.key(), exports))
+    mach = engine.machine(target)
+    code = build_module(lowered, target.vector_bits, target.triple, mach.data_layout,
+                        target.masked_tails, threads, diskcache.KernelIR(target.key()))
     t3 = time.perf_counter()
+    text = code.text
     # the process-wide runtime (built by the first graph that needs it) is not this graph's cost
-    setup = t2 - t_runtime
-    seconds = {"passes": t1 - t0, "codegen": t_runtime - t1, "llvm": t3 - t2,
-               "total": t3 - t0 - setup}
+    imports = _runtime_imports(code.graph_text)
+    exports = [code.run_name, code.entry_name]
+    modules = [(k.text, diskcache.Entry(k.text, target.key(), [k.symbol]))
+               for k in code.kernels]
+    modules.append((code.graph_text, diskcache.Entry(code.graph_text, target.key(), exports)))
+    library = engine.compile_modules(modules, exports, target, imports=imports)
+    run_name, entry_name = code.run_name, code.entry_name
+    seconds = {**front_seconds, "passes": t1 - t0, "prepack": t2 - t1,
+               "ir_generation": t3 - t2, **library.seconds}
+    seconds["total"] = sum(seconds.values())
+    with _CACHE_LOCK:
+        for stage, s in seconds.items():
+            COMPILE_SECONDS[stage] += s
     compiled = CompiledGraph(graph, lowered, target, text, library, run_name, entry_name, seconds)
     compiled.prepacked_bytes = packed
     if config.get().dump_dir:
