@@ -5,6 +5,7 @@ import functools
 import inspect
 import sys
 import threading
+import time
 
 import numpy as np
 
@@ -184,10 +185,12 @@ class JitFunction:
     def _compiled(self, args: tuple):
         names = self._arg_names(len(args))
         sigs = [signature_of(a, i, n) for i, (a, n) in enumerate(zip(args, names))]
+        t0 = time.perf_counter()
         graph = self._trace(sigs, names)
+        trace_seconds = time.perf_counter() - t0
         strides = tuple(s[2] for s in sigs)
         return compile_graph(graph, strides, select_target(self._vector_width),
-                             self.num_threads or 0, self.prepack_weights)
+                             self.num_threads or 0, self.prepack_weights, trace_seconds)
 
     def _trace(self, sigs: list, names: list) -> IRGraph:
         inputs = [b.input_node(n, shape, dtype) for n, (shape, dtype, _) in zip(names, sigs)]

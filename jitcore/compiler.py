@@ -21,6 +21,7 @@ from jitcore.passes.pipeline import run_pipeline
 
 from . import config, diskcache, log
 from .llvm import engine, gemm
+from .llvm import graph_module
 from .llvm.entry import NDARRAY_TYPE_SYMBOL
 from .llvm.graph_module import build_module
 from .llvm.target import Target
@@ -90,11 +91,16 @@ STATS = {"compiles": 0, "hits": 0}
 
 
 def cache_info() -> dict:
-    """Compiles and cache hits so far, the compiled graphs held now, and the disk cache's
-    hits, misses and rejected (corrupt or foreign) entries."""
+    """Compiles and cache hits so far, the compiled graphs held now, the disk cache's hits,
+    misses and rejected (corrupt or foreign) entries, the kernels whose LLVM IR was generated
+    or reused and the LLVM modules compiled or reused (an equal kernel already built in this
+    process is linked, not generated or compiled again), and
+    `compile_seconds`: the seconds all
+    compiles of this process spent per stage (STAGES, and their total)."""
     with _CACHE_LOCK:
         return {**STATS, "size": len(_CACHE), "max_size": config.get().cache_size,
-                **diskcache.STATS, "disk_dir": diskcache.directory()}
+                **diskcache.STATS, "disk_dir": diskcache.directory(), **engine.STATS, **graph_module.STATS,
+                "compile_seconds": dict(COMPILE_SECONDS)}
 
 
 def cache_key(graph: Graph, strides: tuple, target: Target, threads: int,
@@ -103,12 +109,15 @@ def cache_key(graph: Graph, strides: tuple, target: Target, threads: int,
 
 
 def compile_graph(graph: Graph, strides: tuple, target: Target, threads: int = 0,
-                  prepack: bool = True) -> CompiledGraph:
+                  prepack: bool = True, trace_seconds: float = 0.0) -> CompiledGraph:
     """Compile (or fetch from the cache). `strides`: per input, strides in elements;
     `threads`: intra-op threads for this graph (0: the process-wide setting); `prepack`:
-    pack constant GEMM weights at compile time (unless JITCORE_PREPACK=0)."""
+    pack constant GEMM weights at compile time (unless JITCORE_PREPACK=0); `trace_seconds`:
+    what tracing the graph took, recorded with the compile's other stages."""
     prepack = prepack and config.get().prepack
+    t0 = time.perf_counter()
     key = cache_key(graph, strides, target, threads, prepack)
+    key_seconds = time.perf_counter() - t0
     with _CACHE_LOCK:
         hit = _CACHE.lookup(key)
         if hit is None:
@@ -123,7 +132,8 @@ def compile_graph(graph: Graph, strides: tuple, target: Target, threads: int = 0
         with _CACHE_LOCK:
             hit = _CACHE.get(key)
         if hit is None:
-            hit = _compile(graph, strides, target, threads, prepack)
+            hit = _compile(graph, strides, target, threads, prepack,
+                           {"trace": trace_seconds, "cache_key": key_seconds})
             with _CACHE_LOCK:
                 _CACHE.put(key, hit)
                 STATS["compiles"] += 1
@@ -143,9 +153,10 @@ def _runtime_imports(text: str) -> dict:
     return imports
 
 
-def _log_compile(compiled: CompiledGraph, disk: str) -> None:
-    log.info("%s: compiled %d kernel(s) in %.1f ms (memory cache miss, disk cache %s)",
-             compiled.graph.name, len(compiled.kernels), 1e3 * compiled.seconds["total"], disk)
+def _log_compile(compiled: CompiledGraph, entries: list) -> None:
+    log.info("%s: compiled %d kernel(s) in %.1f ms (memory cache miss, %s)",
+             compiled.graph.name, len(compiled.kernels), 1e3 * compiled.seconds["total"],
+             _module_sources(entries, compiled.library))
     if not log.LOGGER.isEnabledFor(logging.DEBUG):
         return
     for k in compiled.kernels:
@@ -154,31 +165,64 @@ def _log_compile(compiled: CompiledGraph, disk: str) -> None:
                   else f"scalar, legality: {k.reason}")
 
 
+def _module_sources(entries: list, library) -> str:
+    """Where the graph's machine code came from: `disk cache hit` (every module LLVM would
+    have built was on disk), `miss` (LLVM built some), `off`, plus the modules this process
+    had built already (equal kernels of other graphs or layers)."""
+    outcomes = [e.outcome for e in entries]
+    if "miss" in outcomes:
+        disk = "disk cache miss"
+    elif "hit" in outcomes:
+        disk = "disk cache hit"
+    elif diskcache.directory() is None:
+        disk = "disk cache off"
+    else:
+        disk = "disk cache not needed"
+    if library.reused:
+        disk += f", {library.reused} of {library.modules} LLVM module(s) already built here"
+    return disk
+
+
+# Compile stages in the order they run (seconds per stage: CompiledGraph.seconds, explain(),
+# cache_info()["compile_seconds"]). LLVM's stages come from the engine; a graph whose machine
+# code came from the disk cache has disk_load instead of parse, optimize and machine_code.
+STAGES = ("trace", "cache_key", "passes", "prepack", "ir_generation", "parse", "optimize",
+          "machine_code", "disk_load", "disk_store", "link")
+COMPILE_SECONDS = dict.fromkeys(STAGES + ("total",), 0.0)    # summed over this process
+
+
 def _compile(graph: Graph, strides: tuple, target: Target, threads: int,
-             prepack: bool) -> CompiledGraph:
+             prepack: bool, front_seconds: dict) -> CompiledGraph:
     t0 = time.perf_counter()
     input_strides = {inp.arg: s for inp, s in zip(graph.inputs, strides)}
     lowered = run_pipeline(graph, target.vector_bits, input_strides, target.masked_tails)
+    t1 = time.perf_counter()
     packed = gemm.prepack(lowered, target.vector_bits, gemm.plan_threads(threads)) \
         if prepack else 0
-    t1 = time.perf_counter()
-    mach = engine.machine(target)
-    text, run_name, entry_name = build_module(lowered, target.vector_bits, target.triple,
-                                              mach.data_layout, target.masked_tails, threads)
-    t_runtime = time.perf_counter()
-    imports = _runtime_imports(text)     # the first one builds the thread pools, once
     t2 = time.perf_counter()
-    exports = [run_name, entry_name]
-    disk = diskcache.Entry(text, target.key(), exports)
-    library = engine.compile_ir(text, exports, target, imports=imports, cache=disk)
+    mach = engine.machine(target)
+    code = build_module(lowered, target.vector_bits, target.triple, mach.data_layout,
+                        target.masked_tails, threads, diskcache.KernelIR(target.key()))
     t3 = time.perf_counter()
+    text = code.text
     # the process-wide runtime (built by the first graph that needs it) is not this graph's cost
-    setup = t2 - t_runtime
-    seconds = {"passes": t1 - t0, "codegen": t_runtime - t1, "llvm": t3 - t2,
-               "total": t3 - t0 - setup}
+    imports = _runtime_imports(code.graph_text)
+    exports = [code.run_name, code.entry_name]
+    modules = [(k.text, diskcache.Entry(k.text, target.key(), [k.symbol]))
+               for k in code.kernels]
+    modules.append((code.graph_text, diskcache.Entry(code.graph_text, target.key(), exports)))
+    entries = [cache for _, cache in modules]
+    library = engine.compile_modules(modules, exports, target, imports=imports)
+    run_name, entry_name = code.run_name, code.entry_name
+    seconds = {**front_seconds, "passes": t1 - t0, "prepack": t2 - t1,
+               "ir_generation": t3 - t2, **library.seconds}
+    seconds["total"] = sum(seconds.values())
+    with _CACHE_LOCK:
+        for stage, s in seconds.items():
+            COMPILE_SECONDS[stage] += s
     compiled = CompiledGraph(graph, lowered, target, text, library, run_name, entry_name, seconds)
     compiled.prepacked_bytes = packed
-    _log_compile(compiled, disk.outcome)
+    _log_compile(compiled, entries)
     if config.get().dump_dir:
         from .dump import dump
         dump(compiled, config.get().dump_dir)

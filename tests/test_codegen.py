@@ -122,4 +122,7 @@ def test_one_native_entry_per_graph():
     ir_text = f.llvm_ir(jc.spec((8, 100), jc.float32), optimized=False)
     exported = [ln for ln in ir_text.splitlines()
                 if ln.startswith("define") and "internal" not in ln]
-    assert len(exported) == 2          # <graph>_run and <graph>_entry; kernels are internal
+    # <graph>_run and <graph>_entry, and each kernel in a module of its own, named by content
+    graph_fns = [ln for ln in exported if "@\"jc_" in ln]
+    kernel_fns = [ln for ln in exported if "@\"jck_" in ln]
+    assert len(graph_fns) == 2 and len(kernel_fns) == 2 and len(exported) == 4, exported

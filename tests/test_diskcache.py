@@ -30,13 +30,18 @@ print(json.dumps({"hits": info["disk_hits"] - base["disk_hits"], "pool_hits": ba
                   "rejected": info["disk_rejected"] - base["disk_rejected"],
                   "new": [os.path.join(root, n) for n in new if n.endswith(".jco")],
                   "sum": float(r.astype('float64').sum()),
+                  "compiled": info["modules_compiled"] - base["modules_compiled"],
+                  "generated": info["kernels_generated"] - base["kernels_generated"],
+                  "loaded": info["kernels_loaded"] - base["kernels_loaded"],
                   "ir_lines": len(f.llvm_ir(x, w).splitlines())}))
 """
 
 
 def run(cache_dir, **env):
-    """Run SCRIPT; `hits`/`rejected` count the graph's entry (not the runtime's), `new` lists
-    the entries the graph added."""
+    """Run SCRIPT; `hits`/`rejected` count the graph's entries (not the runtime's), `new` lists
+    the entries the graph added (per distinct kernel its IR and its object, and the graph
+    module's object), `compiled` the modules LLVM compiled, `generated`/`loaded` the kernels
+    whose IR was generated or came from the disk."""
     proc = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True,
                           env={**os.environ,
                                "JITCORE_CACHE_DIR": str(cache_dir), **env}, timeout=300)
@@ -50,10 +55,14 @@ def entries(cache_dir):
 
 def test_warm_start_loads_the_object_and_gives_the_same_result(tmp_path):
     cold = run(tmp_path)
-    assert cold["hits"] == 0 and cold["pool_hits"] == 0 and len(cold["new"]) == 1
-    assert len(entries(tmp_path)) == 2                        # the graph and the runtime
+    # two kernels (the GEMM, the row reduction): their IR and objects; the graph module
+    assert cold["compiled"] == 3 and cold["generated"] == 2 and len(cold["new"]) == 5
+    assert cold["hits"] == 0 and cold["pool_hits"] == 0
+    assert len(entries(tmp_path)) == 5 + 1                    # and the runtime
     warm = run(tmp_path)
-    assert warm["hits"] == 1 and warm["pool_hits"] == 1 and warm["sum"] == cold["sum"]
+    assert warm["hits"] == 5 and warm["pool_hits"] == 1 and warm["sum"] == cold["sum"]
+    assert warm["compiled"] == 0 and warm["generated"] == 0   # neither LLVM nor IR generation
+    assert warm["loaded"] == 2
     assert warm["ir_lines"] == cold["ir_lines"] > 0          # optimized IR comes back too
     assert not warm["new"]
 
@@ -69,7 +78,7 @@ def test_directory_is_private(tmp_path):
 @pytest.mark.parametrize("damage", ["truncate", "flip_payload", "flip_header", "garbage"])
 def test_damaged_entry_is_detected_and_rebuilt(tmp_path, damage):
     cold = run(tmp_path)
-    entry = Path(*cold["new"])
+    entry = Path(cold["new"][0])
     blob = bytearray(entry.read_bytes())
     if damage == "truncate":
         blob = blob[:len(blob) // 2]
@@ -81,8 +90,11 @@ def test_damaged_entry_is_detected_and_rebuilt(tmp_path, damage):
         blob = bytearray(b"not an entry at all")
     entry.write_bytes(bytes(blob))
     again = run(tmp_path)
-    assert again["hits"] == 0 and again["rejected"] == 1 and again["sum"] == cold["sum"]
-    assert run(tmp_path)["hits"] == 1                         # rewritten, valid again
+    stored = len(cold["new"])
+    assert again["hits"] == stored - 1 and again["rejected"] == 1
+    assert again["compiled"] + again["generated"] == 1        # the damaged part, rebuilt
+    assert again["sum"] == cold["sum"]
+    assert run(tmp_path)["hits"] == stored                    # rewritten, valid again
 
 
 def _two_widths():
@@ -103,12 +115,12 @@ def test_entry_of_another_target_is_never_loaded(tmp_path):
     if other is None:
         pytest.skip("the CPU compiles for one vector width only")
     this_dir, other_dir = tmp_path / "this", tmp_path / "other"
-    this_entry = Path(*run(this_dir, JITCORE_VECTOR_WIDTH=str(here))["new"])
-    other_entry = Path(*run(other_dir, JITCORE_VECTOR_WIDTH=str(other))["new"])
-    assert this_entry.name != other_entry.name                # the target is in the key
-    this_entry.write_bytes(other_entry.read_bytes())
+    these = run(this_dir, JITCORE_VECTOR_WIDTH=str(here))["new"]
+    others = run(other_dir, JITCORE_VECTOR_WIDTH=str(other))["new"]
+    assert not {Path(p).name for p in these} & {Path(p).name for p in others}  # target in key
+    Path(these[0]).write_bytes(Path(others[0]).read_bytes())
     result = run(this_dir, JITCORE_VECTOR_WIDTH=str(here))
-    assert result["hits"] == 0 and result["rejected"] == 1
+    assert result["hits"] == len(these) - 1 and result["rejected"] == 1
 
 
 def test_disk_cache_can_be_turned_off(tmp_path):
@@ -163,9 +175,12 @@ print(json.dumps({"size": size, "evicted": jc.cache_info()["disk_evicted"]}))
 import numpy as np, jitcore as jc
 from jitcore import parallel
 parallel.pool()
-hits = jc.cache_info()["disk_hits"]
+info = jc.cache_info()
 jc.jit(lambda a, k=149: jc.tanh(a) * float(k))(np.ones(16, np.float32))
-print(jc.cache_info()["disk_hits"] - hits)
+after = jc.cache_info()
+print(after["disk_hits"] - info["disk_hits"], after["modules_compiled"] - info["modules_compiled"]
+      + after["kernels_generated"] - info["kernels_generated"])
 """], capture_output=True, text=True, timeout=120,
         env={**os.environ, "JITCORE_CACHE_DIR": str(tmp_path)})
-    assert again.stdout.split()[-1] == "1", again.stderr[-2000:]   # the newest entry stayed
+    hits, compiled = map(int, again.stdout.split()[-2:])
+    assert hits == 3 and compiled == 0, again.stderr[-2000:]   # the newest entries stayed

@@ -10,6 +10,7 @@ import pytest
 
 import jitcore as jc
 from jitcore import compiler
+from jitcore.llvm import engine, graph_module
 from jitcore.lru import LRU
 
 
@@ -17,14 +18,21 @@ from jitcore.lru import LRU
 def fresh_caches(monkeypatch, tmp_path):
     """An empty disk cache and an empty in-memory cache for this test."""
     monkeypatch.setenv("JITCORE_CACHE_DIR", str(tmp_path / "cache"))
+    as_a_new_process(monkeypatch)
+
+
+def as_a_new_process(monkeypatch):
+    """Empty in-memory caches: of compiled graphs, of kernels' IR and of LLVM objects."""
     monkeypatch.setattr(compiler, "_CACHE", LRU())
+    monkeypatch.setattr(graph_module, "_EMITTED", type(graph_module._EMITTED)())
+    monkeypatch.setattr(engine, "OBJECTS", engine.ObjectCache())
 
 
 def records(caplog, level, logger="jitcore"):
     return [r for r in caplog.records if r.levelno == level and r.name.startswith(logger)]
 
 
-def test_info_per_compile_with_cache_outcomes(caplog, fresh_caches):
+def test_info_per_compile_with_cache_outcomes(caplog, fresh_caches, monkeypatch):
     caplog.set_level(logging.INFO, logger="jitcore")
     x = np.linspace(0, 1, 64, dtype=np.float32)
 
@@ -43,10 +51,17 @@ def test_info_per_compile_with_cache_outcomes(caplog, fresh_caches):
                                    "(1 kernel(s))")
 
     caplog.clear()
-    compiler._CACHE.clear()                       # as a new process: the disk has it
+    as_a_new_process(monkeypatch)                 # the disk has it
     jc.jit(shifted_exp)(x)
     (third,) = records(caplog, logging.INFO)
     assert "(memory cache miss, disk cache hit)" in third.getMessage()
+
+    caplog.clear()
+    monkeypatch.setattr(compiler, "_CACHE", LRU())   # the graph is gone, its modules are not
+    jc.jit(shifted_exp)(x)
+    (fourth,) = records(caplog, logging.INFO)
+    assert fourth.getMessage().endswith("(memory cache miss, disk cache not needed, 2 of 2 LLVM "
+                                        "module(s) already built here)"), fourth.getMessage()
 
 
 def test_disk_cache_off_is_said(caplog, fresh_caches, monkeypatch):

@@ -2,7 +2,7 @@
 iterations [start, stop) of the kernel's range loop (so the parallel runtime can hand out any
 sub-range). `KernelEmitter` emits the loop nests, elementwise bodies, register tiles and
 reductions itself, and hands GEMM, GEMV and arg-reduction kernels to their own emitters.
-`graph_module.py` puts the kernels of a graph into one module.
+`graph_module.py` gives each kernel a module of its own and adds the graph's run function.
 """
 from __future__ import annotations
 
@@ -66,19 +66,24 @@ class KernelEmitter:
     def __init__(self, module: ir.Module, kernel: Kernel, name: str, masked_tail: bool):
         self.kernel, self.module = kernel, module
         self.fn = ir.Function(module, kernel_type(), name=name)
-        self.fn.linkage = "internal"
         self.fn.attributes.add("nounwind")
         self.start, self.stop, self.bufs = self.fn.args
         self.b = ir.IRBuilder(self.fn.append_basic_block("entry"))
         self.env, self.ptrs = {}, {}
+        # the graph slots this kernel reads or writes, numbered in the order it first touches
+        # them: `bufs` is the kernel's own array of those pointers (the run function builds
+        # it), so equal kernels of different graphs or layers have equal code
+        self.buffer_slots = []
         # tails: one masked vector iteration (AVX-512 masks every element size) or scalar code
         self.masked_tail, self.mask = masked_tail, None
 
     # -- memory ---------------------------------------------------------------------------
     def base_ptr(self, buf):
         if buf.slot not in self.ptrs:
+            local = len(self.buffer_slots)
+            self.buffer_slots.append(buf.slot)
             with self.b.goto_entry_block():
-                raw = self.b.load(self.b.gep(self.bufs, [u.I64(buf.slot)]), name=buf.name)
+                raw = self.b.load(self.b.gep(self.bufs, [u.I64(local)]), name=f"buf{local}")
                 self.ptrs[buf.slot] = raw
         return self.b.bitcast(self.ptrs[buf.slot], u.memory_type(buf.dtype).as_pointer())
 

@@ -7,9 +7,11 @@ it frees the code. LLVM calls are serialized by a lock: compiles may come from m
 """
 from __future__ import annotations
 
+import hashlib
 import itertools
 import sys
 import threading
+import time
 
 import llvmlite.binding as llvm
 
@@ -33,6 +35,7 @@ class _Machine:
             cpu=target.cpu, features=target.features, opt=3, jit=True)
         self.jit = llvm.create_lljit_compiler(self.tm)
         self.data_layout = str(self.tm.target_data)
+        self.tm_key = (target.triple, target.cpu, target.features)
 
 
 _MACHINES: dict = {}
@@ -49,9 +52,20 @@ def machine(target: Target) -> _Machine:
 class Library:
     """JIT-compiled code of one graph: exported addresses, kept alive by the tracker."""
 
-    def __init__(self, tracker, addresses: dict, optimized_ir: str, mach: _Machine):
+    def __init__(self, tracker, addresses: dict, optimized_ir: list, mach: _Machine,
+                 seconds: dict):
         self._tracker, self.addresses = tracker, addresses
-        self.optimized_ir, self._machine, self._asm = optimized_ir, mach, None
+        self._optimized_parts, self._machine, self._asm = optimized_ir, mach, None
+        # where LLVM's time went, summed over the modules: parse (+ verify), optimize,
+        # machine_code, disk_load, disk_store, link
+        self.seconds = seconds
+        # modules linked, and how many of them this process had already built (an equal
+        # kernel of another graph or layer)
+        self.modules, self.reused = len(optimized_ir), 0
+
+    @property
+    def optimized_ir(self) -> str:
+        return "\n".join(self._optimized_parts)
 
     def __del__(self):
         # freeing the code is an LLJIT call like the others: under the lock, never mid-fork
@@ -64,20 +78,56 @@ class Library:
     def asm(self) -> str:
         if self._asm is None:
             with _LOCK:
-                mod = llvm.parse_assembly(self.optimized_ir)
-                self._asm = self._machine.tm.emit_assembly(mod)
+                self._asm = "\n".join(self._machine.tm.emit_assembly(llvm.parse_assembly(t))
+                                      for t in self._optimized_parts)
         return self._asm
 
 
-def _machine_code(text: str, mach: _Machine) -> tuple:
-    """(object bytes, optimized IR text) of a module."""
+class ObjectCache:
+    """Objects built in this process, by module key, up to a byte bound (oldest out first):
+    a module seen again (an equal kernel in another graph) is linked, not compiled again."""
+
+    def __init__(self, max_bytes: int = 64 << 20):
+        self.max_bytes, self.bytes, self.items = max_bytes, 0, {}
+
+    def get(self, key):
+        hit = self.items.pop(key, None)
+        if hit is not None:
+            self.items[key] = hit                 # most recent last
+        return hit
+
+    def put(self, key, obj: bytes, optimized: str):
+        self.items[key] = (obj, optimized)
+        self.bytes += len(obj) + len(optimized)
+        while self.bytes > self.max_bytes and len(self.items) > 1:
+            old_obj, old_ir = self.items.pop(next(iter(self.items)))
+            self.bytes -= len(old_obj) + len(old_ir)
+
+
+OBJECTS = ObjectCache()
+STATS = {"modules_compiled": 0, "modules_reused": 0}
+
+
+def _machine_code(text: str, mach: _Machine, seconds: dict) -> tuple:
+    """(object bytes, optimized IR text) of a module; adds each stage's time to `seconds`."""
+    t0 = time.perf_counter()
     try:
         mod = llvm.parse_assembly(text)
         mod.verify()
     except RuntimeError as e:
         raise CompileError(f"LLVM rejected the generated IR: {e}") from None
+    t1 = time.perf_counter()
     _optimize(mod, mach.tm)
-    return mach.tm.emit_object(mod), str(mod)
+    t2 = time.perf_counter()
+    obj = mach.tm.emit_object(mod)
+    t3 = time.perf_counter()
+    _add(seconds, parse=t1 - t0, optimize=t2 - t1, machine_code=t3 - t2)
+    return obj, str(mod)
+
+
+def _add(seconds: dict, **stages) -> None:
+    for stage, s in stages.items():
+        seconds[stage] = seconds.get(stage, 0.0) + s
 
 
 def _optimize(mod, tm):
@@ -108,20 +158,56 @@ def _free_pass_manager(mpm):
 
 def compile_ir(text: str, exports: list, target: Target, imports: dict | None = None,
                cache=None) -> Library:
-    """Parse, verify, optimize at O3, emit machine code and link it into the process.
-    `imports` binds external symbols of the module to addresses of this process. `cache`:
-    an object with load() -> (object, optimized IR) | None and store(object, optimized IR)
-    (the disk cache): a hit skips LLVM's optimizer and code generator."""
+    """One module: see compile_modules."""
+    return compile_modules([(text, cache)], exports, target, imports)
+
+
+def compile_modules(modules: list, exports: list, target: Target,
+                    imports: dict | None = None) -> Library:
+    """Parse, verify, optimize at O3 and emit machine code for each module, then link them
+    all into one JIT library of this process. `modules`: (IR text, cache) pairs, where
+    cache is None or an object with `key`, load() -> (object, optimized IR) | None and
+    store(object, optimized IR) (the disk cache): a hit skips LLVM's optimizer and code
+    generator. Objects are also kept in memory (OBJECTS) by that key, or by the text's hash.
+    `imports` binds external symbols of the modules to addresses of this process."""
     mach = machine(target)
-    hit = cache.load() if cache is not None else None
-    with _LOCK:
+    seconds, objects, optimized, reused = {}, [], [], 0
+    linked = set()
+    for text, cache in modules:
+        key = (mach.tm_key, cache.key if cache is not None else
+               hashlib.sha256(text.encode()).hexdigest())
+        if key in linked:               # an equal kernel earlier in this graph
+            STATS["modules_reused"] += 1
+            reused += 1
+            continue
+        linked.add(key)
+        with _LOCK:
+            hit = OBJECTS.get(key)
         if hit is not None:
-            obj, optimized = hit
+            STATS["modules_reused"] += 1
+            reused += 1
         else:
-            obj, optimized = _machine_code(text, mach)
-            if cache is not None:
-                cache.store(obj, optimized)
-        builder = llvm.JITLibraryBuilder().add_object_img(obj).add_current_process()
+            t0 = time.perf_counter()
+            hit = cache.load() if cache is not None else None
+            if hit is not None:
+                _add(seconds, disk_load=time.perf_counter() - t0)
+            else:
+                with _LOCK:
+                    hit = _machine_code(text, mach, seconds)
+                    STATS["modules_compiled"] += 1
+                if cache is not None:
+                    t0 = time.perf_counter()
+                    cache.store(*hit)
+                    _add(seconds, disk_store=time.perf_counter() - t0)
+            with _LOCK:
+                OBJECTS.put(key, *hit)
+        objects.append(hit[0])
+        optimized.append(hit[1])
+    t0 = time.perf_counter()
+    with _LOCK:
+        builder = llvm.JITLibraryBuilder().add_current_process()
+        for obj in objects:
+            builder.add_object_img(obj)
         for name in exports:
             builder.export_symbol(name)
         for name, address in (imports or {}).items():
@@ -130,4 +216,8 @@ def compile_ir(text: str, exports: list, target: Target, imports: dict | None = 
             tracker = builder.link(mach.jit, f"jitcore_lib{next(_LIB_IDS)}")
         except RuntimeError as e:
             raise CompileError(f"JIT link failed: {e}") from None
-    return Library(tracker, {n: tracker[n] for n in exports}, optimized, mach)
+        addresses = {n: tracker[n] for n in exports}
+    _add(seconds, link=time.perf_counter() - t0)
+    library = Library(tracker, addresses, optimized, mach, seconds)
+    library.modules, library.reused = len(modules), reused
+    return library

@@ -1,22 +1,32 @@
-"""A lowered graph -> one LLVM module: a function per kernel (`codegen.KernelEmitter`), the
-`run` function that allocates the temps and launches the kernels (and forked tasks) on the
-runtime's pool, and the native entry (`entry.py`).
+"""A lowered graph -> LLVM modules: one per distinct kernel (`codegen.KernelEmitter`), named
+by a hash of its code, and the graph's own module: the `run` function that allocates the
+temps and launches the kernels (and forked tasks) on the runtime's pool, and the native entry
+(`entry.py`). A kernel reads its buffers from its own pointer array, which `run` fills from the
+graph's slots, so a kernel repeated in a graph, or shared by graphs, is one module, and its IR
+is generated once per process (memoized by `passes.kernel_key`).
 
 ABI (room for the parallel runtime: a kernel runs any sub-range of its first loop):
-    void  <graph>_k<i>(i64 start, i64 stop, i8** bufs)   kernel over [start, stop) of loop 0
-    i32   <graph>_run(i8** bufs)                          all kernels; allocates the temps
+    void  jck_<hash>(i64 start, i64 stop, i8** bufs)     kernel over [start, stop) of loop 0,
+                                                         bufs: its own buffers, in its order
+    i32   <graph>_run(i8** slots)                        all kernels; allocates the temps
     i32   <graph>_entry(PyTupleObject* arrays)           reads each ndarray's data pointer
 """
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import math
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
 
 from llvmlite import ir
 
 from jitcore.passes.kernel import Kernel
+from jitcore.passes.kernel_key import kernel_key
 from jitcore.passes.legality import bytes_moved, flops
 from jitcore.passes.memory_plan import ALIGN, plan_temps
-from jitcore.runtime import emit_parallel_for, emit_spawn, emit_wait
+from jitcore.runtime import emit_parallel_for, emit_spawn, emit_wait, kernel_type
 
 from . import irutil as u
 from .codegen import KernelEmitter, streams_by_rows
@@ -26,29 +36,124 @@ from .gemm import plan_threads
 from .gemv import plan as gemv_plan
 
 
+KERNEL_PLACEHOLDER = "jitcore_kernel"     # a kernel's name while its text is hashed
+
+
+@dataclass(frozen=True)
+class KernelCode:
+    """One kernel's own LLVM module, named by its content (`jck_<hash>`): equal kernels of
+    different graphs, or of different layers of one graph, are the same module, compiled once
+    (engine.compile_modules keeps the objects)."""
+    symbol: str
+    text: str
+    buffer_slots: tuple      # the graph slots the kernel's `bufs` array holds, in order
+    extent: int              # iterations of its range loop (work items for GEMM/GEMV)
+    grain: int               # fewest iterations per parallel chunk
+
+
+@dataclass(frozen=True)
+class GraphModule:
+    """A graph's code: its distinct kernels' modules and the graph's own module (the run
+    function, forked tasks and the native entry), which calls the kernels by symbol."""
+    kernels: tuple           # KernelCode per kernel of the lowered graph, in order
+    graph_text: str
+    run_name: str
+    entry_name: str
+
+    @property
+    def parts(self) -> list:
+        """The IR texts to compile: each distinct kernel once, then the graph module."""
+        distinct = {k.symbol: k.text for k in self.kernels}
+        return list(distinct.values()) + [self.graph_text]
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.parts)
+
+
 def build_module(lowered, vector_bits: int, triple: str, data_layout: str,
-                 masked_tails: bool = False, threads: int = 0) -> tuple:
-    """Return (module text, run function name, entry function name). `threads`: intra-op
-    threads of this graph's kernels (0: the process-wide setting at call time)."""
+                 masked_tails: bool = False, threads: int = 0, store=None) -> GraphModule:
+    """The LLVM modules of a lowered graph. `threads`: intra-op threads of its kernels (0:
+    the process-wide setting at call time). `store`: where kernels' IR outlives the process
+    (the disk cache: load(key) -> KernelCode | None, save(key, KernelCode)), or None."""
+    kernels = tuple(emit_kernel(kernel, vector_bits, triple, data_layout, masked_tails, threads,
+                                store)
+                    for kernel in lowered.kernels)
     module = ir.Module(name=lowered.name)
     module.triple, module.data_layout = triple, data_layout
     prefix = f"jc_{lowered.name}"
-    kernel_fns = []
-    for i, kernel in enumerate(lowered.kernels):
-        ke = KernelEmitter(module, kernel, f"{prefix}_k{i}", masked_tails)
-        launch = (kernel.range_extent, grain(kernel))
-        if kernel.kind == "gemm":        # work items of the GEMM, one per call at most
-            ke.gemm_plan = gemm_plan(kernel, vector_bits, plan_threads(threads))
-            launch = (ke.gemm_plan.items, 1)
-        elif kernel.kind == "gemv":      # work items: blocks of outputs
-            ke.gemv_plan = gemv_plan(kernel, vector_bits, plan_threads(threads))
-            launch = (ke.gemv_plan.items, grain(kernel, ke.gemv_plan.items))
-        ke.emit()
-        kernel_fns.append((ke.fn,) + launch)     # (function, range extent, grain)
-    run = _emit_run(module, lowered, kernel_fns, f"{prefix}_run", threads)
+    run = _emit_run(module, lowered, kernels, f"{prefix}_run", threads)
     entry = emit_entry(module, lowered, run, f"{prefix}_entry")
+    return GraphModule(kernels, _with_vector_attributes(str(module), vector_bits), run.name,
+                       entry.name)
+
+
+# kernels emitted in this process, by structure (passes/kernel_key.py) and target settings:
+# a layer repeated in a model, or a kernel shared by graphs, is generated once
+_EMITTED: OrderedDict = OrderedDict()
+_EMITTED_MAX_BYTES = 16 << 20       # of IR text kept (oldest out first)
+_emitted_bytes = 0
+_EMITTED_LOCK = threading.Lock()
+STATS = {"kernels_generated": 0, "kernels_reused": 0, "kernels_loaded": 0}
+
+
+def emit_kernel(kernel: Kernel, vector_bits: int, triple: str, data_layout: str,
+                masked_tails: bool, threads: int, store=None) -> KernelCode:
+    """One kernel in a module of its own, named by a hash of its text; generated once per
+    process for each structure (the code of an equal kernel is reused with this kernel's
+    buffer slots), and loaded from `store` when an earlier process generated it."""
+    structure, slots = kernel_key(kernel)
+    key = (structure, vector_bits, triple, data_layout, masked_tails, plan_threads(threads))
+    with _EMITTED_LOCK:
+        seen = _EMITTED.get(key)
+        if seen is not None:
+            _EMITTED.move_to_end(key)
+            STATS["kernels_reused"] += 1
+    if seen is None and store is not None:
+        seen = store.load(key)
+        if seen is not None:
+            STATS["kernels_loaded"] += 1
+            _remember(key, seen)
+    if seen is None:
+        STATS["kernels_generated"] += 1
+        seen = _emit_kernel(kernel, vector_bits, triple, data_layout, masked_tails, threads)
+        positions = {slot: k for k, slot in enumerate(slots)}
+        # the kernel's pointer array, as positions in the key's numbering of buffers
+        seen = dataclasses.replace(seen, buffer_slots=tuple(
+            positions[slot] for slot in seen.buffer_slots))
+        if store is not None:
+            store.save(key, seen)
+        _remember(key, seen)
+    return dataclasses.replace(seen, buffer_slots=tuple(slots[k] for k in seen.buffer_slots))
+
+
+def _remember(key, code: KernelCode) -> None:
+    global _emitted_bytes
+    with _EMITTED_LOCK:
+        if key not in _EMITTED:
+            _EMITTED[key] = code
+            _emitted_bytes += len(code.text)
+        while _emitted_bytes > _EMITTED_MAX_BYTES and len(_EMITTED) > 1:
+            _emitted_bytes -= len(_EMITTED.popitem(last=False)[1].text)
+
+
+def _emit_kernel(kernel: Kernel, vector_bits: int, triple: str, data_layout: str,
+                 masked_tails: bool, threads: int) -> KernelCode:
+    module = ir.Module(name=KERNEL_PLACEHOLDER)
+    module.triple, module.data_layout = triple, data_layout
+    ke = KernelEmitter(module, kernel, KERNEL_PLACEHOLDER, masked_tails)
+    extent, chunk = kernel.range_extent, grain(kernel)
+    if kernel.kind == "gemm":        # work items of the GEMM, one per call at most
+        ke.gemm_plan = gemm_plan(kernel, vector_bits, plan_threads(threads))
+        extent, chunk = ke.gemm_plan.items, 1
+    elif kernel.kind == "gemv":      # work items: blocks of outputs
+        ke.gemv_plan = gemv_plan(kernel, vector_bits, plan_threads(threads))
+        extent, chunk = ke.gemv_plan.items, grain(kernel, ke.gemv_plan.items)
+    ke.emit()
     text = _with_vector_attributes(str(module), vector_bits)
-    return text, run.name, entry.name
+    symbol = "jck_" + hashlib.sha256(text.encode()).hexdigest()[:24]
+    text = text.replace(f'@"{KERNEL_PLACEHOLDER}"', f'@"{symbol}"')
+    return KernelCode(symbol, text, tuple(ke.buffer_slots), extent, chunk)
 
 
 def _with_vector_attributes(text: str, vector_bits: int) -> str:
@@ -78,19 +183,34 @@ def grain(kernel: Kernel, extent: int | None = None) -> int:
     return max(g, -(-extent // 2)) if streams_by_rows(kernel) else g
 
 
-def _emit_task(module, lowered, kernel_fns, task: int, name: str, threads: int) -> ir.Function:
+def _declare_kernel(module: ir.Module, code: KernelCode) -> ir.Function:
+    return module.globals.get(code.symbol) or ir.Function(module, kernel_type(), code.symbol)
+
+
+def _launch(b: ir.IRBuilder, code: KernelCode, slots, threads: int) -> None:
+    """parallel_for over one kernel, with its own array of buffer pointers."""
+    n = max(len(code.buffer_slots), 1)
+    own = b.bitcast(u.alloca_once(b, ir.ArrayType(u.I8P, n), name="kbufs"),
+                    u.I8P.as_pointer())
+    for local, slot in enumerate(code.buffer_slots):
+        b.store(b.load(b.gep(slots, [u.I64(slot)])), b.gep(own, [u.I64(local)]))
+    emit_parallel_for(b, _declare_kernel(b.module, code), code.extent, own, code.grain,
+                      threads)
+
+
+def _emit_task(module, lowered, kernels, task: int, name: str, threads: int) -> ir.Function:
     """`void task(i8** bufs)`: the kernels of one forked sub-graph, in order."""
     fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [u.I8P.as_pointer()]), name=name)
     fn.linkage = "internal"
     b = ir.IRBuilder(fn.append_basic_block("entry"))
-    for kernel, (kfn, extent, chunk) in zip(lowered.kernels, kernel_fns):
+    for kernel, code in zip(lowered.kernels, kernels):
         if kernel.task == task:
-            emit_parallel_for(b, kfn, extent, fn.args[0], chunk, threads)
+            _launch(b, code, fn.args[0], threads)
     b.ret_void()
     return fn
 
 
-def _emit_run(module, lowered, kernel_fns, name, threads: int):
+def _emit_run(module, lowered, kernels, name, threads: int):
     fn = ir.Function(module, ir.FunctionType(u.I32, [u.I8P.as_pointer()]), name=name)
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     given = fn.args[0]
@@ -120,10 +240,9 @@ def _emit_run(module, lowered, kernel_fns, name, threads: int):
     handles = {}
     for step, arg in lowered.steps:
         if step == "kernel":
-            kfn, extent, chunk = kernel_fns[arg]
-            emit_parallel_for(b, kfn, extent, slots, chunk, threads)
+            _launch(b, kernels[arg], slots, threads)
         elif step == "spawn":
-            task_fn = _emit_task(module, lowered, kernel_fns, arg, f"{name}_task{arg}", threads)
+            task_fn = _emit_task(module, lowered, kernels, arg, f"{name}_task{arg}", threads)
             handles[arg] = emit_spawn(b, task_fn, slots)
         else:
             emit_wait(b, handles[arg])
