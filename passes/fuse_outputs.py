@@ -16,7 +16,7 @@ memory. The merged kernel's vector decision is made again by the legality check.
 """
 from __future__ import annotations
 
-from .kernel import MAX_FUSED_OPS, Kernel, Load, rebuild
+from .kernel import MAX_FUSED_OPS, Gather, Kernel, Load, rebuild
 from .legality import check
 
 
@@ -30,7 +30,8 @@ def _mergeable(kernel: Kernel, run: list, written: dict) -> bool:
         return False
     if kernel.task != first.task or kernel.vectorized != first.vectorized:
         return False
-    return all(ld.offset == written[ld.buffer.slot].offset
+    # (a gather's offset is only its static part: it may read any element)
+    return all(ld.offset == written[ld.buffer.slot].offset and not isinstance(ld, Gather)
                for ld in kernel.loads() if ld.buffer.slot in written)
 
 

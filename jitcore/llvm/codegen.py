@@ -9,7 +9,7 @@ from __future__ import annotations
 from llvmlite import ir
 
 from jitcore.ir.ops import INDEX_REDUCE, REDUCE_COMBINE, Op
-from jitcore.passes.kernel import Compute, Const, Kernel, Load, walk
+from jitcore.passes.kernel import Compute, Const, Gather, Kernel, Load, walk
 from jitcore.passes.symbolic import Div, Lin, Var
 from jitcore.runtime import kernel_type
 
@@ -104,8 +104,11 @@ class KernelEmitter:
             return self.b.sub(self.b.udiv(x, u.I64(atom.d)), u.I64(shift))
         return self.b.urem(x, u.I64(atom.d))
 
-    def load(self, node: Load, lanes: int):
-        ptr = self.b.gep(self.base_ptr(node.buffer), [self.index(node.offset)])
+    def load(self, node: Load, lanes: int, at=None):
+        """Load `node` (a vector along the vector loop, or a splat); `at`: the element index
+        to read instead of the node's offset (a gather's checked index)."""
+        ptr = self.b.gep(self.base_ptr(node.buffer), [self.index(node.offset) if at is None
+                                                       else at])
         contiguous = lanes > 1 and node.offset.coeff(self.kernel.vector_var) == 1
         if contiguous:
             vty = ir.VectorType(u.memory_type(node.dtype), lanes)
@@ -134,7 +137,9 @@ class KernelEmitter:
         for node in walk([root]):
             if id(node) in memo:
                 continue
-            if isinstance(node, Load):
+            if isinstance(node, Gather):
+                out = self.gather(node, lanes, memo)
+            elif isinstance(node, Load):
                 out = self.load(node, lanes)
             elif isinstance(node, Const):
                 out = u.const(u.value_type(node.dtype, lanes), node.value)
@@ -144,6 +149,37 @@ class KernelEmitter:
                 out = emit(self.b, node.op, node.dtype, in_dtype, args, node.arg)
             memo[id(node)] = out
         return memo[id(root)]
+
+    def gather(self, node: Gather, lanes: int, memo: dict):
+        """A checked load at a run-time index. The index (the same for every lane: legality
+        vectorizes nothing else) is wrapped if negative; one still outside [0, extent) is
+        recorded in the status buffer and replaced by 0, so the address is always inside
+        the buffer. An empty axis has no element to read at all: the value is 0."""
+        b = self.b
+        scalar = memo if lanes == 1 else memo.setdefault("scalar", {})
+        raw = self.value(node.index, 1, scalar)
+        idx = b.sext(raw, u.I64) if raw.type != u.I64 else raw
+        ext = u.I64(node.extent)
+        wrapped = b.select(b.icmp_signed("<", idx, u.I64(0)), b.add(idx, ext), idx)
+        bad = b.icmp_unsigned(">=", wrapped, ext)     # (negative: huge unsigned)
+        with b.if_then(bad, likely=False):
+            self.record_index_error(node, idx)
+        if node.extent == 0:
+            return u.const(u.value_type(node.dtype, lanes), 0)
+        safe = b.select(bad, u.I64(0), wrapped)
+        at = b.add(self.index(node.offset), b.mul(safe, u.I64(node.stride)))
+        return self.load(node, lanes, at)
+
+    def record_index_error(self, node: Gather, idx):
+        """The first failed check of the call wins the status buffer: [site + 1, index]."""
+        b = self.b
+        with b.goto_entry_block():
+            raw = b.load(b.gep(self.bufs, [u.I64(node.status)]), name="status")
+        status = b.bitcast(raw, u.I64.as_pointer())
+        won = b.extract_value(b.cmpxchg(status, u.I64(0), u.I64(node.site + 1), "monotonic",
+                                        "monotonic"), 1)
+        with b.if_then(won):
+            b.store(idx, b.gep(status, [u.I64(1)]))
 
     # -- loops ----------------------------------------------------------------------------
     def loop(self, lp, body, first: bool, step: int = 1):
@@ -243,10 +279,43 @@ class KernelEmitter:
         elif k.kind == "reduce_vertical":
             self.nest([lp for lp in k.loops[:-1] if lp.kind == "parallel"], self.emit_vertical,
                       True)
+        elif k.kind == "scan":
+            self.emit_scan()
         else:
             outer = [lp for lp in k.loops if lp.kind == "parallel"]
             self.nest(outer, self.emit_horizontal, True)
         self.b.ret_void()
+
+    def emit_scan(self):
+        """A running sum: the loops before the scan loop, then the scan loop in order, each
+        step adding its value to the previous step's stored output (its first step stores
+        the value itself), then the loops after it, the last one the vector loop. With no
+        loop before the scan loop, a call covers a range of the vector loop instead."""
+        k, b = self.kernel, self.b
+        at = next(i for i, lp in enumerate(k.loops) if lp.kind == "scan")
+        outer, scan, inner = k.loops[:at], k.loops[at], k.loops[at + 1:]
+        st = k.stores[0]
+        prev = Load(st.buffer, st.offset + (-st.offset.coeff(scan.var)))
+
+        def step(first_row: bool):
+            def body(lanes=1, part=0):
+                val = self.value(st.value, lanes, {})
+                if not first_row:
+                    val = emit(b, Op.ADD, st.buffer.dtype, st.buffer.dtype,
+                               [self.load(prev, lanes), val])
+                self.store(st.buffer, st.offset, val, lanes)
+            if not inner:
+                return body()
+            ranged = not outer and k.range_loop is inner[-1]
+            self.nest(inner[:-1], lambda: self.vector_loop(inner[-1], body, ranged), False)
+
+        def scan_rows():
+            self.env[scan.var] = u.I64(0)
+            step(True)
+            with u.for_range(b, u.I64(1), u.I64(scan.var.extent), 1, name=scan.var.name) as i:
+                self.env[scan.var] = i
+                step(False)
+        self.nest(outer, scan_rows, True)
 
     def emit_part(self, part: Kernel):
         """One part of a row-fused kernel, inside the row loop (its first loop)."""
