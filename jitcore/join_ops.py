@@ -24,7 +24,7 @@ from jitcore.ir.ops import Op
 from jitcore.ir.shapes import normalize_axis
 
 from .ops import _tensors, maximum, minimum, op
-from .tracer import node_of, wrap
+from .tracer import Tracer, node_of, wrap
 
 
 def _flat(node: Node) -> Node:
@@ -163,7 +163,7 @@ def split(x, indices_or_sections, axis=0):
         spec = tuple(operator.index(i) for i in np.asarray(indices_or_sections).ravel().tolist()) \
             if not isinstance(indices_or_sections, (list, tuple)) else \
             tuple(operator.index(i) for i in indices_or_sections)
-    return _split(x, spec, axis=axis)
+    return _split(x, sections=spec, axis=axis)
 
 
 # ---- pad ------------------------------------------------------------------------------------------
@@ -233,34 +233,33 @@ def pad(x, pad_width, mode="constant", constant_values=0):
         cv = tuple(map(tuple, _pairs(cv, ndim, "pad", "constant_values")))
     elif isinstance(cv, tuple):
         cv = tuple(map(tuple, _pairs(cv, ndim, "pad", "constant_values")))
-    return _pad(x, tuple(widths), mode=mode, constant_values=cv)
+    return _pad(x, widths=tuple(widths), mode=mode, constant_values=cv)
 
 
 # ---- clip, cumsum ------------------------------------------------------------------------------
 
 def clip(x, a_min=None, a_max=None, **kwargs):
-    """numpy.clip: minimum(maximum(x, a_min), a_max) elementwise; either bound may be None
-    (numpy 2: both None is a copy), bounds broadcast, NaN anywhere gives NaN, a_min > a_max
-    gives a_max. Also accepts numpy 2's `min=` / `max=` spellings."""
+    """numpy.clip: minimum(maximum(x, a_min), a_max) elementwise, dtypes promoted as numpy's
+    ufuncs; either bound may be None (both None: a copy, as numpy 2), bounds broadcast, NaN
+    in x or a bound gives NaN, a_min > a_max gives a_max. numpy 2's `min=`/`max=` work too."""
     if "min" in kwargs:
         a_min = kwargs.pop("min")
     if "max" in kwargs:
         a_max = kwargs.pop("max")
+    kwargs.pop("out", None) if kwargs.get("out", 0) is None else None
     if kwargs:
         raise TraceError(f"clip: arguments {sorted(kwargs)} are not supported")
-    out = x
+    return _clip(x, a_min, a_max)
+
+
+@op
+def _clip(x, a_min, a_max):
+    out = x if isinstance(x, Tracer) else wrap(node_of(x))
     if a_min is not None:
         out = maximum(out, a_min)
     if a_max is not None:
         out = minimum(out, a_max)
-    if out is x:                          # numpy 2: no bounds is a copy with x's dtype
-        out = _copy(x)
     return out
-
-
-@op
-def _copy(x):
-    return wrap(node_of(x))
 
 
 @op
