@@ -163,7 +163,8 @@ def split(x, indices_or_sections, axis=0):
         spec = tuple(operator.index(i) for i in np.asarray(indices_or_sections).ravel().tolist()) \
             if not isinstance(indices_or_sections, (list, tuple)) else \
             tuple(operator.index(i) for i in indices_or_sections)
-    return _split(x, sections=spec, axis=axis)
+    parts = _split(x, sections=spec, axis=axis)
+    return parts if isinstance(parts, tuple) else (parts,)   # (an eager call of one part)
 
 
 # ---- pad ------------------------------------------------------------------------------------------

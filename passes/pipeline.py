@@ -26,7 +26,8 @@ def run_pipeline(graph: Graph, vector_bits: int, input_strides: dict | None = No
     graph = verify(graph)
     graph = verify(decompose(graph))
     graph = verify(simplify(graph))
-    graph = verify(sink_into_concat(graph))
+    sunk = sink_into_concat(graph)
+    graph = verify(simplify(sunk)) if sunk is not graph else graph   # (folds constant regions)
     graph = verify(split_reductions(graph, input_strides))
     lowered = lower(graph, input_strides)
     for kernel in lowered.kernels:

@@ -6,8 +6,9 @@ A concatenation is lowered to one kernel per source writing its region of the re
 kernels: one pass over memory instead of a concatenation stored and read back. It applies
 when the concatenation has no other reader (else the sources would be computed twice) and is
 no graph output. The other operands are sliced to each region (views); a slice of another
-concatenation cut at the same place is that source itself, and a slice of a broadcast along
-the axis is a smaller broadcast.
+concatenation within one of its sources is a slice of that source (`split` of a
+concatenation reads the sources), and a slice of a broadcast along the axis is a smaller
+broadcast.
 """
 from __future__ import annotations
 
@@ -34,7 +35,30 @@ def _slice(node: Node, axis: int, lo: int, hi: int) -> Node:
     return b.node(Op.SLICE, node, arg=arg)
 
 
+def _slice_of_part(node: Node):
+    """A slice of a concatenation that stays within one source: a slice of that source."""
+    cat = node.src[0]
+    axis = cat.arg
+    start, stop, step = node.arg[axis]
+    n = len(range(start, stop, step))
+    if n == 0:
+        return None
+    first, last = start, start + (n - 1) * step
+    lo = 0
+    for part in cat.src:
+        hi = lo + part.shape[axis]
+        if lo <= min(first, last) and max(first, last) < hi:
+            arg = tuple((start - lo, stop - lo, step) if k == axis else s
+                        for k, s in enumerate(node.arg))
+            full = tuple((0, d, 1) for d in part.shape)
+            return part if arg == full else b.node(Op.SLICE, part, arg=arg)
+        lo = hi
+    return None
+
+
 def _sunk(node: Node, users: dict, outputs: set):
+    if node.op == Op.SLICE and node.src[0].op == Op.CONCAT:
+        return _slice_of_part(node)
     if node.op not in ELEMENTWISE:
         return None
     cat = next((s for s in node.src if s.op == Op.CONCAT and users.get(id(s)) == 1
