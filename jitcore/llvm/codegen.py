@@ -10,6 +10,7 @@ from llvmlite import ir
 
 from jitcore.ir.ops import INDEX_REDUCE, REDUCE_COMBINE, Op
 from jitcore.passes.kernel import Compute, Const, Gather, Kernel, Load, walk
+from jitcore.passes.legality import varies
 from jitcore.passes.symbolic import Div, Lin, Var
 from jitcore.runtime import kernel_type
 
@@ -151,24 +152,43 @@ class KernelEmitter:
         return memo[id(root)]
 
     def gather(self, node: Gather, lanes: int, memo: dict):
-        """A checked load at a run-time index. The index (the same for every lane: legality
-        vectorizes nothing else) is wrapped if negative; one still outside [0, extent) is
-        recorded in the status buffer and replaced by 0, so the address is always inside
-        the buffer. An empty axis has no element to read at all: the value is 0."""
-        b = self.b
+        """A checked load at a run-time index. An index the same for every lane (what
+        legality vectorizes) gives one checked base and a vector load; one that changes along
+        the vector loop (inside a GEMM epilogue, say) is checked and loaded lane by lane."""
+        if lanes > 1 and varies(node.index, self.kernel.vector_var):
+            b, indices = self.b, memo[id(node.index)]
+            out = ir.Constant(u.value_type(node.dtype, lanes), ir.Undefined)
+            for lane in range(lanes):
+                active = None if self.mask is None else b.extract_element(self.mask,
+                                                                           u.I32(lane))
+                at = self.checked_index(node, b.extract_element(indices, u.I32(lane)), active)
+                val = u.const(u.value_type(node.dtype), 0) if at is None else \
+                    self.load(node, 1, at)
+                out = b.insert_element(out, val, u.I32(lane))
+            return out
         scalar = memo if lanes == 1 else memo.setdefault("scalar", {})
-        raw = self.value(node.index, 1, scalar)
+        at = self.checked_index(node, self.value(node.index, 1, scalar))
+        if at is None:
+            return u.const(u.value_type(node.dtype, lanes), 0)
+        return self.load(node, lanes, at)
+
+    def checked_index(self, node: Gather, raw, active=None):
+        """The element index of a gather at index value `raw`: wrapped if negative; one
+        still outside [0, extent) is recorded in the status buffer (unless the lane is
+        inactive, `active` false) and replaced by 0, so the address is always inside the
+        buffer. None when the axis is empty: there is no element to read at all."""
+        b = self.b
         idx = b.sext(raw, u.I64) if raw.type != u.I64 else raw
         ext = u.I64(node.extent)
         wrapped = b.select(b.icmp_signed("<", idx, u.I64(0)), b.add(idx, ext), idx)
         bad = b.icmp_unsigned(">=", wrapped, ext)     # (negative: huge unsigned)
-        with b.if_then(bad, likely=False):
+        report = bad if active is None else b.and_(bad, active)
+        with b.if_then(report, likely=False):
             self.record_index_error(node, idx)
         if node.extent == 0:
-            return u.const(u.value_type(node.dtype, lanes), 0)
+            return None
         safe = b.select(bad, u.I64(0), wrapped)
-        at = b.add(self.index(node.offset), b.mul(safe, u.I64(node.stride)))
-        return self.load(node, lanes, at)
+        return b.add(self.index(node.offset), b.mul(safe, u.I64(node.stride)))
 
     def record_index_error(self, node: Gather, idx):
         """The first failed check of the call wins the status buffer: [site + 1, index]."""
