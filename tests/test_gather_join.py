@@ -75,7 +75,7 @@ def test_integer_array_index_between_slices_none_and_ellipsis():
     ids = rng.integers(-9, 9, (2, 3))
     cases = [lambda x, i: x[:, i], lambda x, i: x[..., i % 6], lambda x, i: x[None, 1:, i],
              lambda x, i: x[::-1, i, 2:5], lambda x, i: x[[1, 0, -1]] + i.sum(),
-             lambda x, i: x[np.array([3, 1])][:, i]]
+             lambda x, i: x[np.array([3, 1])][:, i], lambda x, i: x[:, x[0, :, 0].argmax()]]
     for fn in cases:
         _check(jc.jit(fn)(x, ids), fn(x, ids))
 
@@ -292,6 +292,8 @@ def test_pad_constant_every_width_form(dtype):
     _check(jc.pad(x[0, 0], 2, constant_values=7), np.pad(x[0, 0], 2, constant_values=7))
     e = np.zeros((0, 2), dtype)
     _check(jc.pad(e, 1), np.pad(e, 1))
+    for v in (x.transpose(2, 0, 1)[::-1], np.broadcast_to(x[:1], x.shape)):
+        _check(jc.pad(v, ((1, 0), (0, 2), (1, 1))), np.pad(v, ((1, 0), (0, 2), (1, 1))))
 
 
 @pytest.mark.parametrize("mode", ["edge", "reflect"])
@@ -351,6 +353,8 @@ def test_clip_bounds_none_arrays_and_broadcasts(dtype):
     _check(jc.clip(x, None, None), np.clip(x, None, None))
     s = x[0, 0]
     _check(jc.clip(s, lo, hi), np.clip(s, lo, hi))
+    for v in (x[:0], x.T[::2], np.broadcast_to(x[:1], x.shape)):       # empty, views
+        _check(jc.clip(v, lo, hi), np.clip(v, lo, hi))
 
 
 @pytest.mark.parametrize("dtype", [F32, F64], ids=dtype_id)

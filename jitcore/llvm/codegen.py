@@ -72,6 +72,7 @@ class KernelEmitter:
         self.start, self.stop, self.bufs = self.fn.args
         self.b = ir.IRBuilder(self.fn.append_basic_block("entry"))
         self.env, self.ptrs = {}, {}
+        self.hoisted = {}        # id(gather) -> its checked index * stride, set for a loop
         # tails: one masked vector iteration (AVX-512 masks every element size) or scalar code
         self.masked_tail, self.mask = masked_tail, None
 
@@ -166,13 +167,29 @@ class KernelEmitter:
                     self.load(node, 1, at)
                 out = b.insert_element(out, val, u.I32(lane))
             return out
-        scalar = memo if lanes == 1 else memo.setdefault("scalar", {})
-        at = self.checked_index(node, self.value(node.index, 1, scalar))
+        if id(node) in self.hoisted:
+            base = self.hoisted[id(node)]
+            at = None if base is None else self.b.add(self.index(node.offset), base)
+        else:
+            scalar = memo if lanes == 1 else memo.setdefault("scalar", {})
+            at = self.checked_index(node, self.value(node.index, 1, scalar))
         if at is None:
             return u.const(u.value_type(node.dtype, lanes), 0)
         return self.load(node, lanes, at)
 
-    def checked_index(self, node: Gather, raw, active=None):
+    def hoisting_gathers(self, loop):
+        """Run `loop` (the vector loop) with the checked index of every gather that does not
+        change along it computed once before it: LLVM cannot hoist the index load itself
+        (the kernel's stores might alias the index array, as far as it knows)."""
+        var = self.kernel.vector_var
+        for g in walk([s.value for s in self.kernel.stores]):
+            if isinstance(g, Gather) and not varies(g.index, var):
+                at = self.checked_index(g, self.value(g.index, 1, {}), offset=False)
+                self.hoisted[id(g)] = at
+        loop()
+        self.hoisted = {}
+
+    def checked_index(self, node: Gather, raw, active=None, offset: bool = True):
         """The element index of a gather at index value `raw`: wrapped if negative; one
         still outside [0, extent) is recorded in the status buffer (unless the lane is
         inactive, `active` false) and replaced by 0, so the address is always inside the
@@ -188,7 +205,8 @@ class KernelEmitter:
         if node.extent == 0:
             return None
         safe = b.select(bad, u.I64(0), wrapped)
-        return b.add(self.index(node.offset), b.mul(safe, u.I64(node.stride)))
+        moved = b.mul(safe, u.I64(node.stride))
+        return b.add(self.index(node.offset), moved) if offset else moved
 
     def record_index_error(self, node: Gather, idx):
         """The first failed check of the call wins the status buffer: [site + 1, index]."""
@@ -294,8 +312,8 @@ class KernelEmitter:
         elif k.kind == "pointwise" and k.tile_var is not None:
             self.tile_nest(0, scalar=False)
         elif k.kind == "pointwise":
-            self.nest(k.loops[:-1], lambda: self.vector_loop(k.loops[-1], self.emit_point,
-                                                             len(k.loops) == 1), True)
+            self.nest(k.loops[:-1], lambda: self.hoisting_gathers(
+                lambda: self.vector_loop(k.loops[-1], self.emit_point, len(k.loops) == 1)), True)
         elif k.kind == "reduce_vertical":
             self.nest([lp for lp in k.loops[:-1] if lp.kind == "parallel"], self.emit_vertical,
                       True)
@@ -346,7 +364,8 @@ class KernelEmitter:
         elif not inner:
             self.emit_point()
         else:
-            self.nest(inner[:-1], lambda: self.vector_loop(inner[-1], self.emit_point, False),
+            self.nest(inner[:-1], lambda: self.hoisting_gathers(
+                lambda: self.vector_loop(inner[-1], self.emit_point, False)),
                       False)
         self.kernel = fused
 
