@@ -36,8 +36,22 @@ def lanes_for(kernel: Kernel, vector_bits: int) -> int:
     if kernel.reduction is not None and kernel.reduction.op in INDEX_REDUCE:
         widest = max([32] + [n.dtype.bits for n in walk([s.value for s in kernel.stores])])
     else:
-        widest = max((d.bits for d in kernel.dtypes()), default=8)
+        widest = max((d.bits for d in _vector_dtypes(kernel)), default=8)
     return max(vector_bits // widest, 1)
+
+
+def _vector_dtypes(kernel: Kernel) -> set:
+    """The dtypes a vector iteration computes in: the index of a gather that does not change
+    along the vector loop is computed once per row as a scalar (codegen hoists it), so an
+    int64 index does not halve the lanes of a float32 embedding lookup."""
+    if not kernel.loops:
+        return kernel.dtypes()
+    var, scalar = kernel.vector_var, set()
+    for g in _gathers(kernel):
+        if not varies(g.index, var):
+            scalar |= {id(n) for n in walk([g.index])}
+    return {n.dtype for n in walk([s.value for s in kernel.stores]) if id(n) not in scalar} | \
+        {s.buffer.dtype for s in kernel.stores}
 
 
 def _unsupported_op(kernel: Kernel):
@@ -145,7 +159,8 @@ def flops(kernel: Kernel) -> int:
         for v in g.batch:
             outputs *= v.extent
         return outputs * (2 * g.k.extent + per_iter)
-    return kernel.iterations() * (per_iter + (kernel.reduction is not None))
+    combine = kernel.reduction is not None or kernel.kind == "scan"   # the running add
+    return kernel.iterations() * (per_iter + combine)
 
 
 def bytes_moved(kernel: Kernel) -> int:
