@@ -109,7 +109,7 @@ BAD_INDICES = [50, -51, 2**31 - 1, 2**40, -(2**62), 2**63 - 1, INT64_MIN]
 @pytest.mark.parametrize("bad", BAD_INDICES)
 @pytest.mark.parametrize("where", ["rows", "lanes"])
 def test_out_of_range_index_raises_index_error_naming_op_index_and_extent(bad, where):
-    W = np.arange(50 * 16, dtype=np.float32).reshape(50, 16)
+    W = np.arange(50 * 19, dtype=np.float32).reshape(50, 19)    # (19: a vector tail)
     ids = np.array([3, bad, 7], np.int64)
     f = jc.jit(lambda W, i: W[i] + 1) if where == "rows" else \
         jc.jit(lambda W, i: W.T[:, i] + 1)      # the index varies along the vector loop
@@ -118,6 +118,23 @@ def test_out_of_range_index_raises_index_error_naming_op_index_and_extent(bad, w
         f(W, ids)
     np.testing.assert_array_equal(f(W, np.array([3, -50, 49])), W[[3, -50, 49]] + 1
                                   if where == "rows" else W.T[:, [3, -50, 49]] + 1)
+
+
+@pytest.mark.parametrize("n", [40, 37])
+def test_gather_in_a_gemm_epilogue_is_checked_lane_by_lane(n):
+    """`A @ B + X[:, ids]`: the gather is part of the GEMM's vector epilogue, its index
+    changing along the vector axis; each lane is checked (the masked tail's idle lanes not)."""
+    rng = rng_for("gemm gather", n)
+    A, B = make((24, 32), F32, rng=rng), make((32, n), F32, rng=rng)
+    X = make((24, 90), F32, rng=rng)
+    ids = rng.integers(-90, 90, n)
+    f = jc.jit(lambda A, B, X, i: A @ B + X[:, i])
+    np.testing.assert_allclose(f(A, B, X, ids), A.astype(F64) @ B + X[:, ids], rtol=1e-5,
+                               atol=1e-4)
+    assert f.kernels(A, B, X, ids)[0].kind == "gemm"
+    ids[-1] = INT64_MIN
+    with pytest.raises(IndexError, match=f"index {INT64_MIN} is out of bounds"):
+        f(A, B, X, ids)
 
 
 def test_index_checks_with_int32_indices_empty_axes_and_eagerly():
