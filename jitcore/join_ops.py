@@ -90,7 +90,7 @@ def _concatenate(*xs, axis=0):
         return wrap(concat_nodes([_flat(n) for n in nodes], 0))
     if any(n.ndim == 0 for n in nodes):
         raise ShapeError("concatenate: zero-dimensional arrays cannot be concatenated")
-    return wrap(concat_nodes(nodes, normalize_axis(axis, nodes[0].ndim, "concatenate"), ))
+    return wrap(concat_nodes(nodes, normalize_axis(axis, nodes[0].ndim, "concatenate")))
 
 
 def concatenate(xs, axis=0):
@@ -247,7 +247,8 @@ def clip(x, a_min=None, a_max=None, **kwargs):
         a_min = kwargs.pop("min")
     if "max" in kwargs:
         a_max = kwargs.pop("max")
-    kwargs.pop("out", None) if kwargs.get("out", 0) is None else None
+    if "out" in kwargs and kwargs["out"] is None:      # (numpy's dispatch passes out=None)
+        del kwargs["out"]
     if kwargs:
         raise TraceError(f"clip: arguments {sorted(kwargs)} are not supported")
     return _clip(x, a_min, a_max)

@@ -50,7 +50,7 @@ def test_take_matches_numpy_for_every_axis_and_index_shape(dtype, index_dtype):
     x = make((5, 6, 7), dtype, rng=rng)
     ishapes = ((), (4,), (2, 3), (0,))
     idx = [rng.integers(-5, 5, s).astype(index_dtype) for s in ishapes]
-    cases = [(axis, k) for axis in (None, 0, 1, 2, -1, -3) for k in range(len(ishapes))]
+    cases = [(axis, k) for axis in (None, 0, 1, -1) for k in range(len(ishapes))]
     _all(lambda c, x, *i: np.take(x, i[c[1]], axis=c[0]), cases, x, *idx)
     _check(jc.take(x, idx[2], axis=1), np.take(x, idx[2], axis=1))       # eager
 
@@ -305,6 +305,8 @@ def test_pad_constant_every_width_form(dtype):
     x = make((3, 4, 5), dtype, rng=rng)
     cases = [(w, 1) for w in PAD_WIDTHS] + [(w, ((1, 0), (1, 1), (0, 1))) for w in PAD_WIDTHS[2:4]]
     _all(lambda c, x: np.pad(x, c[0], constant_values=c[1]), cases, x)
+    if dtype not in (F32, BOOL):
+        return                         # eager calls, 0-d, empty and views: two dtypes
     _check(jc.pad(x, (1, 2), constant_values=3), np.pad(x, (1, 2), constant_values=3))
     _check(jc.pad(x[0, 0], 2, constant_values=7), np.pad(x[0, 0], 2, constant_values=7))
     e = np.zeros((0, 2), dtype)
