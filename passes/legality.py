@@ -164,5 +164,10 @@ def flops(kernel: Kernel) -> int:
 
 
 def bytes_moved(kernel: Kernel) -> int:
-    """A lower bound on memory traffic: every buffer the kernel touches, read or written once."""
-    return sum(b.nbytes for b in kernel.buffers())
+    """A lower bound on memory traffic: every buffer the kernel touches, read or written once;
+    a buffer only gathered from, at most one element per iteration (an embedding lookup
+    reads its rows, not the table)."""
+    plain = {ld.buffer.name for ld in kernel.loads() if not isinstance(ld, Gather)} | \
+        {s.buffer.name for s in kernel.stores}
+    return sum(b.nbytes if b.name in plain else
+               min(b.nbytes, kernel.iterations() * b.dtype.itemsize) for b in kernel.buffers())
