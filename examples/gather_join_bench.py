@@ -63,8 +63,8 @@ def main():
         np.testing.assert_allclose(jf(*inputs), nf(*inputs), rtol=1e-5, atol=1e-3)
         tj, tn = [], []
         for _ in range(3):                 # interleave the two, median of medians
-            tj.append(median_time(lambda: jf(*inputs), args.repeat))
-            tn.append(median_time(lambda: nf(*inputs), args.repeat))
+            tj.append(median_time(lambda: jf(*inputs), args.repeat, min_time=0.02))
+            tn.append(median_time(lambda: nf(*inputs), args.repeat, min_time=0.02))
         mj, mn = float(np.median(tj)) * 1e3, float(np.median(tn)) * 1e3
         print(f"{name:40s} {mj:11.3f} {mn:9.3f} {mj / mn:6.2f}", flush=True)
 
