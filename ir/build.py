@@ -11,7 +11,7 @@ import numpy as np
 from . import dtypes as dt
 from .errors import DTypeError, ShapeError
 from .graph import ConstArray, Node
-from .ops import (BINARY, BITWISE, BITWISE_BINARY, COMPARE, FLOAT_UNARY, INDEX_REDUCE,
+from .ops import (AXIS_OPS, BINARY, BITWISE, BITWISE_BINARY, COMPARE, FLOAT_UNARY, INDEX_REDUCE,
                   LOGICAL_BINARY, REDUCE, SHIFT, UNARY, Op)
 from .shapes import broadcast_shapes, numel
 
@@ -138,6 +138,28 @@ def _infer_layer_norm(src):
     return x.dtype, x.shape
 
 
+def _infer_axis_op(op, src, axis):
+    x = src[0]
+    _require(isinstance(axis, int) and 0 <= axis < x.ndim, ShapeError,
+             f"{_name(op)}: axis {axis!r} invalid for rank {x.ndim}")
+    if op == Op.TAKE:
+        _require(len(src) == 2, ShapeError, "take: needs an array and its indices")
+        idx = src[1]
+        _require(idx.dtype in (dt.int32, dt.int64), DTypeError,
+                 f"take: indices must be int32 or int64, got {idx.dtype.name}")
+        return x.dtype, x.shape[:axis] + idx.shape + x.shape[axis + 1:]
+    if op == Op.CUMSUM:
+        _require(len(src) == 1, ShapeError, "cumsum: needs one source")
+        return x.dtype, x.shape
+    _same(op, src, "dtype")
+    for s in src[1:]:
+        _require(s.ndim == x.ndim and all(a == c for k, (a, c) in enumerate(zip(s.shape, x.shape))
+                                          if k != axis), ShapeError,
+                 f"concatenate: shapes {[list(t.shape) for t in src]} differ off axis {axis}")
+    total = sum(s.shape[axis] for s in src)
+    return x.dtype, x.shape[:axis] + (total,) + x.shape[axis + 1:]
+
+
 def infer(op: Op, src: tuple, arg) -> tuple:
     """(dtype, shape) of op applied to src with arg, or a ShapeError/DTypeError saying why not."""
     if op in UNARY:
@@ -161,6 +183,8 @@ def infer(op: Op, src: tuple, arg) -> tuple:
         return src[0].dtype, src[0].shape
     if op == Op.LAYER_NORM:
         return _infer_layer_norm(src)
+    if op in AXIS_OPS:
+        return _infer_axis_op(op, src, arg)
     if op in (Op.FORKARG, Op.WAIT):
         _require(isinstance(arg, int) and len(src) == 1, ShapeError,
                  f"{_name(op)}: needs one source and a task number")

@@ -40,6 +40,10 @@ class Op(Enum):
     # inter-op tasks (arg: task number): identities that mark where a forked sub-graph reads
     # its arguments (FORKARG) and where the caller waits for its results (WAIT)
     FORKARG = auto(); WAIT = auto()
+    # indexing and joining (arg: the axis). TAKE gathers src[0] along the axis at the run-time
+    # integer indices src[1] (checked: an index out of range is an error, never a stray read);
+    # CONCAT joins its sources along the axis; CUMSUM is the running sum along the axis
+    TAKE = auto(); CONCAT = auto(); CUMSUM = auto()
 
     def __repr__(self) -> str:
         return self.name.lower()
@@ -75,3 +79,4 @@ TRANSCENDENTAL = frozenset({Op.EXP, Op.LOG, Op.TANH, Op.ERF, Op.SIN, Op.COS, Op.
 # the binary op that combines two partial results of a reduction
 REDUCE_COMBINE = {Op.SUM: Op.ADD, Op.PROD: Op.MUL, Op.MAX: Op.MAXIMUM, Op.MIN: Op.MINIMUM}
 TASK_BOUNDARY = frozenset({Op.FORKARG, Op.WAIT})
+AXIS_OPS = frozenset({Op.TAKE, Op.CONCAT, Op.CUMSUM})

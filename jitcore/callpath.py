@@ -90,6 +90,9 @@ class CallPlan:
         self.single = len(lowered.outputs) == 1
         self.expected = [(lowered.buffers[s].shape, lowered.buffers[s].dtype)
                          for s in lowered.outputs]
+        # gathers report a failed index check into a per-call int64[2] status array passed
+        # after the outputs; the checks table turns it into the IndexError
+        self.checks = lowered.checks or []
         self.entry = _entry_function(compiled) if NATIVE_LAYOUT_OK else None
         self.fast = self._make_fast() if NATIVE_LAYOUT_OK else (lambda args: MISMATCH)
         self.fast_out = self._make_fast_out() if NATIVE_LAYOUT_OK else \
@@ -102,6 +105,8 @@ class CallPlan:
         """A closure for the common call: arrays in, fresh outputs back."""
         entry, consts, specs, index = self.entry, self.consts, self.out_specs, self.out_index
         empty, status = np.empty, self._status
+        if self.checks:
+            return self._make_fast_checked()
         if self.single and len(specs) == 1 and not consts:
             shape, dtype = specs[0]
 
@@ -125,11 +130,35 @@ class CallPlan:
             return bufs[index[0]] if len(index) == 1 else tuple(bufs[i] for i in index)
         return fast_general
 
+    def _make_fast_checked(self):
+        """The common call of a graph that gathers: a fresh status array, checked after."""
+        entry, consts, specs, index = self.entry, self.consts, self.out_specs, self.out_index
+        empty, zeros, status, raise_index = np.empty, np.zeros, self._status, self._raise_index
+
+        def fast_checked(args):
+            try:
+                bufs = tuple([empty(s, d) for s, d in specs])
+            except MemoryError:
+                return MISMATCH
+            st = zeros(2, np.int64)
+            rc = entry(args + consts + bufs + (st,))
+            if rc:
+                return status(rc)
+            if st[0]:
+                raise_index(st)
+            return bufs[index[0]] if len(index) == 1 else tuple(bufs[i] for i in index)
+        return fast_checked
+
+    def _raise_index(self, status):
+        name, axis, extent = self.checks[int(status[0]) - 1]
+        raise IndexError(f"{name}: index {int(status[1])} is out of bounds for axis {axis} "
+                         f"with size {extent}")
+
     def _make_fast_out(self):
         """`out=` given: the entry itself checks shape, dtype, contiguity, writeability and
         overlap with the inputs; anything unusual goes to the slow path."""
         entry, consts, status = self.entry, self.consts, self._status
-        if not (self.single and len(self.out_specs) == 1):
+        if not (self.single and len(self.out_specs) == 1) or self.checks:
             return lambda args, out: MISMATCH
 
         def fast_out(args, out):
@@ -159,7 +188,11 @@ class CallPlan:
         return bufs
 
     def _invoke(self, arrays: tuple):
-        """Run via the entry when it accepts the arrays, else with raw data pointers."""
+        """Run via the entry when it accepts the arrays, else with raw data pointers; then
+        raise the IndexError of a failed index check."""
+        st = np.zeros(2, np.int64)
+        if self.checks:
+            arrays = arrays + (st,)
         rc = self.entry(arrays) if self.entry is not None else abi.SIGNATURE_MISMATCH
         if rc == abi.SIGNATURE_MISMATCH:
             # e.g. int64 with typecode 'q', or unusual strides on size-1 axes: the arrays
@@ -168,6 +201,8 @@ class CallPlan:
             rc = self.compiled.run(ptrs)
         if rc:
             self._status(rc)
+        if st[0]:
+            self._raise_index(st)
 
     def _call_with_out(self, args: tuple, out):
         """Write into the user's arrays: directly when each is C-contiguous and overlaps no

@@ -1,12 +1,19 @@
-"""Basic indexing of traced tensors (ints, slices with any step, None, Ellipsis) as views."""
+"""Indexing of traced tensors: basic indices (ints, slices with any step, None, Ellipsis) as
+views, and one integer array among slices, None and Ellipsis (`W[ids]`, `x[:, ids]`) as a
+checked gather (TAKE) along its axis, as numpy's integer array indexing."""
 from __future__ import annotations
 
 import numbers
 
+import numpy as np
+
 from jitcore.ir import build as b
 from jitcore.ir.errors import ShapeError, TraceError
 from jitcore.ir.graph import Node
+from jitcore.ir import dtypes as dt
 from jitcore.ir.ops import Op
+
+from .tracer import Tracer, node_of
 
 
 def _expand_ellipsis(index: tuple, ndim: int) -> tuple:
@@ -23,10 +30,48 @@ def _expand_ellipsis(index: tuple, ndim: int) -> tuple:
     return tuple(out)
 
 
+def _is_array(i) -> bool:
+    return isinstance(i, (Tracer, list)) or isinstance(i, np.ndarray) and i.ndim > 0
+
+
+def _integer_index(i) -> Node:
+    idx = node_of(i)
+    if idx.dtype == dt.bool_:
+        raise TraceError("boolean mask indexing is not supported on traced tensors (its "
+                         "result shape depends on the values); use jc.where")
+    if idx.dtype == dt.uint8:
+        idx = b.cast(idx, dt.int32)
+    if idx.dtype not in (dt.int32, dt.int64):
+        raise TraceError(f"arrays used as indices must be of integer type, got {idx.dtype.name}")
+    return idx
+
+
+def _array_index(node: Node, index: tuple, k: int) -> Node:
+    """x[index] where index[k] is the one integer array: the rest applied as basic indices,
+    then a gather along the axis the array indexes (its dims take that axis' place)."""
+    rest = index[:k] + (slice(None),) + index[k + 1:]
+    if any(isinstance(i, numbers.Integral) for i in rest):
+        raise TraceError("an integer array index together with integer scalars is not "
+                         "supported; index with slices, or in two steps")
+    idx = _integer_index(index[k])
+    view = apply_index(node, rest)
+    used = sum(1 for i in rest if i is not None and i is not Ellipsis)
+    axis = sum(node.ndim - used if i is Ellipsis else 1 for i in rest[:k])
+    return b.node(Op.TAKE, view, idx, arg=axis)
+
+
 def apply_index(node: Node, index) -> Node:
-    """x[index] for basic indices. Integer indices are bounds-checked at trace time."""
+    """x[index]. Integer indices are bounds-checked at trace time; the values of an integer
+    array index are checked by the kernel (IndexError after the call)."""
     if not isinstance(index, tuple):
         index = (index,)
+    index = tuple(int(i) if isinstance(i, np.ndarray) and i.ndim == 0
+                  and i.dtype.kind in "iu" else i for i in index)
+    arrays = [k for k, i in enumerate(index) if _is_array(i)]
+    if len(arrays) > 1:
+        raise TraceError("only one integer array index is supported on traced tensors")
+    if arrays:
+        return _array_index(node, index, arrays[0])
     for i in index:
         if not (i is None or i is Ellipsis or isinstance(i, slice)
                 or isinstance(i, numbers.Integral) and not isinstance(i, bool)):

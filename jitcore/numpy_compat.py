@@ -9,7 +9,7 @@ import numpy as np
 
 from jitcore.ir.errors import TraceError
 
-from . import ops
+from . import join_ops, ops
 
 UFUNCS = {
     np.exp: ops.exp, np.log: ops.log, np.sqrt: ops.sqrt, np.absolute: ops.abs,
@@ -37,6 +37,13 @@ FUNCTIONS = {
     np.expand_dims: ops.expand_dims, np.squeeze: ops.squeeze, np.where: ops.where,
     np.matmul: ops.matmul, np.dot: ops.matmul,
 }
+
+# indexing and joining (jitcore/join_ops.py)
+FUNCTIONS.update({
+    np.take: join_ops.take, np.concatenate: join_ops.concatenate, np.stack: join_ops.stack,
+    np.split: join_ops.split, np.pad: join_ops.pad, np.clip: join_ops.clip,
+    np.cumsum: join_ops.cumsum,
+})
 
 
 def apply_ufunc(ufunc, method, inputs, kwargs):

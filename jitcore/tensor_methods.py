@@ -8,7 +8,7 @@ it traces anything.
 """
 from __future__ import annotations
 
-from . import ops
+from . import join_ops, ops
 from .numpy_compat import apply_function, apply_ufunc
 from .tracer import Tracer
 
@@ -60,6 +60,16 @@ class TensorMethods:
 
     def __getitem__(self, index):
         return ops.getitem(self, index)
+
+    # indexing and joining (jitcore/join_ops.py)
+    def clip(self, min=None, max=None, **kwargs):   # noqa: A002 -- numpy's names
+        return join_ops.clip(self, min, max, **kwargs)
+
+    def cumsum(self, axis=None, dtype=None):
+        return join_ops.cumsum(self, axis, dtype=dtype)
+
+    def take(self, indices, axis=None):
+        return join_ops.take(self, indices, axis)
 
 
 for _name, _member in vars(TensorMethods).items():

@@ -21,7 +21,7 @@ from __future__ import annotations
 from jitcore.ir.ops import TRANSCENDENTAL
 
 from .decision_log import debug
-from .kernel import MAX_FUSED_OPS, Const, Kernel, Load, Loop, Store, rebuild, walk
+from .kernel import MAX_FUSED_OPS, Const, Gather, Kernel, Load, Loop, Store, rebuild, walk
 from .symbolic import lin
 
 
@@ -50,7 +50,8 @@ def _reads_fit(kernel: Kernel, written: dict, row) -> bool:
         store = written.get(ld.buffer.slot)
         if store is None:
             continue
-        if ld.offset != store.offset or not _row_disjoint(store.offset, row):
+        if ld.offset != store.offset or not _row_disjoint(store.offset, row) \
+                or isinstance(ld, Gather):       # (a gather may read any row)
             return False
     return True
 
@@ -59,7 +60,9 @@ def _keys(roots) -> dict:
     """id(node) -> a structural key: equal keys compute the same values at the same indices."""
     keys = {}
     for n in walk(roots):
-        if isinstance(n, Load):
+        if isinstance(n, Gather):
+            keys[id(n)] = ("gather", n.buffer.slot, n.offset, keys[id(n.index)])
+        elif isinstance(n, Load):
             keys[id(n)] = ("load", n.buffer.slot, n.offset)
         elif isinstance(n, Const):
             keys[id(n)] = ("const", n.value, n.dtype)

@@ -60,6 +60,29 @@ class Load:
 
 
 @dataclass(frozen=True, eq=False)
+class Gather(Load):
+    """A load at a run-time index: `offset` covers the other axes, and the gathered axis adds
+    `stride` * the value of `index` (an int32/int64 expression), negative values counting
+    from `extent` as numpy does. Codegen checks the index: one out of range is recorded in
+    the call's status buffer (`status`, int64[2]: [site + 1, index]) and read as 0 instead,
+    so no address outside the buffer is ever formed. `site` names the check
+    (LoweredGraph.checks)."""
+    index: object = None
+    stride: int = 0
+    extent: int = 0
+    site: int = 0
+    status: Buffer | None = None
+
+    @property
+    def src(self) -> tuple:
+        return (self.index,)
+
+    def with_src(self, src: tuple, offset=None) -> "Gather":
+        return Gather(self.buffer, self.offset if offset is None else offset, src[0],
+                      self.stride, self.extent, self.site, self.status)
+
+
+@dataclass(frozen=True, eq=False)
 class Const:
     value: object
     dtype: DType
@@ -90,7 +113,7 @@ class Store:
 @dataclass(frozen=True)
 class Loop:
     var: Var
-    kind: str            # "parallel" or "reduce"
+    kind: str            # "parallel", "reduce" or "scan"
 
 
 @dataclass(frozen=True)
@@ -145,10 +168,14 @@ class Kernel:
     tile_var: Var | None = None      # vectorized through transposed register tiles along it
     task: int | None = None          # the inter-op task that runs it (None: the main line)
     parts: list = field(default_factory=list)   # row fusion: kernels run in order per row
+    # loop kinds: "parallel", "reduce", or "scan" (a running sum: sequential, each step
+    # reads the previous step's stored output; see codegen's emit_scan)
     gemm: Gemm | None = None         # a matmul with its epilogue (kind "gemm" or "gemv")
 
     @property
     def kind(self) -> str:
+        if any(lp.kind == "scan" for lp in self.loops):
+            return "scan"
         if self.gemm is not None:
             return "gemv" if self.gemm.matvec else "gemm"
         if self.parts:
@@ -161,11 +188,11 @@ class Kernel:
     @property
     def range_loop(self):
         """The loop a kernel call's [start, stop) covers: the first loop when it is parallel,
-        else the inner parallel loop of a vertical reduction (column sums split by columns),
-        else none (the kernel runs whole)."""
+        else the inner parallel loop of a vertical reduction (column sums split by columns)
+        or of a scan along the first axis, else none (the kernel runs whole)."""
         if self.loops and self.loops[0].kind == "parallel":
             return self.loops[0]
-        if self.kind == "reduce_vertical":
+        if self.kind in ("reduce_vertical", "scan") and self.loops[-1].kind == "parallel":
             return self.loops[-1]
         return None
 
@@ -222,6 +249,11 @@ def rebuild(value, replace, memo: dict | None = None):
     memo = {} if memo is None else memo
     for n in walk([value]):
         if id(n) in memo:
+            continue
+        if isinstance(n, Gather) and memo[id(n.index)] is not n.index:
+            n_src = n.with_src((memo[id(n.index)],))       # (replace sees the new index)
+            new = replace(n_src)
+            memo[id(n)] = n_src if new is None else new
             continue
         new = replace(n)
         if new is None and isinstance(n, Compute):

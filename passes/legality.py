@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from jitcore.ir.ops import INDEX_REDUCE, Op
 
-from .kernel import Kernel, walk
+from .kernel import Gather, Kernel, Load, walk
 from .symbolic import Var
 
 TILE_MAX_LANES = 16   # a tile is lanes x lanes elements: 16 x 16 keeps it in 16 registers
@@ -25,6 +25,7 @@ REASONS = (
                               # and no tile loop makes it contiguous
     "non_contiguous_store",   # the store does not walk the vector loop with stride 1
     "short_inner_loop",       # the vector loop has fewer iterations than one vector
+    "sequential_scan",        # a running sum along the vector loop (each step needs the last)
 )
 
 
@@ -35,8 +36,22 @@ def lanes_for(kernel: Kernel, vector_bits: int) -> int:
     if kernel.reduction is not None and kernel.reduction.op in INDEX_REDUCE:
         widest = max([32] + [n.dtype.bits for n in walk([s.value for s in kernel.stores])])
     else:
-        widest = max((d.bits for d in kernel.dtypes()), default=8)
+        widest = max((d.bits for d in _vector_dtypes(kernel)), default=8)
     return max(vector_bits // widest, 1)
+
+
+def _vector_dtypes(kernel: Kernel) -> set:
+    """The dtypes a vector iteration computes in: the index of a gather that does not change
+    along the vector loop is computed once per row as a scalar (codegen hoists it), so an
+    int64 index does not halve the lanes of a float32 embedding lookup."""
+    if not kernel.loops:
+        return kernel.dtypes()
+    var, scalar = kernel.vector_var, set()
+    for g in _gathers(kernel):
+        if not varies(g.index, var):
+            scalar |= {id(n) for n in walk([g.index])}
+    return {n.dtype for n in walk([s.value for s in kernel.stores]) if id(n) not in scalar} | \
+        {s.buffer.dtype for s in kernel.stores}
 
 
 def _unsupported_op(kernel: Kernel):
@@ -51,11 +66,27 @@ def _strided_loads(kernel: Kernel) -> list:
     return [ld for ld in kernel.loads() if ld.offset.coeff(var) not in (0, 1)]
 
 
+def varies(expr, var: Var) -> bool:
+    """Whether an expression's value changes along `var` (some load in it moves with it)."""
+    return any(isinstance(n, Load) and n.offset.coeff(var) != 0 for n in walk([expr]))
+
+
+def _gathers(kernel: Kernel) -> list:
+    return [n for n in walk([s.value for s in kernel.stores]) if isinstance(n, Gather)]
+
+
+def _lane_gather(kernel: Kernel) -> bool:
+    """A gather whose index changes along the vector loop would need one load per lane."""
+    return any(varies(g.index, kernel.vector_var) for g in _gathers(kernel))
+
+
 def tile_var(kernel: Kernel, lanes: int) -> Var | None:
     """The loop along which every strided load of a pointwise kernel is contiguous, when
-    both it and the vector loop span at least one tile; None when no tile is needed or fits."""
+    both it and the vector loop span at least one tile; None when no tile is needed or fits
+    (or the kernel gathers: tiles load rows at static offsets)."""
     strided = _strided_loads(kernel)
-    if not strided or kernel.kind != "pointwise" or kernel.vector_var.extent < lanes:
+    if not strided or kernel.kind != "pointwise" or kernel.vector_var.extent < lanes \
+            or _gathers(kernel):
         return None
     if any(ld.offset.coeff(kernel.vector_var) is None for ld in strided):
         return None
@@ -66,6 +97,8 @@ def tile_var(kernel: Kernel, lanes: int) -> Var | None:
 
 
 def _bad_load(kernel: Kernel, lanes: int) -> bool:
+    if _lane_gather(kernel):
+        return True
     return bool(_strided_loads(kernel)) and tile_var(kernel, min(lanes, TILE_MAX_LANES)) is None
 
 
@@ -77,6 +110,7 @@ def _bad_store(kernel: Kernel) -> bool:
 
 CHECKS = (
     ("no_loops", lambda k, lanes, masked: not k.loops),
+    ("sequential_scan", lambda k, lanes, masked: k.loops[-1].kind == "scan"),
     ("unsupported_op", lambda k, lanes, masked: _unsupported_op(k)),
     ("non_contiguous_load", lambda k, lanes, masked: _bad_load(k, lanes)),
     ("non_contiguous_store", lambda k, lanes, masked: _bad_store(k)),
@@ -125,9 +159,15 @@ def flops(kernel: Kernel) -> int:
         for v in g.batch:
             outputs *= v.extent
         return outputs * (2 * g.k.extent + per_iter)
-    return kernel.iterations() * (per_iter + (kernel.reduction is not None))
+    combine = kernel.reduction is not None or kernel.kind == "scan"   # the running add
+    return kernel.iterations() * (per_iter + combine)
 
 
 def bytes_moved(kernel: Kernel) -> int:
-    """A lower bound on memory traffic: every buffer the kernel touches, read or written once."""
-    return sum(b.nbytes for b in kernel.buffers())
+    """A lower bound on memory traffic: every buffer the kernel touches, read or written once;
+    a buffer only gathered from, at most one element per iteration (an embedding lookup
+    reads its rows, not the table)."""
+    plain = {ld.buffer.name for ld in kernel.loads() if not isinstance(ld, Gather)} | \
+        {s.buffer.name for s in kernel.stores}
+    return sum(b.nbytes if b.name in plain else
+               min(b.nbytes, kernel.iterations() * b.dtype.itemsize) for b in kernel.buffers())

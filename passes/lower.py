@@ -13,8 +13,16 @@ Which nodes get memory (the fusion rule of this stage):
   - a matmul's operands live in memory (the GEMM reads them through strides), and so does
     its result, unless one node alone reads it through elementwise ops of the same shape and
     dtype (`gelu(x @ w + b) + r`): that node's kernel is the GEMM, the ops its epilogue;
-  - everything else (elementwise ops, casts, views) is inlined into the kernel that reads it.
+  - a concatenation (CONCAT) and a running sum (CUMSUM) are materialized; a concatenation
+    read only by another one is not: its sources are written straight into the outer one's
+    buffer (a pad of several axes is one buffer, each region written once);
+  - the array a gather (TAKE) reads lives in memory (its address depends on a run-time index);
+  - everything else (elementwise ops, casts, views, gathers) is inlined into the kernel that
+    reads it.
 A materialized node that a later kernel needs is loaded from its buffer, not recomputed.
+A concatenation is lowered to one pointwise kernel per source, each computing its source's
+expression and storing it in its region of the output (multi-output fusion merges those with
+equal loop nests into one kernel writing both halves); a running sum to a "scan" kernel.
 
 Views become index arithmetic: a kernel evaluates a node at a tuple of symbolic indices, and
 each view op maps its output indices to its source's. Loads then turn the indices into an
@@ -26,16 +34,21 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from jitcore.ir.dtypes import int64
 from jitcore.ir.errors import CompileError
 from jitcore.ir.graph import Graph, Node
 from jitcore.ir.ops import ELEMENTWISE, REDUCE, Op
 from jitcore.ir.shapes import contiguous_strides, numel
 
-from .kernel import (Acc, Buffer, Compute, Const, Gemm, Kernel, Load, Loop, Reduction, Store,
-                     rebuild)
+from .kernel import (Acc, Buffer, Compute, Const, Gather, Gemm, Kernel, Load, Loop, Reduction,
+                     Store, rebuild)
 from .recompute import VIEWS_THROUGH, recompute_materialized
 from .symbolic import Lin, Var, floordiv, lin, mod, substitute
 from .tasks import task_of_nodes
+
+
+# the status buffer's type: [site + 1 of the first failed index check (0: none), its index]
+_STATUS_NODE = Node(Op.INPUT, int64, (2,), (), "status")
 
 
 @dataclass
@@ -48,6 +61,8 @@ class LoweredGraph:
     outputs: list           # buffer slot of each graph output (repeats allowed)
     steps: list             # run order: ("kernel", i), ("spawn", task), ("wait", task);
                             # the pipeline fills it in after fusion (passes.tasks.schedule)
+    checks: list = None     # per gather site: (op name, axis, extent), for the IndexError
+    status: int | None = None   # slot of the int64[2] status buffer the gathers report into
 
     def buffers_of_kind(self, kind: str) -> list:
         return [b for b in self.buffers if b.kind == kind]
@@ -118,8 +133,12 @@ def materialized_nodes(graph: Graph) -> tuple:
                 base = _strip_views(s)
                 if base.op not in (Op.INPUT, Op.CONST):
                     chosen.add(id(base))
-        if n.op in REDUCE:
+        if n.op in REDUCE or n.op == Op.CUMSUM:
             chosen.add(id(n))
+        if n.op == Op.CONCAT and not _written_by_outer_concat(n, nodes, graph):
+            chosen.add(id(n))
+        if n.op == Op.TAKE and n.src[0].op not in (Op.INPUT, Op.CONST):
+            chosen.add(id(n.src[0]))
         if n.op == Op.WAIT:                 # a task's result lives in memory
             base = _strip_views(n.src[0])
             chosen.add(id(base) if base.op not in (Op.INPUT, Op.CONST) else id(n))
@@ -143,6 +162,15 @@ def materialized_nodes(graph: Graph) -> tuple:
     outputs = {id(o) for o in graph.outputs}
     mats = [n for n in nodes if id(n) in chosen and (n.op != Op.INPUT or id(n) in outputs)]
     return mats, epilogues
+
+
+def _written_by_outer_concat(node: Node, nodes: list, graph: Graph) -> bool:
+    """A concatenation whose one reader is another concatenation (and which is no output)
+    is written by the outer one's kernels into its buffer (see _Lowering._regions)."""
+    if any(o is node for o in graph.outputs):
+        return False
+    readers = [n for n in nodes for s in n.src if s is node]
+    return len(readers) == 1 and readers[0].op == Op.CONCAT
 
 
 def view_index(node: Node, idx: tuple) -> tuple:
@@ -222,6 +250,9 @@ class _KernelBuilder:
             return [(node.src[0], view_index(node, idx))]
         if node.op in ELEMENTWISE:
             return [(s, idx) for s in node.src]
+        if node.op == Op.TAKE:
+            ax, k = node.arg, node.src[1].ndim
+            return [(node.src[1], idx[ax:ax + k])]
         raise CompileError(f"lowering: {node.op.name.lower()} cannot be inlined here")
 
     def _make(self, node: Node, idx: tuple, srcs: list):
@@ -234,6 +265,9 @@ class _KernelBuilder:
             return Const(node.arg, node.dtype)
         if node.op in VIEWS_THROUGH:
             return srcs[0]
+        if node.op == Op.TAKE:
+            self.ops.append("take")
+            return self.lowering.gather(node, idx, srcs[0])
         self.ops.append(node.op.name.lower())
         return Compute(node.op, node.dtype, tuple(srcs), node.arg)
 
@@ -264,7 +298,18 @@ class _Lowering:
         self.buffers.append(buf)
         return buf
 
+    def gather(self, node: Node, idx: tuple, index) -> Gather:
+        """TAKE at output indices `idx`, its index expression already built: a checked load
+        of the source's buffer (a new check site, reported as the op, axis and extent)."""
+        x, ax, k = node.src[0], node.arg, node.src[1].ndim
+        buf = self.read_buffer[id(x)]
+        src_idx = idx[:ax] + (lin(0),) + idx[ax + k:]
+        self.checks.append(("take", ax, x.shape[ax]))
+        return Gather(buf, offset(buf, src_idx), index, buf.strides[ax], x.shape[ax],
+                      len(self.checks) - 1, self.status)
+
     def run(self) -> LoweredGraph:
+        self.checks, self.status = [], None
         mats, self.epilogues = materialized_nodes(self.graph)
         out_ids = [id(o) for o in self.graph.outputs]
         write_buffer = {}
@@ -273,6 +318,8 @@ class _Lowering:
                 write_buffer[id(node)] = self._buffer(f"out{out_ids.index(id(node))}",
                                                       "output", node)
         outputs, repeats = self._output_slots(write_buffer)
+        if any(n.op == Op.TAKE for n in self.graph.nodes()):     # after outputs, before temps
+            self.status = self._buffer("status", "status", _STATUS_NODE)
         mats = self._write_reshaped_outputs_in_place(mats, write_buffer)
         for node in mats:
             if id(node) not in write_buffer:
@@ -280,16 +327,59 @@ class _Lowering:
         kernels, owner = [], task_of_nodes(self.graph)
         for node in mats:
             out = write_buffer[id(node)]
-            kernel = self._kernel(node, out, len(kernels))
-            kernel.task = owner.get(id(node))
-            kernels.append(kernel)
+            made = self._regions(node, out, len(kernels)) if node.op == Op.CONCAT else \
+                [self._kernel(node, out, len(kernels))]
+            for kernel in made:
+                kernel.task = owner.get(id(node))
+            kernels.extend(made)
             for extra in repeats.get(out.slot, ()):
                 kernels.append(_copy_kernel(out, extra, len(kernels)))
-                kernels[-1].task = kernel.task
+                kernels[-1].task = made[0].task
             if node.op not in (Op.INPUT, Op.CONST):
                 self.read_buffer[id(node)] = out
         return LoweredGraph(self.graph.name, self.buffers, kernels, self.consts, outputs,
-                            [("kernel", i) for i in range(len(kernels))])
+                            [("kernel", i) for i in range(len(kernels))], self.checks,
+                            self.status.slot if self.status is not None else None)
+
+    def _regions(self, node: Node, out: Buffer, index: int) -> list:
+        """A concatenation as one pointwise kernel per source, each storing its source's
+        values in its region of `out` (the sources of an inner concatenation written by this
+        one are split further, shifted to their place)."""
+        kernels, stack = [], [(node, (0,) * node.ndim)]
+        while stack:
+            cat, shift = stack.pop()
+            start = 0
+            for src in cat.src:
+                here = tuple(s + start if k == cat.arg else s for k, s in enumerate(shift))
+                start += src.shape[cat.arg]
+                if src.op == Op.CONCAT and id(src) not in self.read_buffer and \
+                        _written_by_outer_concat(src, self.graph.nodes(), self.graph):
+                    stack.append((src, here))
+                    continue
+                kernels.append(self._region(node, src, out, here, index + len(kernels)))
+        return kernels
+
+    def _region(self, cat: Node, src: Node, out: Buffer, shift: tuple, index: int) -> Kernel:
+        kb = _KernelBuilder(self, cat)          # (a materialized source is loaded)
+        dims = [Var(f"i{k}", d) for k, d in enumerate(src.shape)]
+        value = kb.value(src, tuple(lin(v) for v in dims))
+        store = Store(out, offset(out, tuple(lin(v) + s for v, s in zip(dims, shift))), value)
+        loops = [Loop(v, "parallel") for v in dims if v.extent != 1]
+        ops = tuple(kb.ops) + ("concat",)
+        return order_and_collapse(Kernel(f"k{index}_concat", loops, [store], None, ops))
+
+    def _scan(self, node: Node, out: Buffer, index: int) -> Kernel:
+        """A running sum along node.arg: the loops before the axis (parallel), the axis
+        ("scan": in order), the loops after it (parallel; the vector loop when there are)."""
+        kb = _KernelBuilder(self, node)
+        dims = [Var(f"i{k}", d) for k, d in enumerate(node.shape)]
+        idx = tuple(lin(v) for v in dims)
+        value = kb.value(node.src[0], idx)
+        kinds = ["scan" if k == node.arg else "parallel" for k in range(node.ndim)]
+        loops = [Loop(v, kind) for v, kind in zip(dims, kinds) if v.extent != 1]
+        ops = tuple(kb.ops) + ("cumsum",)
+        return order_and_collapse(Kernel(f"k{index}_cumsum", loops,
+                                         [Store(out, offset(out, idx), value)], None, ops))
 
     def _output_slots(self, write_buffer: dict) -> tuple:
         """The buffer slot of each output position, and the extra output buffers by the slot
@@ -327,6 +417,8 @@ class _Lowering:
         return [n for n in mats if id(n) not in aliased]
 
     def _kernel(self, node: Node, out: Buffer, index: int) -> Kernel:
+        if node.op == Op.CUMSUM:
+            return self._scan(node, out, index)
         if node.op == Op.MATMUL or id(node) in self.epilogues:
             return self._gemm_kernel(node, self.epilogues.get(id(node), node), out, index)
         kb = _KernelBuilder(self, node)
@@ -454,6 +546,8 @@ def _rebuild(kernel: Kernel, loops: list, mapping: dict) -> Kernel:
     memo = {}
 
     def moved(n):
+        if isinstance(n, Gather):
+            return n.with_src(n.src, substitute(n.offset, mapping))
         return Load(n.buffer, substitute(n.offset, mapping)) if isinstance(n, Load) else None
     stores = [Store(s.buffer, substitute(s.offset, mapping), rebuild(s.value, moved, memo))
               for s in kernel.stores]

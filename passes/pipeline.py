@@ -10,6 +10,7 @@ from .fuse_rows import fuse_rows
 from .legality import check
 from .lower import LoweredGraph, lower
 from .simplify import simplify
+from .sink_concat import sink_into_concat
 from .split_reductions import split_reductions
 from .tasks import schedule
 
@@ -17,13 +18,16 @@ from .tasks import schedule
 def run_pipeline(graph: Graph, vector_bits: int, input_strides: dict | None = None,
                  masked_tails: bool = False) -> LoweredGraph:
     """Graph -> verified primitive graph -> kernels with vectorization decisions."""
-    # stages: decompose composites, simplify (CSE, folding), split big full reductions into
+    # stages: decompose composites, simplify (CSE, folding), move elementwise ops into the
+    # concatenations they read, split big full reductions into
     # fixed blocks, lower to loop nests, decide vectorization per kernel, merge pointwise
     # kernels that share a loop nest, fuse kernels that share rows, order the kernels and
     # forked tasks
     graph = verify(graph)
     graph = verify(decompose(graph))
     graph = verify(simplify(graph))
+    sunk = sink_into_concat(graph)
+    graph = verify(simplify(sunk)) if sunk is not graph else graph   # (folds constant regions)
     graph = verify(split_reductions(graph, input_strides))
     lowered = lower(graph, input_strides)
     for kernel in lowered.kernels:

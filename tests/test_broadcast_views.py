@@ -264,8 +264,8 @@ def test_index_errors():
         jc.jit(lambda x: x[3])(x)
     with pytest.raises((jc.ShapeError, IndexError)):
         jc.jit(lambda x: x[0, 0, 0])(x)
-    with pytest.raises(jc.TraceError):           # advanced indexing is not supported
-        jc.jit(lambda x: x[[0, 2]])(x)
+    with pytest.raises(jc.TraceError):   # one integer array index is a gather; two are not
+        jc.jit(lambda x: x[[0, 2], [1, 0]])(x)
     with pytest.raises(jc.TraceError):
         jc.jit(lambda x: x[x > 0])(x)
 

@@ -52,7 +52,11 @@ INT_REDUCE = ["sum", "max", "min", "prod", "argmax", "argmin"]
 BOOL_REDUCE = ["sum", "max", "min"]
 COMPARE = ["less", "less_equal", "greater", "greater_equal", "equal", "not_equal"]
 NO_IDENTITY = {"max", "min", "argmax", "argmin"}   # an empty reduced axis raises in numpy
-EXACT_KINDS = {"transpose", "slice", "reshape", "broadcast_to", "astype"}
+EXACT_KINDS = {"transpose", "slice", "reshape", "broadcast_to", "astype",
+               "concat", "pad", "take", "clip"}
+# indexing and joining steps (a small share of the draws): values moved, not computed,
+# except cumsum (a running sum) and clip (maximum/minimum)
+JOIN_KINDS = ["concat", "pad", "take", "clip", "cumsum"]
 EXACT_OPS = {"neg", "abs", "relu", "hardtanh", "relu6", "maximum", "minimum", "where_max"}
 ROW_OPS = {"softmax", "log_softmax", "layer_norm"}  # along the last axis (not of 0-d values)
 I32, I64 = np.dtype(np.int32), np.dtype(np.int64)
@@ -237,7 +241,7 @@ def step_inputs(step) -> tuple:
         return step[2], step[3]
     if kind == "where":
         return step[1:4]
-    if kind == "matmul":
+    if kind in ("matmul", "concat"):
         return step[1], step[2]
     if kind == "fork":
         return step_inputs(step[1])
@@ -270,7 +274,21 @@ def apply_step(step, vals, reference=False):
     if kind == "matmul":                       # v @ w or v @ w^T (last two axes swapped)
         v, w = value(vals, step[1]), value(vals, step[2])
         return v @ (_swap_last(w) if step[3] else w)
+    if kind == "concat":
+        return np.concatenate([value(vals, step[1]), value(vals, step[2])], axis=step[3])
     v = value(vals, step[1])
+    if kind == "pad":
+        widths, mode, fill = step[2:]
+        return np.pad(v, widths, mode=mode, **({"constant_values": fill}
+                                               if mode == "constant" else {}))
+    if kind == "take":
+        return np.take(v, np.array(step[3], np.int64), axis=step[2])
+    if kind == "clip":
+        return np.clip(v, *step[2:])
+    if kind == "cumsum":
+        if _is_np(v) and v.dtype in (U8, BOOL):    # jitcore's deviation: int64, not uint64
+            return np.cumsum(v, axis=step[2], dtype=np.int64)
+        return np.cumsum(v, axis=step[2])
     if kind == "astype":
         target = np.dtype(step[2])
         if reference and _is_np(v) and target.kind == "f":
@@ -587,6 +605,45 @@ def _draw_bool_step(draw, b):
     return ("where", c, x, y)
 
 
+def _draw_join(draw, b, floats: bool):
+    """One of the indexing and joining ops on a numeric value (or two, for concat)."""
+    kind = draw(st.sampled_from(JOIN_KINDS))
+    i = draw(st.sampled_from(b.numeric()))
+    s = b.shape[i]
+    if kind == "clip":
+        lo, hi = draw(st.sampled_from([None, 0, 1])), draw(st.sampled_from([None, 2, 3]))
+        return ("clip", i, lo, hi if lo is not None or hi is not None else 2)
+    if kind == "cumsum":
+        return ("cumsum", i, draw(st.sampled_from([None] + list(range(-len(s), len(s))))))
+    if not s:
+        return None
+    axis = draw(st.integers(-len(s), len(s) - 1))
+    n = s[axis]
+    if kind == "take":
+        if n == 0:
+            return None
+        count = draw(st.sampled_from([(3,), (2, 2), ()]))
+        idx = draw(st.lists(st.integers(-n, n - 1), min_size=math.prod(count),
+                            max_size=math.prod(count)))
+        return ("take", i, axis, np.array(idx, np.int64).reshape(count).tolist())
+    if kind == "concat":
+        fits = [j for j in b.numeric() if len(b.shape[j]) == len(s) and all(
+            a == c for k, (a, c) in enumerate(zip(b.shape[j], s)) if k != axis % len(s))]
+        j = draw(st.sampled_from(fits))
+        if _size(s) + _size(b.shape[j]) > MAX_SIZE:
+            return None
+        return ("concat", i, j, axis)
+    mode = draw(st.sampled_from(["constant", "constant", "edge", "reflect"]))
+    if 0 in s and mode != "constant":
+        return None
+    limit = [(d - 1 if mode == "reflect" else 2) for d in s]
+    widths = tuple((draw(st.integers(0, min(2, m))), draw(st.integers(0, min(2, m))))
+                   for m in limit)
+    if _size([d + lo + hi for d, (lo, hi) in zip(s, widths)]) > MAX_SIZE:
+        return None
+    return ("pad", i, widths, mode, draw(st.sampled_from([0, 1.5] if floats else [0, 3])))
+
+
 def _draw_float_cast(draw, b):
     """Integer programs: a float value (an input full of NaN, infinities and out-of-range
     values, or an integer converted to float) cast to an integer dtype or bool, which
@@ -620,7 +677,7 @@ def programs(draw, kind="float"):
     b = _Builder(Program(in_shapes, in_dtypes, seed=draw(st.integers(0, 2**31 - 1))), floats)
     scalar_ops = SCALAR_OPS if floats else SCALAR_OPS + BITWISE
     choices = ["unary", "unary", "binary", "binary", "scalar", "view", "view", "reduce",
-               "reductions", "fork"] + (["matmul", "gemv", "cast", "argreduce"] if floats
+               "reductions", "fork", "join"] + (["matmul", "gemv", "cast", "argreduce"] if floats
                                         else ["bool", "bool", "cast"]
                                         + ["float_cast"] * (3 if float_input else 1))
     for _ in range(draw(st.integers(3, 12))):
@@ -640,6 +697,8 @@ def programs(draw, kind="float"):
             step = _draw_reductions(draw, b, reduce_ops, unary_ops)
         elif step_kind == "gemv":
             step = _draw_gemv(draw, b)
+        elif step_kind == "join":
+            step = _draw_join(draw, b, floats)
         elif step_kind == "argreduce":               # float argmax/argmin: exact indices
             exact = [i for i in b.exact if b.dtype[i].kind == "f"]
             step = _draw_reduce(draw, b, draw(st.sampled_from(exact)), ["argmax", "argmin"])
@@ -706,8 +765,12 @@ def _unary_terms(name, v, out):
 def _rounding_terms(step, vals, out):
     kind = step[0]
     if kind in ("transpose", "slice", "reshape", "broadcast_to", "not", "compare", "logic",
-                "where"):
+                "where", "concat", "pad", "take", "clip"):
         return np.zeros(out.shape)                   # no arithmetic
+    if kind == "cumsum":                             # n additions in order: n * sum|v|
+        v, axis = vals[step[1]], step[2]
+        n = v.size if axis is None else v.shape[axis]
+        return np.cumsum(np.abs(v), axis=axis) * max(n, 1)
     if kind == "unary":
         return _unary_terms(step[1], vals[step[2]], out)
     if kind in ("binary", "scalar"):
@@ -749,8 +812,11 @@ def _propagated(step, vals, errs, out):
     if kind == "where":                              # the bound of the value it picks
         c, x, y = step[1:4]
         return np.asarray(np.where(vals[c], errs[x], errs[y]), dtype=np.float64)
-    if kind in ("transpose", "slice", "reshape", "broadcast_to", "astype"):
+    if kind in ("transpose", "slice", "reshape", "broadcast_to", "astype", "concat", "take",
+                "cumsum"):                           # (errs >= 0: a running sum bounds them)
         return np.asarray(apply_step(step, errs, True), dtype=np.float64)
+    if kind == "pad":                                # a constant border is exact
+        return np.asarray(apply_step(step[:4] + (0,), errs, True), dtype=np.float64)
     if kind == "reduce":
         op, axis, keepdims = step[2:]
         e = errs[step[1]]

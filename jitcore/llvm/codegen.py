@@ -9,7 +9,8 @@ from __future__ import annotations
 from llvmlite import ir
 
 from jitcore.ir.ops import INDEX_REDUCE, REDUCE_COMBINE, Op
-from jitcore.passes.kernel import Compute, Const, Kernel, Load, walk
+from jitcore.passes.kernel import Compute, Const, Gather, Kernel, Load, walk
+from jitcore.passes.legality import varies
 from jitcore.passes.symbolic import Div, Lin, Var
 from jitcore.runtime import kernel_type
 
@@ -74,6 +75,7 @@ class KernelEmitter:
         # them: `bufs` is the kernel's own array of those pointers (the run function builds
         # it), so equal kernels of different graphs or layers have equal code
         self.buffer_slots = []
+        self.hoisted = {}        # id(gather) -> its checked index * stride, set for a loop
         # tails: one masked vector iteration (AVX-512 masks every element size) or scalar code
         self.masked_tail, self.mask = masked_tail, None
 
@@ -109,8 +111,11 @@ class KernelEmitter:
             return self.b.sub(self.b.udiv(x, u.I64(atom.d)), u.I64(shift))
         return self.b.urem(x, u.I64(atom.d))
 
-    def load(self, node: Load, lanes: int):
-        ptr = self.b.gep(self.base_ptr(node.buffer), [self.index(node.offset)])
+    def load(self, node: Load, lanes: int, at=None):
+        """Load `node` (a vector along the vector loop, or a splat); `at`: the element index
+        to read instead of the node's offset (a gather's checked index)."""
+        ptr = self.b.gep(self.base_ptr(node.buffer), [self.index(node.offset) if at is None
+                                                       else at])
         contiguous = lanes > 1 and node.offset.coeff(self.kernel.vector_var) == 1
         if contiguous:
             vty = ir.VectorType(u.memory_type(node.dtype), lanes)
@@ -139,7 +144,9 @@ class KernelEmitter:
         for node in walk([root]):
             if id(node) in memo:
                 continue
-            if isinstance(node, Load):
+            if isinstance(node, Gather):
+                out = self.gather(node, lanes, memo)
+            elif isinstance(node, Load):
                 out = self.load(node, lanes)
             elif isinstance(node, Const):
                 out = u.const(u.value_type(node.dtype, lanes), node.value)
@@ -149,6 +156,71 @@ class KernelEmitter:
                 out = emit(self.b, node.op, node.dtype, in_dtype, args, node.arg)
             memo[id(node)] = out
         return memo[id(root)]
+
+    def gather(self, node: Gather, lanes: int, memo: dict):
+        """A checked load at a run-time index. An index the same for every lane (what
+        legality vectorizes) gives one checked base and a vector load; one that changes along
+        the vector loop (inside a GEMM epilogue, say) is checked and loaded lane by lane."""
+        if lanes > 1 and varies(node.index, self.kernel.vector_var):
+            b, indices = self.b, memo[id(node.index)]
+            out = ir.Constant(u.value_type(node.dtype, lanes), ir.Undefined)
+            for lane in range(lanes):
+                active = None if self.mask is None else b.extract_element(self.mask,
+                                                                           u.I32(lane))
+                at = self.checked_index(node, b.extract_element(indices, u.I32(lane)), active)
+                val = u.const(u.value_type(node.dtype), 0) if at is None else \
+                    self.load(node, 1, at)
+                out = b.insert_element(out, val, u.I32(lane))
+            return out
+        if id(node) in self.hoisted:
+            base = self.hoisted[id(node)]
+            at = None if base is None else self.b.add(self.index(node.offset), base)
+        else:
+            scalar = memo if lanes == 1 else memo.setdefault("scalar", {})
+            at = self.checked_index(node, self.value(node.index, 1, scalar))
+        if at is None:
+            return u.const(u.value_type(node.dtype, lanes), 0)
+        return self.load(node, lanes, at)
+
+    def hoisting_gathers(self, loop):
+        """Run `loop` (the vector loop) with the checked index of every gather that does not
+        change along it computed once before it: LLVM cannot hoist the index load itself
+        (the kernel's stores might alias the index array, as far as it knows)."""
+        var = self.kernel.vector_var
+        for g in walk([s.value for s in self.kernel.stores]):
+            if isinstance(g, Gather) and not varies(g.index, var):
+                at = self.checked_index(g, self.value(g.index, 1, {}), offset=False)
+                self.hoisted[id(g)] = at
+        loop()
+        self.hoisted = {}
+
+    def checked_index(self, node: Gather, raw, active=None, offset: bool = True):
+        """The element index of a gather at index value `raw`: wrapped if negative; one
+        still outside [0, extent) is recorded in the status buffer (unless the lane is
+        inactive, `active` false) and replaced by 0, so the address is always inside the
+        buffer. None when the axis is empty: there is no element to read at all."""
+        b = self.b
+        idx = b.sext(raw, u.I64) if raw.type != u.I64 else raw
+        ext = u.I64(node.extent)
+        wrapped = b.select(b.icmp_signed("<", idx, u.I64(0)), b.add(idx, ext), idx)
+        bad = b.icmp_unsigned(">=", wrapped, ext)     # (negative: huge unsigned)
+        report = bad if active is None else b.and_(bad, active)
+        with b.if_then(report, likely=False):
+            self.record_index_error(node, idx)
+        if node.extent == 0:
+            return None
+        safe = b.select(bad, u.I64(0), wrapped)
+        moved = b.mul(safe, u.I64(node.stride))
+        return b.add(self.index(node.offset), moved) if offset else moved
+
+    def record_index_error(self, node: Gather, idx):
+        """The first failed check of the call wins the status buffer: [site + 1, index]."""
+        b = self.b
+        status = self.base_ptr(node.status)       # the buffer's dtype is int64
+        won = b.extract_value(b.cmpxchg(status, u.I64(0), u.I64(node.site + 1), "monotonic",
+                                        "monotonic"), 1)
+        with b.if_then(won):
+            b.store(idx, b.gep(status, [u.I64(1)]))
 
     # -- loops ----------------------------------------------------------------------------
     def loop(self, lp, body, first: bool, step: int = 1):
@@ -243,15 +315,48 @@ class KernelEmitter:
         elif k.kind == "pointwise" and k.tile_var is not None:
             self.tile_nest(0, scalar=False)
         elif k.kind == "pointwise":
-            self.nest(k.loops[:-1], lambda: self.vector_loop(k.loops[-1], self.emit_point,
-                                                             len(k.loops) == 1), True)
+            self.nest(k.loops[:-1], lambda: self.hoisting_gathers(
+                lambda: self.vector_loop(k.loops[-1], self.emit_point, len(k.loops) == 1)), True)
         elif k.kind == "reduce_vertical":
             self.nest([lp for lp in k.loops[:-1] if lp.kind == "parallel"], self.emit_vertical,
                       True)
+        elif k.kind == "scan":
+            self.emit_scan()
         else:
             outer = [lp for lp in k.loops if lp.kind == "parallel"]
             self.nest(outer, self.emit_horizontal, True)
         self.b.ret_void()
+
+    def emit_scan(self):
+        """A running sum: the loops before the scan loop, then the scan loop in order, each
+        step adding its value to the previous step's stored output (its first step stores
+        the value itself), then the loops after it, the last one the vector loop. With no
+        loop before the scan loop, a call covers a range of the vector loop instead."""
+        k, b = self.kernel, self.b
+        at = next(i for i, lp in enumerate(k.loops) if lp.kind == "scan")
+        outer, scan, inner = k.loops[:at], k.loops[at], k.loops[at + 1:]
+        st = k.stores[0]
+        prev = Load(st.buffer, st.offset + (-st.offset.coeff(scan.var)))
+
+        def step(first_row: bool):
+            def body(lanes=1, part=0):
+                val = self.value(st.value, lanes, {})
+                if not first_row:
+                    val = emit(b, Op.ADD, st.buffer.dtype, st.buffer.dtype,
+                               [self.load(prev, lanes), val])
+                self.store(st.buffer, st.offset, val, lanes)
+            if not inner:
+                return body()
+            ranged = not outer and k.range_loop is inner[-1]
+            self.nest(inner[:-1], lambda: self.vector_loop(inner[-1], body, ranged), False)
+
+        def scan_rows():
+            self.env[scan.var] = u.I64(0)
+            step(True)
+            with u.for_range(b, u.I64(1), u.I64(scan.var.extent), 1, name=scan.var.name) as i:
+                self.env[scan.var] = i
+                step(False)
+        self.nest(outer, scan_rows, True)
 
     def emit_part(self, part: Kernel):
         """One part of a row-fused kernel, inside the row loop (its first loop)."""
@@ -262,7 +367,8 @@ class KernelEmitter:
         elif not inner:
             self.emit_point()
         else:
-            self.nest(inner[:-1], lambda: self.vector_loop(inner[-1], self.emit_point, False),
+            self.nest(inner[:-1], lambda: self.hoisting_gathers(
+                lambda: self.vector_loop(inner[-1], self.emit_point, False)),
                       False)
         self.kernel = fused
 
