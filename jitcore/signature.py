@@ -32,15 +32,19 @@ def spec(shape, dtype=dt.float32, strides=None) -> Spec:
 
 def to_array(x, position: int, name: str) -> np.ndarray:
     """An ndarray the kernels can read in place, converting (copying) only when needed."""
+    given = x
     if not isinstance(x, np.ndarray) or type(x) is not np.ndarray:
         try:
             x = np.asarray(x)
         except Exception as e:
             raise DTypeError(f"argument {position} ({name}): cannot convert "
-                             f"{type(x).__name__} to an array: {e}") from None
+                             f"{type(x).__name__} to an array: {e}{_static_hint(name)}") from None
     if x.dtype.kind in "OUSVMmc" or x.dtype.fields is not None:
-        raise DTypeError(f"argument {position} ({name}): dtype {x.dtype} is not supported; "
-                         f"supported: {dt.SUPPORTED_NAMES}")
+        what = f"dtype {x.dtype} is not supported; supported: {dt.SUPPORTED_NAMES}"
+        if not isinstance(given, np.ndarray):
+            what = (f"{type(given).__name__} {given!r:.60} is not an array or a Python "
+                    f"scalar{_static_hint(name)}")
+        raise DTypeError(f"argument {position} ({name}): {what}")
     if not x.dtype.isnative:
         x = x.astype(x.dtype.newbyteorder("="))
     try:
@@ -51,6 +55,11 @@ def to_array(x, position: int, name: str) -> np.ndarray:
     if not x.flags.aligned or any(s % x.itemsize for s in x.strides):
         x = np.ascontiguousarray(x)
     return x
+
+
+def _static_hint(name: str) -> str:
+    return ("; to pass it as a Python value baked into the trace, mark it static: "
+            f"jc.jit(fn, static_argnames=({name!r},))")
 
 
 def array_signature(x: np.ndarray) -> tuple:
