@@ -163,6 +163,6 @@ def _compile(graph: Graph, strides: tuple, target: Target, threads: int,
     compiled = CompiledGraph(graph, lowered, target, text, library, run_name, entry_name, seconds)
     compiled.prepacked_bytes = packed
     if config.get().dump_dir:
-        from .dump import dump
-        dump(compiled, config.get().dump_dir)
+        from .dump import dump_or_warn
+        dump_or_warn(compiled, config.get().dump_dir)
     return compiled
