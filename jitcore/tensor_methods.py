@@ -11,7 +11,7 @@ from __future__ import annotations
 from jitcore.ir import build as b
 from jitcore.ir import dtypes as dt
 
-from . import ops
+from . import math_ops, ops
 from .numpy_compat import apply_function, apply_ufunc
 from .tracer import Tracer, WeakScalar, is_weak
 
@@ -129,3 +129,17 @@ Tracer.__neg__ = _unary("neg")
 Tracer.__pos__ = lambda self: self
 Tracer.__abs__ = _unary("abs")
 Tracer.__invert__ = _unary("invert")
+
+
+# ---- numpy's statistics methods (jitcore/math_ops.py) ----------------------------------------
+def _var(self, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
+    return math_ops.var(self, axis, dtype, out, ddof, keepdims)
+
+
+def _std(self, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
+    return math_ops.std(self, axis, dtype, out, ddof, keepdims)
+
+
+Tracer.var, Tracer.std = _var, _std
+Tracer.conj = Tracer.conjugate = lambda self: self
+Tracer.real = property(lambda self: self)
