@@ -96,14 +96,18 @@ class ScalarArgs:
         return all(type(args[p]) is t for p, (t, _) in specs.items()) if \
             len(args) > max(specs) else False
 
-    def convert(self, args: tuple) -> tuple:
-        """args with each scalar a 0-d array (after the range checks)."""
+    def convert(self, args: tuple, strict: bool = True):
+        """args with each scalar a 0-d array, after the range checks: a value out of range
+        raises OverflowError, or (strict=False: the fast path, whose plan may not be the
+        call's at all) gives MISMATCH, so the slow path finds the call's plan and raises."""
         out = list(args)
         for p, (t, narrowed) in self.specs.items():
             value = args[p]
             for d in narrowed:
                 info = np.iinfo(d.np)
                 if not info.min <= value <= info.max:
+                    if not strict:
+                        return MISMATCH
                     raise OverflowError(f"Python integer {value} out of bounds for {d.name}")
             out[p] = scalar_array(value, t)
         return tuple(out)
@@ -149,10 +153,16 @@ class CallPlan:
         matches, convert = self.scalars.matches, self.scalars.convert
 
         def fast_scalars(args):
-            return fast(convert(args)) if matches(args) else MISMATCH
+            if not matches(args):
+                return MISMATCH
+            args = convert(args, False)
+            return MISMATCH if args is MISMATCH else fast(args)
 
         def fast_out_scalars(args, out):
-            return fast_out(convert(args), out) if matches(args) else MISMATCH
+            if not matches(args):
+                return MISMATCH
+            args = convert(args, False)
+            return MISMATCH if args is MISMATCH else fast_out(args, out)
         return fast_scalars, fast_out_scalars
 
     def prepare(self, args: tuple) -> tuple:

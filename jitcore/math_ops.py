@@ -27,13 +27,19 @@ from .ops import op
 from .tracer import Tracer, node_of, wrap
 
 # max error in ulp against numpy's float64 result, (float32, float64), measured over wide
-# ranges with edge values by tests/test_tracing_numpy.py (float32: computed in float64)
+# ranges with edge values (random bit patterns, dense sweeps, 0, +-inf, NaN, subnormals,
+# huge) by tests/test_tracing_numpy.py. float32 is computed in float64 and rounded once;
+# float64 is compared with numpy's own float64 result (itself within ~1 ulp), so the
+# bounds there are whole ulps.
 ULP_BOUNDS = {
-    "log1p": (1, 2), "expm1": (1, 3), "exp2": (1, 1), "log2": (1, 3), "log10": (1, 3),
-    "arctan": (1, 2), "arcsin": (1, 3), "arccos": (1, 3), "arctan2": (1, 3),
-    "sinh": (1, 4), "cosh": (1, 3), "arcsinh": (1, 3), "arccosh": (1, 3),
-    "arctanh": (1, 3), "hypot": (1, 2), "logaddexp": (1, 3), "cbrt": (1, 2),
-    "deg2rad": (1, 1), "rad2deg": (1, 1),
+    "log1p": (0.51, 2), "expm1": (0.51, 2), "exp2": (0.51, 1), "log2": (0.51, 2),
+    "log10": (0.51, 3), "arctan": (0.51, 1), "arcsin": (0.51, 2), "arccos": (0.51, 2),
+    "arctan2": (0.51, 2), "sinh": (0.51, 2), "cosh": (0.51, 1), "arcsinh": (0.51, 2),
+    "arccosh": (0.51, 3), "arctanh": (0.51, 3), "hypot": (0.51, 2), "cbrt": (0.51, 1),
+    "deg2rad": (0.75, 0), "rad2deg": (0.75, 0),
+    # float64 logaddexp is numpy's formula, max(x, y) + log1p(exp(-|x - y|)), which cancels
+    # where the result is near 0: its bound is in ulp of max(|x|, |y|, |result|)
+    "logaddexp": (0.51, 2),
 }
 
 _LN2 = math.log(2.0)
@@ -347,8 +353,8 @@ def trunc(x):
 @op
 def rint(x):
     """Round to the nearest integer, halves to even (numpy.rint)."""
-    t = _node(x)
-    if not t.node.dtype.is_float:
+    t = _float_tensor(x)                     # numpy: rint of integers is a float
+    if not _node(x).node.dtype.is_float:
         return t
     big = 2.0 ** (52 if t.node.dtype == dt.float64 else 23)
     a = ops.abs(t)
@@ -365,8 +371,11 @@ def positive(x):
 
 @op
 def conj(x):
-    """The complex conjugate: x itself for real dtypes."""
-    return _node(x)
+    """The complex conjugate: x itself for real dtypes (not bool: numpy gives int8)."""
+    t = _node(x)
+    if t.node.dtype == dt.bool_:
+        raise DTypeError("conj: numpy conjugates bools as int8, which jitcore does not have")
+    return t
 
 
 @op

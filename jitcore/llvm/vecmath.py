@@ -12,12 +12,13 @@ Max error in ulp against a correctly rounded reference (float32: exhaustive over
 inputs; float64: sweeps of millions of points, see tests/test_vecmath.py):
 
     float32: exp 1.01  log 0.84  tanh 1.33  erf 1.05  sin/cos 1.54 (|x| <= 1e5),
-             2.31 (|x| <= 6.5e6)  atan 0.5 (computed in double, rounded once)
+             2.31 (|x| <= 6.5e6)  atan 0.50 (computed in double, rounded once)
     float64: exp 0.99  log 0.81  tanh 1.29  erf 0.95  sin/cos 1.94 (|x| <= 3.5e15)
-             atan 1.0 (tests/test_tracing_numpy.py, against numpy)
+             atan 0.76
 
 The sin/cos range reduction assumes fmuladd is fused (FMA hardware) for large arguments.
-The polynomial coefficients were fitted offline (Lawson/IRLS minimax with mpmath, rounding
+atan uses fdlibm's (s_atan.c) breakpoints and coefficients. The other polynomial
+coefficients were fitted offline (Lawson/IRLS minimax with mpmath, rounding
 the coefficients to the target precision one at a time and refitting the rest).
 
 float32 pow lives in powf.py (built from the helpers here); float64 pow stays with libm
