@@ -167,7 +167,9 @@ class JitFunction:
         if not callable(fn):
             raise TypeError(f"jc.jit needs a function (or another callable), got "
                             f"{type(fn).__name__} {fn!r}")
-        functools.update_wrapper(self, fn)
+        # a callable object's own attributes are not copied: they could shadow our methods
+        functools.update_wrapper(self, fn, updated=() if not inspect.isfunction(fn) else
+                                 functools.WRAPPER_UPDATES)
         self.__name__ = _name_of(fn)
         self._fn = fn
         self._params = _positional_names(fn)    # once: inspect.signature costs ~10 us a call

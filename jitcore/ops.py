@@ -18,7 +18,7 @@ from jitcore.ir.errors import ShapeError, TraceError
 from jitcore.ir.ops import COMPARE, Op
 from jitcore.ir.shapes import as_shape, infer_reshape, normalize_axes, normalize_axis
 
-from .tracer import Tracer, is_weak, node_of, wrap
+from .tracer import Tracer, node_of, wrap
 
 
 _eager_runner = None      # run(public_op, traced_fn, args, kwargs), set by jitcore.eager

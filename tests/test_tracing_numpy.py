@@ -5,8 +5,10 @@ say what to do, and the README's list of the numpy surface."""
 from __future__ import annotations
 
 import functools
-import math
+import os
 import re
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -130,7 +132,8 @@ def test_scalar_overflow_is_numpys_at_every_call():
     # comparisons are exact for any value (numpy 2), np.where converts (wraps) as numpy
     g = jc.jit(lambda a, s: (a < s, a == s, np.where(a > 2, a, s)))
     for s in (300, -1, 3, 2 ** 40):
-        for got, ref in zip(g(u, s), (u < s, u == s, np.where(u > 2, u, np.array(s).astype(np.uint8)))):
+        wrapped = np.array(s).astype(np.uint8)
+        for got, ref in zip(g(u, s), (u < s, u == s, np.where(u > 2, u, wrapped))):
             np.testing.assert_array_equal(got, ref)
 
 
@@ -163,7 +166,8 @@ def test_static_argnames_and_argnums():
     def f(x, axis=1, keep=False):
         return x.sum(axis=axis, keepdims=keep)
     x = np.arange(12, dtype=np.float32).reshape(3, 4) + 0.5
-    for call, ref in [((x, 0), x.sum(0)), ((x,), x.sum(1)), ((x, 1, True), x.sum(1, keepdims=True))]:
+    for call, ref in [((x, 0), x.sum(0)), ((x,), x.sum(1)),
+                      ((x, 1, True), x.sum(1, keepdims=True))]:
         assert_close(f(*call), ref, F32)
     assert_close(f(x, axis=0), x.sum(0), F32)
     assert_close(f(x=x, axis=0, keep=True), x.sum(0, keepdims=True), F32)
@@ -406,7 +410,8 @@ def test_var_std_norm(dtype):
         (lambda a: np.linalg.norm(a, ord=0, axis=0), np.linalg.norm(xf, ord=0, axis=0)),
         (lambda a: np.linalg.norm(a, "fro"), np.linalg.norm(xf, "fro")),
         (lambda a: np.linalg.norm(a, 1, axis=(0, 1)), np.linalg.norm(xf, 1, axis=(0, 1))),
-        (lambda a: np.linalg.norm(a, -np.inf, axis=(0, 1)), np.linalg.norm(xf, -np.inf, axis=(0, 1))),
+        (lambda a: np.linalg.norm(a, -np.inf, axis=(0, 1)),
+         np.linalg.norm(xf, -np.inf, axis=(0, 1))),
     ]
     for k, (fn, ref) in enumerate(cases):
         got = jc.jit(fn)(x)
@@ -465,10 +470,7 @@ def test_bad_config_env_values_warn_and_fall_back(monkeypatch, name, raw, field,
 
 
 def test_import_survives_bad_env_values():
-    import subprocess
-    import sys
     env = {"JITCORE_NUM_THREADS": "x", "JITCORE_VECTOR_WIDTH": "7", "JITCORE_CACHE_SIZE": "-"}
-    import os
     r = subprocess.run([sys.executable, "-c", "import jitcore as jc, numpy as np; "
                         "print(jc.jit(lambda x: x + 1)(np.ones(2)).sum())"],
                        env={**os.environ, **env}, capture_output=True, text=True, timeout=120)
