@@ -209,9 +209,8 @@ class JitFunction:
     # -- calling --------------------------------------------------------------------------
     def __call__(self, *args, out=None, **kwargs):
         if kwargs or self._static_positions:
+            # (traced arguments reach the variant's slow path, which traces it inline)
             target, args = self._resolve(args, kwargs)
-            if target is None:
-                return self._inline(args, kwargs, out)
             return target(*args, out=out)
         # steady: the last signature's plan; its native entry checks that the arguments fit
         result = self._fast(args) if out is None else self._fast_out(args, out)
@@ -262,11 +261,9 @@ class JitFunction:
     def _resolve(self, args: tuple, kwargs: dict, bound: bool = False):
         """(the JitFunction that runs this call, its array arguments): self for plain
         positional calls; for static arguments, keywords or a bound `self`, the variant for
-        these static values, traced with them baked in. (None, args) while tracing."""
+        these static values, traced with them baked in."""
         if not (kwargs or self._static_positions or bound):
             return self, args
-        if _has_tracer(args, kwargs):
-            return None, args
         layout, dyn, dyn_kw, static_kw = [], [], [], []
         for i, a in enumerate(args):
             if bound and i == 0:
@@ -395,11 +392,10 @@ class JitFunction:
 
     # -- looking inside -------------------------------------------------------------------
     def _inspected(self, args: tuple, kwargs: dict, bound: bool = False):
-        target, args = self._resolve(args, kwargs, bound)
-        if target is None:
+        if _has_tracer(args, kwargs):
             raise TraceError(f"{self.__name__}: inspection methods take arrays or jc.spec(...), "
                              "not traced tensors")
-        return target, args
+        return self._resolve(args, kwargs, bound)
 
     def graph(self, *args, **kwargs) -> str:
         """The traced tensor IR for these arguments (arrays or jc.spec(...)), as text."""
@@ -445,8 +441,6 @@ class BoundJitFunction:
 
     def __call__(self, *args, out=None, **kwargs):
         target, dyn = self.__func__._resolve((self.__self__, *args), kwargs, bound=True)
-        if target is None:
-            return self.__func__._inline((self.__self__, *args), kwargs, out)
         return target(*dyn, out=out)
 
     def _with_self(self, method: str, args, kwargs, **options):

@@ -90,26 +90,34 @@ class ScalarArgs:
     def __init__(self, specs: dict):
         self.specs = {p: (t, tuple(sorted(narrowed, key=lambda d: d.bits)))
                       for p, (t, narrowed) in specs.items()}
+        # per scalar: (position, type, numpy type, (lo, hi, dtype name) per narrowed dtype)
+        self._plan = tuple((p, t, SCALAR_TYPES[t],
+                            tuple((int(np.iinfo(d.np).min), int(np.iinfo(d.np).max), d.name)
+                                  for d in narrowed))
+                           for p, (t, narrowed) in sorted(self.specs.items()))
+        self._arity = max(self.specs) + 1
 
     def matches(self, args: tuple) -> bool:
-        specs = self.specs
-        return all(type(args[p]) is t for p, (t, _) in specs.items()) if \
-            len(args) > max(specs) else False
+        if len(args) < self._arity:
+            return False
+        for p, t, _, _ in self._plan:
+            if type(args[p]) is not t:
+                return False
+        return True
 
     def convert(self, args: tuple, strict: bool = True):
         """args with each scalar a 0-d array, after the range checks: a value out of range
         raises OverflowError, or (strict=False: the fast path, whose plan may not be the
         call's at all) gives MISMATCH, so the slow path finds the call's plan and raises."""
         out = list(args)
-        for p, (t, narrowed) in self.specs.items():
+        for p, t, np_type, bounds in self._plan:
             value = args[p]
-            for d in narrowed:
-                info = np.iinfo(d.np)
-                if not info.min <= value <= info.max:
+            for lo, hi, name in bounds:
+                if not lo <= value <= hi:
                     if not strict:
                         return MISMATCH
-                    raise OverflowError(f"Python integer {value} out of bounds for {d.name}")
-            out[p] = scalar_array(value, t)
+                    raise OverflowError(f"Python integer {value} out of bounds for {name}")
+            out[p] = scalar_array(value, t) if t is int else np.array(value, np_type)
         return tuple(out)
 
 

@@ -273,6 +273,9 @@ def test_jit_on_methods_binds_self():
     np.testing.assert_array_equal(b.forward(x, bias=1.0), x * 2 + 1)
     np.testing.assert_array_equal(a.scaled(x), x * 3)
     assert "matmul" in b.forward.explain(x)
+    both = jc.jit(lambda v: a.forward(v, bias=0.5) + b.forward(v))    # bound jits, inline
+    np.testing.assert_array_equal(both(x), x + 0.5 + x * 2)
+    assert both.graph(x).count("matmul") == 2
     assert Layer.forward.__get__(None, Layer) is Layer.forward
 
 
