@@ -17,6 +17,8 @@ from jitcore.ir.ops import Op
 from jitcore.runtime.forksafe import renew_in_child
 from jitcore.runtime.settings import validate_count
 
+from .arguments import (Identity, input_names, name_of, positional_names, static_spec,
+                        takes_varargs)
 from .callpath import MISMATCH, SCALAR_TYPES, CallPlan, ScalarArgs
 from .compiler import compile_graph
 from .dispatch import Dispatch, lookup_paths, plan_key
@@ -30,94 +32,19 @@ _PLANS_LOCK = threading.Lock()            # guards every JitFunction's plan tabl
 renew_in_child(sys.modules[__name__], "_PLANS_LOCK")
 
 
-def _positional_names(fn) -> list:
-    try:
-        return [p.name for p in inspect.signature(fn).parameters.values()
-                if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    except (TypeError, ValueError):
-        return []
-
-
-def _takes_varargs(fn) -> bool:
-    try:
-        return any(p.kind == p.VAR_POSITIONAL for p in inspect.signature(fn).parameters.values())
-    except (TypeError, ValueError):
-        return True                        # unknown: let the function itself complain
-
-
-def _name_of(fn) -> str:
-    """A name for graphs and messages: partials and callable objects have no __name__."""
-    name = getattr(fn, "__name__", None)
-    if isinstance(name, str):
-        return name
-    if isinstance(fn, functools.partial):
-        return _name_of(fn.func)
-    return type(fn).__name__
-
-
-def _input_names(params: list, count: int, skip=()) -> list:
-    """Names of the first `count` arguments a call passes (parameters bound as constants are
-    not passed); `arg<i>` past the named ones."""
-    names = [n for n in params if n not in skip][:count]
-    names += [f"arg{i}" for i in range(len(names), count)]
-    return names
-
-
 def _constant_arrays(fn, constants: dict) -> dict:
     """jit(constants=): each name a positional parameter of fn, each value a private
     read-only copy, hashed once (changing the caller's array later changes nothing)."""
     if not isinstance(constants, dict):
         raise TypeError("jit(constants=) takes a dict of parameter name -> array")
-    params = _positional_names(fn)
+    params = positional_names(fn)
     out = {}
     for name, value in constants.items():
         if name not in params:
             raise TypeError(f"jit(constants=): {name!r} is not a parameter of "
-                            f"{_name_of(fn)!r} (parameters: {params})")
+                            f"{name_of(fn)!r} (parameters: {params})")
         out[name] = ConstArray(to_array(value, params.index(name), name))   # copies
     return out
-
-
-def _static_spec(fn, call_names: list, argnums, argnames) -> tuple:
-    """jit(static_argnums=, static_argnames=) checked against fn's parameters: the static
-    call positions and the static keyword names (each given either way counts as both)."""
-    nums = (argnums,) if isinstance(argnums, int) else tuple(argnums or ())
-    names = (argnames,) if isinstance(argnames, str) else tuple(argnames or ())
-    for n in nums:
-        if not isinstance(n, int) or isinstance(n, bool):
-            raise TypeError(f"jit(static_argnums=) takes ints, got {n!r}")
-    for n in names:
-        if not isinstance(n, str):
-            raise TypeError(f"jit(static_argnames=) takes parameter names, got {n!r}")
-    try:
-        params = inspect.signature(fn).parameters
-        known = {n for n, p in params.items() if p.kind != p.VAR_POSITIONAL}
-        open_kw = any(p.kind == p.VAR_KEYWORD for p in params.values())
-    except (TypeError, ValueError):
-        known, open_kw = set(), True
-    for n in names:
-        if n not in known and not open_kw:
-            raise ValueError(f"jit(static_argnames=): {n!r} is not a parameter of "
-                             f"{_name_of(fn)!r} (parameters: {sorted(known)})")
-    positions = {n % len(call_names) if n < 0 and call_names else n for n in nums}
-    positions |= {call_names.index(n) for n in names if n in call_names}
-    keywords = set(names) | {call_names[n] for n in positions if n < len(call_names)}
-    return frozenset(positions), frozenset(keywords)
-
-
-class _Identity:
-    """A bound method's `self` in a cache key: the object itself, compared by identity
-    (a class may define __eq__ without __hash__)."""
-    __slots__ = ("obj",)
-
-    def __init__(self, obj):
-        self.obj = obj
-
-    def __hash__(self):
-        return id(self.obj)
-
-    def __eq__(self, other):
-        return isinstance(other, _Identity) and other.obj is self.obj
 
 
 def _no_plan_yet(*args):
@@ -170,15 +97,15 @@ class JitFunction:
         # a callable object's own attributes are not copied: they could shadow our methods
         functools.update_wrapper(self, fn, updated=() if not inspect.isfunction(fn) else
                                  functools.WRAPPER_UPDATES)
-        self.__name__ = _name_of(fn)
+        self.__name__ = name_of(fn)
         self._fn = fn
-        self._params = _positional_names(fn)    # once: inspect.signature costs ~10 us a call
-        self._varargs = _takes_varargs(fn)
+        self._params = positional_names(fn)    # once: inspect.signature costs ~10 us a call
+        self._varargs = takes_varargs(fn)
         # parameters bound to arrays at jit time: traced as constants, not passed at calls
         self._constants = _constant_arrays(fn, constants or {})
         # arguments that are Python values baked into the trace (part of the cache key)
         self._static_argnums, self._static_argnames = static_argnums, static_argnames
-        self._static_positions, self._static_keywords = _static_spec(
+        self._static_positions, self._static_keywords = static_spec(
             fn, [n for n in self._params if n not in self._constants], static_argnums,
             static_argnames)
         # static arguments' values (and keyword layouts) -> a JitFunction of the rest
@@ -200,7 +127,7 @@ class JitFunction:
             select_target(vector_width)   # validate early
 
     def _arg_names(self, count: int) -> list:
-        return _input_names(self._params, count, skip=self._constants)
+        return input_names(self._params, count, skip=self._constants)
 
     def __get__(self, obj, objtype=None):
         """`@jc.jit` on a method: `obj.method` binds obj as a static argument."""
@@ -267,7 +194,7 @@ class JitFunction:
         layout, dyn, dyn_kw, static_kw = [], [], [], []
         for i, a in enumerate(args):
             if bound and i == 0:
-                layout.append((i, _Identity(a)))
+                layout.append((i, Identity(a)))
             elif i in self._static_positions:
                 layout.append((i, type(a), a))
             else:

@@ -35,7 +35,8 @@ FRONT_LAYERS = [
     ("compile driver, caches and the thread pools",
      {"jitcore.explain", "jitcore.dump", "jitcore.diskcache", "jitcore.parallel",
       "jitcore.compiler"}),
-    ("call path", {"jitcore.signature", "jitcore.callpath", "jitcore.dispatch"}),
+    ("call path", {"jitcore.signature", "jitcore.callpath", "jitcore.dispatch",
+                   "jitcore.arguments"}),
     ("public API", {"jitcore.api", "jitcore.futures", "jitcore.eager", "jitcore"}),
     ("CLI and benchmark suite", {"jitcore.__main__", "jitcore.bench"}),
 ]
