@@ -11,7 +11,8 @@ import numpy as np
 from . import dtypes as dt
 from .errors import DTypeError, ShapeError
 from .graph import ConstArray, Node
-from .ops import (AXIS_OPS, BINARY, BITWISE, BITWISE_BINARY, COMPARE, FLOAT_UNARY, INDEX_REDUCE,
+from .ops import (AXIS_OPS, BINARY, BITWISE, BITWISE_BINARY, COMPARE, FLOAT_BINARY,
+                  FLOAT_UNARY, INDEX_REDUCE,
                   LOGICAL_BINARY, REDUCE, SHIFT, UNARY, Op)
 from .shapes import broadcast_shapes, numel
 
@@ -74,8 +75,8 @@ def _infer_binary(op, a, b):
     if op in BITWISE_BINARY or op in SHIFT:
         _require_bitwise(op, a.dtype, bool_ok=op not in SHIFT)
         return a.dtype, a.shape
-    if op == Op.DIV:
-        _require(a.dtype.is_float, DTypeError, "div: needs float sources")
+    if op == Op.DIV or op in FLOAT_BINARY:
+        _require(a.dtype.is_float, DTypeError, f"{_name(op)}: needs float sources")
     elif op in (Op.SUB, Op.POW, Op.FLOORDIV, Op.MOD):
         # numpy: bool - bool is an error; bool ** bool, bool // bool and bool % bool are int8
         _require(a.dtype != dt.bool_, DTypeError, f"{_name(op)}: not defined for bool")
@@ -256,6 +257,8 @@ def elementwise(op: Op, *src: Node, arg=None) -> Node:
         src = tuple(cast(s, dt.bool_) for s in src)
     elif len(src) == 2:
         common = dt.promote(src[0].dtype, src[1].dtype)
+        if op in FLOAT_BINARY:
+            common = dt.float_result(common)
         if op == Op.DIV:
             common = dt.float_result(common) if not common.is_float else common
             if not src[0].dtype.is_float and not src[1].dtype.is_float:

@@ -15,7 +15,7 @@ class Op(Enum):
     # unary elementwise primitives
     NEG = auto(); ABS = auto(); EXP = auto(); LOG = auto(); SQRT = auto(); TANH = auto()
     ERF = auto(); SIN = auto(); COS = auto(); FLOOR = auto(); CEIL = auto()
-    LOGICAL_NOT = auto(); CAST = auto(); BITWISE_NOT = auto()
+    LOGICAL_NOT = auto(); CAST = auto(); BITWISE_NOT = auto(); ATAN = auto()
     # unary composites (decomposed into primitives by passes.decompose)
     RSQRT = auto(); RECIPROCAL = auto(); SIGMOID = auto(); RELU = auto(); GELU = auto()
     SILU = auto(); HARDTANH = auto(); HARDSWISH = auto(); HARDSIGMOID = auto()
@@ -28,6 +28,7 @@ class Op(Enum):
     LOGICAL_AND = auto(); LOGICAL_OR = auto()
     BITWISE_AND = auto(); BITWISE_OR = auto(); BITWISE_XOR = auto()
     LEFT_SHIFT = auto(); RIGHT_SHIFT = auto()
+    COPYSIGN = auto()
     # ternary
     WHERE = auto()
     # reductions (arg: sorted tuple of axes; the result keeps them with size 1)
@@ -51,12 +52,13 @@ class Op(Enum):
 
 UNARY_PRIMITIVE = frozenset({Op.NEG, Op.ABS, Op.EXP, Op.LOG, Op.SQRT, Op.TANH, Op.ERF, Op.SIN,
                              Op.COS, Op.FLOOR, Op.CEIL, Op.LOGICAL_NOT, Op.CAST,
-                             Op.BITWISE_NOT})
+                             Op.BITWISE_NOT, Op.ATAN})
 UNARY_COMPOSITE = frozenset({Op.RSQRT, Op.RECIPROCAL, Op.SIGMOID, Op.RELU, Op.GELU, Op.SILU,
                              Op.HARDTANH, Op.HARDSWISH, Op.HARDSIGMOID, Op.LEAKY_RELU, Op.RELU6})
 UNARY = UNARY_PRIMITIVE | UNARY_COMPOSITE
 # unary ops whose result is always floating point (ints are converted first)
-FLOAT_UNARY = frozenset({Op.EXP, Op.LOG, Op.SQRT, Op.TANH, Op.ERF, Op.SIN, Op.COS, Op.RSQRT,
+FLOAT_UNARY = frozenset({Op.EXP, Op.LOG, Op.SQRT, Op.TANH, Op.ERF, Op.SIN, Op.COS, Op.ATAN,
+                         Op.RSQRT,
                          Op.RECIPROCAL, Op.SIGMOID, Op.GELU, Op.SILU, Op.HARDSWISH,
                          Op.HARDSIGMOID, Op.HARDTANH, Op.LEAKY_RELU})
 ARITH_BINARY = frozenset({Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.POW, Op.FLOORDIV, Op.MOD,
@@ -66,7 +68,9 @@ LOGICAL_BINARY = frozenset({Op.LOGICAL_AND, Op.LOGICAL_OR})
 # integer and bool sources only (numpy's bitwise ufuncs); shifts take integers only
 BITWISE_BINARY = frozenset({Op.BITWISE_AND, Op.BITWISE_OR, Op.BITWISE_XOR})
 SHIFT = frozenset({Op.LEFT_SHIFT, Op.RIGHT_SHIFT})
-BINARY = ARITH_BINARY | COMPARE | LOGICAL_BINARY | BITWISE_BINARY | SHIFT
+# float sources only
+FLOAT_BINARY = frozenset({Op.COPYSIGN})
+BINARY = ARITH_BINARY | COMPARE | LOGICAL_BINARY | BITWISE_BINARY | SHIFT | FLOAT_BINARY
 BITWISE = BITWISE_BINARY | SHIFT | {Op.BITWISE_NOT}
 ELEMENTWISE = UNARY | BINARY | {Op.WHERE}
 REDUCE = frozenset({Op.SUM, Op.PROD, Op.MAX, Op.MIN, Op.ARGMAX, Op.ARGMIN, Op.MEAN})
@@ -75,7 +79,8 @@ VIEW = frozenset({Op.RESHAPE, Op.PERMUTE, Op.EXPAND, Op.SLICE})
 COMPOSITE = UNARY_COMPOSITE | {Op.MEAN, Op.MATMUL, Op.SOFTMAX, Op.LOG_SOFTMAX, Op.LAYER_NORM}
 LEAF = frozenset({Op.INPUT, Op.CONST})
 # ops whose evaluation costs tens of instructions (vector math), for fusion decisions
-TRANSCENDENTAL = frozenset({Op.EXP, Op.LOG, Op.TANH, Op.ERF, Op.SIN, Op.COS, Op.POW})
+TRANSCENDENTAL = frozenset({Op.EXP, Op.LOG, Op.TANH, Op.ERF, Op.SIN, Op.COS, Op.POW,
+                            Op.ATAN})
 # the binary op that combines two partial results of a reduction
 REDUCE_COMBINE = {Op.SUM: Op.ADD, Op.PROD: Op.MUL, Op.MAX: Op.MAXIMUM, Op.MIN: Op.MINIMUM}
 TASK_BOUNDARY = frozenset({Op.FORKARG, Op.WAIT})

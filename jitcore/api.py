@@ -10,6 +10,7 @@ import time
 import numpy as np
 
 from jitcore.ir import build as b
+from jitcore.ir import dtypes as dt
 from jitcore.ir.errors import DTypeError, JitcoreError, ShapeError, TraceError
 from jitcore.ir.graph import ConstArray
 from jitcore.ir.graph import Graph as IRGraph
@@ -18,33 +19,19 @@ from jitcore.runtime.forksafe import renew_in_child
 from jitcore.runtime.settings import validate_count
 
 from . import foreign, log, pickling
-from .callpath import MISMATCH, CallPlan
+from .arguments import (Identity, input_names, name_of, positional_names, static_spec,
+                        takes_varargs)
+from .callpath import MISMATCH, SCALAR_TYPES, CallPlan, ScalarArgs
 from .compiler import compile_graph
 from .dispatch import Dispatch, lookup_paths, plan_key
 from .lru import LRU
 from .signature import describe, signature_of, to_array
 from .targetinfo import select_target
 from . import tensor_methods  # noqa: F401 -- gives Tracer its operators before any trace
-from .tracer import TRACE, Tracer, node_of
+from .tracer import TRACE, Tracer, WeakScalar, node_of
 
 _PLANS_LOCK = threading.Lock()            # guards every JitFunction's plan table
 renew_in_child(sys.modules[__name__], "_PLANS_LOCK")
-
-
-def _positional_names(fn) -> list:
-    try:
-        return [p.name for p in inspect.signature(fn).parameters.values()
-                if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    except (TypeError, ValueError):
-        return []
-
-
-def _input_names(params: list, count: int, skip=()) -> list:
-    """Names of the first `count` arguments a call passes (parameters bound as constants are
-    not passed); `arg<i>` past the named ones."""
-    names = [n for n in params if n not in skip][:count]
-    names += [f"arg{i}" for i in range(len(names), count)]
-    return names
 
 
 def _constant_arrays(fn, constants: dict) -> dict:
@@ -52,12 +39,12 @@ def _constant_arrays(fn, constants: dict) -> dict:
     read-only copy, hashed once (changing the caller's array later changes nothing)."""
     if not isinstance(constants, dict):
         raise TypeError("jit(constants=) takes a dict of parameter name -> array")
-    params = _positional_names(fn)
+    params = positional_names(fn)
     out = {}
     for name, value in constants.items():
         if name not in params:
             raise TypeError(f"jit(constants=): {name!r} is not a parameter of "
-                            f"{getattr(fn, '__name__', fn)!r} (parameters: {params})")
+                            f"{name_of(fn)!r} (parameters: {params})")
         out[name] = ConstArray(to_array(value, params.index(name), name))   # copies
     return out
 
@@ -80,6 +67,15 @@ def _warn_copies(fn_name: str, given: tuple, arrays: tuple, names: list) -> None
 
 def _no_plan_yet(*args):
     return MISMATCH
+
+
+def _is_python_scalar(x) -> bool:
+    return type(x) in SCALAR_TYPES
+
+
+def _has_tracer(args, kwargs) -> bool:
+    return any(isinstance(a, Tracer) for a in args) or \
+        any(isinstance(v, Tracer) for v in kwargs.values())
 
 
 def _outputs_of(result) -> list:
@@ -106,21 +102,38 @@ def _checked(graph: IRGraph) -> IRGraph:
 
 
 class JitFunction:
-    """A Python function traced and compiled once per input signature, then called natively."""
+    """A Python function traced and compiled once per input signature, then called natively.
+
+    Called while another function is traced (with a traced tensor among its arguments), it
+    is traced inline: its ops become part of the caller's graph."""
 
     def __init__(self, fn, vector_width=None, num_threads=None, prepack_weights=True,
-                 constants=None):
+                 constants=None, static_argnums=(), static_argnames=()):
         # the options as given (every parameter but fn, so new ones travel too): a pickled
         # copy is rebuilt with them
         self._options = dict(locals())
         del self._options["self"], self._options["fn"]
-        functools.update_wrapper(self, fn)
+        if not callable(fn):
+            raise TypeError(f"jc.jit needs a function (or another callable), got "
+                            f"{type(fn).__name__} {fn!r}")
+        # a callable object's own attributes are not copied: they could shadow our methods
+        functools.update_wrapper(self, fn, updated=() if not inspect.isfunction(fn) else
+                                 functools.WRAPPER_UPDATES)
+        self.__name__ = name_of(fn)
         self._fn = fn
-        self._params = _positional_names(fn)    # once: inspect.signature costs ~10 us a call
+        self._params = positional_names(fn)    # once: inspect.signature costs ~10 us a call
+        self._varargs = takes_varargs(fn)
         # parameters bound to arrays at jit time: traced as constants, not passed at calls
         self._constants = _constant_arrays(fn, constants or {})
         if constants:                 # travel as bound now, not as the caller's arrays become
             self._options["constants"] = {n: c.array for n, c in self._constants.items()}
+        # arguments that are Python values baked into the trace (part of the cache key)
+        self._static_argnums, self._static_argnames = static_argnums, static_argnames
+        self._static_positions, self._static_keywords = static_spec(
+            fn, [n for n in self._params if n not in self._constants], static_argnums,
+            static_argnames)
+        # static arguments' values (and keyword layouts) -> a JitFunction of the rest
+        self._variants = LRU()
         self._vector_width = vector_width
         # intra-op threads for this function's kernels (None: jc.set_num_threads' setting)
         self.num_threads = None if num_threads is None else \
@@ -138,10 +151,18 @@ class JitFunction:
             select_target(vector_width)   # validate early
 
     def _arg_names(self, count: int) -> list:
-        return _input_names(self._params, count, skip=self._constants)
+        return input_names(self._params, count, skip=self._constants)
+
+    def __get__(self, obj, objtype=None):
+        """`@jc.jit` on a method: `obj.method` binds obj as a static argument."""
+        return self if obj is None else BoundJitFunction(self, obj)
 
     # -- calling --------------------------------------------------------------------------
-    def __call__(self, *args, out=None):
+    def __call__(self, *args, out=None, **kwargs):
+        if kwargs or self._static_positions:
+            # (traced arguments reach the variant's slow path, which traces it inline)
+            target, args = self._resolve(args, kwargs)
+            return target(*args, out=out)
         # steady: the last signature's plan; its native entry checks that the arguments fit
         result = self._fast(args) if out is None else self._fast_out(args, out)
         if result is MISMATCH:
@@ -157,6 +178,8 @@ class JitFunction:
 
     def _call_slow(self, args: tuple, out):
         """Normalize the arguments, find or build the plan for their signature, call it."""
+        if _has_tracer(args, {}):
+            return self._inline(args, {}, out)
         views = foreign.views(args, out)
         if views is not None:
             # torch tensors, JAX arrays: viewed in place, a known plan's native entry takes them
@@ -166,89 +189,208 @@ class JitFunction:
         out_given, given = out, args
         if out is not None:
             out = foreign.out_arrays(out)
-        args = tuple(to_array(a, i, n) for i, (a, n) in
-                     enumerate(zip(args, self._arg_names(len(args)))))
+        args = self._normalized(args)
         key = plan_key(args)
         with _PLANS_LOCK:
             plan = self._plans.lookup(key)
         if plan is None:
             _warn_copies(self.__name__, given, args, self._arg_names(len(args)))
-            plan = CallPlan(self._compiled(args))
+            compiled, scalars = self._compiled_with_scalars(args)
+            plan = CallPlan(compiled, scalars)
             with _PLANS_LOCK:
                 self._plans.put(key, plan)
                 # new lookup paths over a snapshot of the plans: calls read it unlocked
                 self._lookup = lookup_paths(Dispatch(self._plans), self)
-        result = plan(args, out)
+        result = plan(plan.prepare(args), out)
         self._fast, self._fast_out = plan.fast, plan.fast_out      # after it worked once
         return _user_out(result, out_given, out)
 
-    def _compiled(self, args: tuple):
+    def _normalized(self, args: tuple) -> tuple:
+        """Arrays as the kernels read them; Python scalars stay (weak run-time values)."""
         names = self._arg_names(len(args))
-        sigs = [signature_of(a, i, n) for i, (a, n) in enumerate(zip(args, names))]
+        return tuple(a if _is_python_scalar(a) else to_array(a, i, n)
+                     for i, (a, n) in enumerate(zip(args, names)))
+
+    def _inline(self, args: tuple, kwargs: dict, out):
+        """Called while tracing another function: trace the body into the caller's graph."""
+        if out is not None:
+            raise TraceError(f"{self.__name__}: out= is not supported when it is called "
+                             "inside another jitted function")
+        return self._fn(*self._call_args(list(args)), **kwargs)
+
+    # -- static arguments and keywords ---------------------------------------------------
+    def _resolve(self, args: tuple, kwargs: dict, bound: bool = False):
+        """(the JitFunction that runs this call, its array arguments): self for plain
+        positional calls; for static arguments, keywords or a bound `self`, the variant for
+        these static values, traced with them baked in."""
+        if not (kwargs or self._static_positions or bound):
+            return self, args
+        layout, dyn, dyn_kw, static_kw = [], [], [], []
+        for i, a in enumerate(args):
+            if bound and i == 0:
+                layout.append((i, Identity(a)))
+            elif i in self._static_positions:
+                layout.append((i, type(a), a))
+            else:
+                dyn.append(a)
+        for k in sorted(kwargs):
+            if k in self._static_keywords:
+                static_kw.append((k, type(kwargs[k]), kwargs[k]))
+            else:
+                dyn_kw.append(k)
+                dyn.append(kwargs[k])
+        key = (len(args), tuple(layout), tuple(dyn_kw), tuple(static_kw))
+        try:
+            hash(key)
+        except TypeError:
+            raise self._unhashable(args, layout, static_kw) from None
+        with _PLANS_LOCK:
+            variant = self._variants.lookup(key)
+        if variant is None:
+            variant = self._specialize(len(args), layout, tuple(dyn_kw), static_kw)
+            with _PLANS_LOCK:
+                self._variants.put(key, variant)
+        return variant, tuple(dyn)
+
+    def _unhashable(self, args, layout, static_kw) -> TypeError:
+        names = self._arg_names(len(args))
+        values = [(names[e[0]], e[2]) for e in layout if len(e) == 3] + \
+            [(k, v) for k, _, v in static_kw]
+        for name, value in values:
+            try:
+                hash(value)
+            except TypeError:
+                return TypeError(
+                    f"{self.__name__}: static argument {name!r} must be hashable (its value "
+                    f"is part of the compile cache key), got {type(value).__name__} "
+                    f"{value!r}; pass a tuple instead of a list, or pass arrays as "
+                    "non-static arguments")
+        return TypeError(f"{self.__name__}: static arguments must be hashable")
+
+    def _specialize(self, n_pos: int, layout: list, dyn_kw: tuple, static_kw: list):
+        """A JitFunction of the non-static arguments that calls fn with the static ones."""
+        static_at = {e[0]: (e[1].obj if len(e) == 2 else e[2]) for e in layout}
+        kw_static = {k: v for k, _, v in static_kw}
+        fn, with_constants = self._fn, self._call_args
+
+        def specialized(*dyn):
+            rest = iter(dyn)
+            full = [static_at[i] if i in static_at else next(rest) for i in range(n_pos)]
+            return fn(*with_constants(full), **kw_static, **dict(zip(dyn_kw, rest)))
+        specialized.__name__ = self.__name__
+        variant = JitFunction(specialized, vector_width=self._vector_width,
+                              num_threads=self.num_threads,
+                              prepack_weights=self.prepack_weights)
+        names = self._arg_names(n_pos)
+        variant._params = [names[i] for i in range(n_pos) if i not in static_at] + list(dyn_kw)
+        return variant
+
+    # -- tracing ----------------------------------------------------------------------------
+    def _signatures(self, args: tuple) -> tuple:
+        """(names, signatures, weak scalar records) of the arguments of one call."""
+        names = self._arg_names(len(args))
+        sigs, weak = [], []
+        for i, (a, n) in enumerate(zip(args, names)):
+            if _is_python_scalar(a):
+                sigs.append(((), dt.as_dtype(SCALAR_TYPES[type(a)]), None))
+                weak.append(WeakScalar(type(a), n, set()))
+            else:
+                sigs.append(signature_of(a, i, n))
+                weak.append(None)
+        return names, sigs, weak
+
+    def _compiled_with_scalars(self, args: tuple):
+        names, sigs, weak = self._signatures(args)
         t0 = time.perf_counter()
-        graph = self._trace(sigs, names)
+        graph = self._trace(sigs, names, weak)
         trace_seconds = time.perf_counter() - t0
         strides = tuple(s[2] for s in sigs)
-        return compile_graph(graph, strides, select_target(self._vector_width),
-                             self.num_threads or 0, self.prepack_weights, trace_seconds)
+        compiled = compile_graph(graph, strides, select_target(self._vector_width),
+                                 self.num_threads or 0, self.prepack_weights, trace_seconds)
+        scalars = {i: (w.pytype, w.narrowed) for i, w in enumerate(weak) if w is not None}
+        return compiled, (ScalarArgs(scalars) if scalars else None)
 
-    def _trace(self, sigs: list, names: list) -> IRGraph:
+    def _compiled(self, args: tuple):
+        return self._compiled_with_scalars(args)[0]
+
+    def _trace(self, sigs: list, names: list, weak: list | None = None) -> IRGraph:
         inputs = [b.input_node(n, shape, dtype) for n, (shape, dtype, _) in zip(names, sigs)]
+        tracers = [Tracer(i, w) for i, w in zip(inputs, weak or [None] * len(inputs))]
         saved = TRACE.forks, TRACE.fork_depth
         TRACE.forks, TRACE.fork_depth = 0, 0
         try:
-            result = self._fn(*self._call_args([Tracer(i) for i in inputs]))
+            result = self._fn(*self._call_args(tracers))
         except JitcoreError as e:      # say which signature the error belongs to
             sig = ", ".join(f"{n}: {describe(s)}" for n, s in zip(names, sigs))
             raise type(e)(f"{e} (while tracing {self.__name__}({sig}))").with_traceback(
                 e.__traceback__) from None
         finally:
             TRACE.forks, TRACE.fork_depth = saved
+        if result is None:
+            raise TraceError(f"{self.__name__} returned None: a jitted function must return "
+                             "its result (is a `return` missing?)")
         return _checked(IRGraph(self.__name__, inputs, _outputs_of(result)))
 
-    def _call_args(self, tracers: list) -> list:
-        """The traced function's positional arguments: the inputs in order, with each
+    def _call_args(self, args: list) -> list:
+        """The traced function's positional arguments: the call's in order, with each
         constant (a fresh const node) at its parameter's position."""
         if not self._constants:
-            return tracers
-        rest, args = iter(tracers), []
+            return args
+        takes = len(self._params) - len(self._constants)
+        if len(args) > takes and not self._varargs:
+            bound = ", ".join(self._constants)
+            raise TypeError(f"{self.__name__} takes {takes} argument{'s' * (takes != 1)} "
+                            f"besides the bound constants ({bound}); {len(args)} "
+                            f"{'was' if len(args) == 1 else 'were'} given")
+        rest, full = iter(args), []
         for name in self._params:
             if name in self._constants:
-                args.append(Tracer(b.const_array(self._constants[name])))
+                full.append(Tracer(b.const_array(self._constants[name])))
             else:
                 nxt = next(rest, None)
                 if nxt is None:
                     break
-                args.append(nxt)
-        return args + list(rest)
+                full.append(nxt)
+        return full + list(rest)
 
     # -- looking inside -------------------------------------------------------------------
-    def graph(self, *args) -> str:
+    def _inspected(self, args: tuple, kwargs: dict, bound: bool = False):
+        if _has_tracer(args, kwargs):
+            raise TraceError(f"{self.__name__}: inspection methods take arrays or jc.spec(...), "
+                             "not traced tensors")
+        return self._resolve(args, kwargs, bound)
+
+    def graph(self, *args, **kwargs) -> str:
         """The traced tensor IR for these arguments (arrays or jc.spec(...)), as text."""
-        names = self._arg_names(len(args))
-        sigs = [signature_of(a, i, n) for i, (a, n) in enumerate(zip(args, names))]
-        return self._trace(sigs, names).text()
+        target, args = self._inspected(args, kwargs)
+        names, sigs, weak = target._signatures(args)
+        return target._trace(sigs, names, weak).text()
 
-    def kernels(self, *args) -> list:
+    def kernels(self, *args, **kwargs) -> list:
         """The fused kernels (KernelInfo records) that these arguments compile to."""
-        return list(self._compiled(args).kernels)
+        target, args = self._inspected(args, kwargs)
+        return list(target._compiled(args).kernels)
 
-    def llvm_ir(self, *args, optimized: bool = True) -> str:
+    def llvm_ir(self, *args, optimized: bool = True, **kwargs) -> str:
         """The LLVM IR of the compiled graph, after O3 (default) or as generated."""
-        compiled = self._compiled(args)
+        target, args = self._inspected(args, kwargs)
+        compiled = target._compiled(args)
         return compiled.optimized_ir if optimized else compiled.llvm_ir
 
-    def asm(self, *args) -> str:
+    def asm(self, *args, **kwargs) -> str:
         """The machine code of the compiled graph, as assembly text."""
-        return self._compiled(args).asm()
+        target, args = self._inspected(args, kwargs)
+        return target._compiled(args).asm()
 
-    def explain(self, *args) -> str:
+    def explain(self, *args, **kwargs) -> str:
         """A report: graph, kernels, vectorization decisions, bytes, flops and compile time."""
         from .explain import explain
-        return explain(self._compiled(args))
+        target, args = self._inspected(args, kwargs)
+        return explain(target._compiled(args))
 
     def __repr__(self):
-        return f"<jitcore.jit {self.__name__}: {len(self._plans)} compiled signature(s)>"
+        count = len(self._plans) + sum(len(v._plans) for v in list(self._variants.values()))
+        return f"<jitcore.jit {self.__name__}: {count} compiled signature(s)>"
 
     def __reduce__(self):
         """pickle / cloudpickle: the Python function and the options travel, compiled code
@@ -256,16 +398,62 @@ class JitFunction:
         return pickling.reduce(self)
 
 
+
+class BoundJitFunction:
+    """`obj.method` for a method decorated with `@jc.jit`: obj is the first argument, static
+    (the object itself is part of the cache key, so the values the trace reads from its
+    attributes are constants of that object's compiled code, as for any static argument)."""
+
+    def __init__(self, function: JitFunction, obj):
+        self.__func__, self.__self__ = function, obj
+        self.__name__ = function.__name__
+
+    def __call__(self, *args, out=None, **kwargs):
+        target, dyn = self.__func__._resolve((self.__self__, *args), kwargs, bound=True)
+        return target(*dyn, out=out)
+
+    def _with_self(self, method: str, args, kwargs, **options):
+        target, dyn = self.__func__._inspected((self.__self__, *args), kwargs, bound=True)
+        return getattr(target, method)(*dyn, **options)
+
+    def graph(self, *args, **kwargs) -> str:
+        return self._with_self("graph", args, kwargs)
+
+    def kernels(self, *args, **kwargs) -> list:
+        return self._with_self("kernels", args, kwargs)
+
+    def llvm_ir(self, *args, optimized: bool = True, **kwargs) -> str:
+        return self._with_self("llvm_ir", args, kwargs, optimized=optimized)
+
+    def asm(self, *args, **kwargs) -> str:
+        return self._with_self("asm", args, kwargs)
+
+    def explain(self, *args, **kwargs) -> str:
+        return self._with_self("explain", args, kwargs)
+
+    def __repr__(self):
+        return f"<bound jitcore.jit {self.__name__} of {self.__self__!r}>"
+
+
 def jit(fn=None, *, vector_width=None, num_threads=None, prepack_weights=True,
-        constants=None):
+        constants=None, static_argnums=(), static_argnames=()):
     """Decorator: `@jc.jit` or `@jc.jit(vector_width=256)`.
 
     constants={"W": W} binds fn's parameter W to (a copy of) the array W: calls pass the other
     arguments only, and a matmul with W as its right operand reads it prepacked into the
-    GEMM's panel layout (prepack_weights=False or JITCORE_PREPACK=0 turn that off)."""
+    GEMM's panel layout (prepack_weights=False or JITCORE_PREPACK=0 turn that off).
+
+    static_argnums / static_argnames: arguments (by call position / by name) that are
+    Python values baked into the trace, as in JAX: each distinct value (hashable) compiles
+    once. Other Python scalar arguments (bool, int, float) are run-time values, weak-typed
+    as in numpy 2 (f(float32_array, 2.0) is float32); arrays are inputs.
+
+    Works on functions, functools.partial objects, callable objects and methods
+    (`@jc.jit` in a class body binds `self` as a static argument)."""
     def wrap(f):
         return JitFunction(f, vector_width=vector_width, num_threads=num_threads,
-                           prepack_weights=prepack_weights, constants=constants)
+                           prepack_weights=prepack_weights, constants=constants,
+                           static_argnums=static_argnums, static_argnames=static_argnames)
     return wrap(fn) if fn is not None else wrap
 
 
@@ -314,7 +502,7 @@ class CompiledFunction(JitFunction):
         raise TypeError(f"{self.__name__}: a jc.compile(Graph) function cannot be pickled; "
                         "pickle a jc.jit function instead")
 
-    def _trace(self, sigs, names):
+    def _trace(self, sigs, names, weak=None):
         if len(sigs) != len(self._ir.inputs):
             raise ShapeError(f"{self.__name__}: expects {len(self._ir.inputs)} inputs "
                              f"({', '.join(i.arg for i in self._ir.inputs)}), got {len(sigs)}")

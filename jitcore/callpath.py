@@ -76,9 +76,68 @@ def _entry_function(compiled: CompiledGraph):
     return proto(ctypes.c_int32, ctypes.py_object)(compiled.entry_address)
 
 
+# Python scalar arguments: weak-typed run-time values (NEP 50), passed as 0-d arrays
+SCALAR_TYPES = {bool: np.bool_, int: np.int64, float: np.float64}
+
+
+def scalar_marker(pytype: type) -> tuple:
+    """A scalar argument's entry in a plan key (an array's is (shape, strides, dtype))."""
+    return ((), "python scalar", pytype)
+
+
+class ScalarArgs:
+    """The Python scalar arguments of a plan: position -> (type, integer dtypes its value
+    must fit). Their values are run-time inputs (one compile for all values of a type);
+    a value that does not fit a narrower integer dtype it meets raises OverflowError as
+    numpy 2 does (`uint8_array + 300`)."""
+
+    def __init__(self, specs: dict):
+        self.specs = {p: (t, tuple(sorted(narrowed, key=lambda d: d.bits)))
+                      for p, (t, narrowed) in specs.items()}
+        # per scalar: (position, type, numpy type, (lo, hi, dtype name) per narrowed dtype)
+        self._plan = tuple((p, t, SCALAR_TYPES[t],
+                            tuple((int(np.iinfo(d.np).min), int(np.iinfo(d.np).max), d.name)
+                                  for d in narrowed))
+                           for p, (t, narrowed) in sorted(self.specs.items()))
+        self._arity = max(self.specs) + 1
+
+    def matches(self, args: tuple) -> bool:
+        if len(args) < self._arity:
+            return False
+        for p, t, _, _ in self._plan:
+            if type(args[p]) is not t:
+                return False
+        return True
+
+    def convert(self, args: tuple, strict: bool = True):
+        """args with each scalar a 0-d array, after the range checks: a value out of range
+        raises OverflowError, or (strict=False: the fast path, whose plan may not be the
+        call's at all) gives MISMATCH, so the slow path finds the call's plan and raises."""
+        out = list(args)
+        for p, t, np_type, bounds in self._plan:
+            value = args[p]
+            for lo, hi, name in bounds:
+                if not lo <= value <= hi:
+                    if not strict:
+                        return MISMATCH
+                    raise OverflowError(f"Python integer {value} out of bounds for {name}")
+            out[p] = scalar_array(value, t) if t is int else np.array(value, np_type)
+        return tuple(out)
+
+
+def scalar_array(value, pytype: type) -> np.ndarray:
+    try:
+        return np.array(value, SCALAR_TYPES[pytype])
+    except OverflowError:
+        raise OverflowError(f"Python integer {value} out of bounds for int64 (a Python int "
+                            "argument is an int64 run-time value; pass float(...) or mark "
+                            "the argument static)") from None
+
+
 class CallPlan:
-    def __init__(self, compiled: CompiledGraph):
+    def __init__(self, compiled: CompiledGraph, scalars: ScalarArgs | None = None):
         self.compiled = compiled
+        self.scalars = scalars
         lowered = compiled.lowered
         self.consts = tuple(c.array for c in lowered.consts)
         out_bufs = lowered.buffers_of_kind("output")
@@ -97,9 +156,34 @@ class CallPlan:
         self.fast = self._make_fast() if NATIVE_LAYOUT_OK else (lambda args: MISMATCH)
         self.fast_out = self._make_fast_out() if NATIVE_LAYOUT_OK else \
             (lambda args, out: MISMATCH)
+        if scalars is not None:
+            self.fast, self.fast_out = self._with_scalars(self.fast, self.fast_out)
         # a jitted function keeps calling its last fast path after the plan itself may have
         # been evicted: the closures own the code they call
         self.fast.compiled = self.fast_out.compiled = compiled
+
+    def _with_scalars(self, fast, fast_out):
+        """Fast paths that turn the Python scalar arguments into 0-d arrays first (and find
+        a call whose scalars have other types a mismatch)."""
+        matches, convert = self.scalars.matches, self.scalars.convert
+
+        def fast_scalars(args):
+            if not matches(args):
+                return MISMATCH
+            args = convert(args, False)
+            return MISMATCH if args is MISMATCH else fast(args)
+
+        def fast_out_scalars(args, out):
+            if not matches(args):
+                return MISMATCH
+            args = convert(args, False)
+            return MISMATCH if args is MISMATCH else fast_out(args, out)
+        return fast_scalars, fast_out_scalars
+
+    def prepare(self, args: tuple) -> tuple:
+        """The slow path's arguments (arrays, and Python scalars of this plan's types) as
+        the entry takes them."""
+        return self.scalars.convert(args) if self.scalars is not None else args
 
     def _make_fast(self):
         """A closure for the common call: arrays in, fresh outputs back."""

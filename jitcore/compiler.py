@@ -224,6 +224,6 @@ def _compile(graph: Graph, strides: tuple, target: Target, threads: int,
     compiled.prepacked_bytes = packed
     _log_compile(compiled, entries)
     if config.get().dump_dir:
-        from .dump import dump
-        dump(compiled, config.get().dump_dir)
+        from .dump import dump_or_warn
+        dump_or_warn(compiled, config.get().dump_dir)
     return compiled

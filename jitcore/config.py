@@ -5,10 +5,14 @@ JITCORE_DUMP_DIR       a directory: every compile writes graph, kernels, IR and 
 JITCORE_CACHE_SIZE     compiled graphs kept in the in-memory LRU cache, and signatures per
                        jitted function (default 512)
 JITCORE_PREPACK        0: never prepack constant GEMM weights (default 1)
+
+A value that is not valid warns (RuntimeWarning) and the default is used: a bad setting
+never stops `import jitcore`.
 """
 from __future__ import annotations
 
 import os
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
@@ -21,21 +25,32 @@ class Config:
     prepack: bool
 
 
-def _int_env(name: str, default):
+def _int_env(name: str, default, allowed=None, minimum=None):
+    """The integer in environment variable `name`; an unset one gives the default, and so
+    does a bad one, with a warning that says what was expected."""
     raw = os.environ.get(name, "").strip()
     if not raw:
         return default
     try:
-        return int(raw)
+        value = int(raw)
     except ValueError:
-        raise ValueError(f"{name} must be an integer, got {raw!r}") from None
+        value = None
+    if value is None or (allowed is not None and value not in allowed) or \
+            (minimum is not None and value < minimum):
+        expected = " | ".join(map(str, allowed)) if allowed else \
+            f"an integer >= {minimum}" if minimum is not None else "an integer"
+        warnings.warn(f"jitcore: ignoring {name}={raw!r} (expected {expected}); using the "
+                      f"default ({default if default is not None else 'the CPU maximum'})",
+                      RuntimeWarning, stacklevel=2)
+        return default
+    return value
 
 
 def from_env() -> Config:
-    return Config(vector_width=_int_env("JITCORE_VECTOR_WIDTH", None),
+    return Config(vector_width=_int_env("JITCORE_VECTOR_WIDTH", None, allowed=(128, 256, 512)),
                   dump_dir=os.environ.get("JITCORE_DUMP_DIR") or None,
-                  cache_size=max(_int_env("JITCORE_CACHE_SIZE", 512), 1),
-                  prepack=bool(_int_env("JITCORE_PREPACK", 1)))
+                  cache_size=_int_env("JITCORE_CACHE_SIZE", 512, minimum=1),
+                  prepack=bool(_int_env("JITCORE_PREPACK", 1, allowed=(0, 1))))
 
 
 _current = from_env()

@@ -269,10 +269,18 @@ def store(entry_key: str, target_key: tuple, obj: bytes, optimized_ir: str) -> N
     _account(root, len(blob))
 
 
+_WARNED: set = set()          # bad JITCORE_DISK_CACHE_MB values already warned about
+
+
 def max_bytes() -> int:
+    raw = os.environ.get("JITCORE_DISK_CACHE_MB", "").strip() or DEFAULT_MAX_MB
     try:
-        mb = float(os.environ.get("JITCORE_DISK_CACHE_MB", DEFAULT_MAX_MB))
+        mb = float(raw)
     except ValueError:
+        if raw not in _WARNED:
+            _WARNED.add(raw)
+            warnings.warn(f"jitcore: ignoring JITCORE_DISK_CACHE_MB={raw!r} (expected a number "
+                          f"of megabytes); using {DEFAULT_MAX_MB}", RuntimeWarning, stacklevel=2)
         mb = DEFAULT_MAX_MB
     return int(max(mb, 0) * 2**20)
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import operator
 import weakref
 
-from .callpath import MISMATCH
+from .callpath import MISMATCH, SCALAR_TYPES, scalar_marker
 
 _LAYOUT = operator.attrgetter("shape", "strides", "dtype")
 _POSITION = {"shape": 0, "strides": 1, "dtype": 2}     # in _LAYOUT's triple
@@ -27,9 +27,11 @@ _ATTRS = ("dtype", "shape", "strides")
 _ARITY = ("arity", None)                  # the feature "number of arguments"
 
 
-def plan_key(arrays: tuple) -> tuple:
-    """The key of a signature's plan: (shape, strides in bytes, dtype) of each array."""
-    return tuple(map(_LAYOUT, arrays))
+def plan_key(args: tuple) -> tuple:
+    """The key of a signature's plan: (shape, strides in bytes, dtype) of each array, and
+    a marker with the type of each Python scalar (their values are run-time inputs)."""
+    return tuple(scalar_marker(type(a)) if type(a) in SCALAR_TYPES else _LAYOUT(a)
+                 for a in args)
 
 
 def _reader(feature: tuple, guarded: bool):

@@ -44,12 +44,14 @@ def op(fn):
     return wrapper
 
 
-def _tensors(*xs):
-    """Nodes for the operands; Python scalars become weak constants next to a tensor."""
-    like = next((x.node for x in xs if isinstance(x, Tracer)), None)
+def _tensors(*xs, check: bool = True):
+    """Nodes for the operands; Python scalars (constants, or Tracers of scalar arguments)
+    are weak next to a tensor (NEP 50), and combine among themselves as Python's do."""
+    like = next((x.node for x in xs if isinstance(x, Tracer) and x.weak is None), None)
     if like is None:
-        like = next((node_of(x) for x in xs if not isinstance(x, (bool, int, float))), None)
-    return [node_of(x, like) for x in xs]
+        like = next((node_of(x) for x in xs if not isinstance(x, (bool, int, float, Tracer))),
+                    None)
+    return [node_of(x, like, check) for x in xs]
 
 
 def _elementwise(opcode: Op, *xs, arg=None):
@@ -72,10 +74,15 @@ def _widen_for_comparison(a, b_):
     """numpy compares an integer array with an out-of-range Python int exactly (uint8 < 300
     is all True); do the same by comparing in int64 (or float64 beyond int64)."""
     for x, y in ((a, b_), (b_, a)):
-        if isinstance(x, Tracer) and x.node.dtype.is_int and isinstance(y, int) \
-                and not isinstance(y, bool) and not _fits(y, x.node.dtype):
+        if isinstance(x, Tracer) and x.weak is None and x.node.dtype.is_int and \
+                isinstance(y, int) and not isinstance(y, bool) and not _fits(y, x.node.dtype):
             wide = dt.int64 if _fits(y, dt.int64) else dt.float64
             pair = (b.cast(x.node, wide), b.const(y, wide))
+            return pair if x is a else pair[::-1]
+        # an integer scalar argument's value is known only at run time: compare in int64
+        if isinstance(x, Tracer) and x.weak is None and x.node.dtype.is_int and \
+                isinstance(y, Tracer) and y.weak is not None and y.weak.pytype is int:
+            pair = (b.cast(x.node, dt.int64), y.node)
             return pair if x is a else pair[::-1]
     return _tensors(a, b_)
 
@@ -150,7 +157,9 @@ right_shift = _binary_op(Op.RIGHT_SHIFT, "right_shift", "a >> b on integers (ari
 @op
 def where(condition, x, y):
     """x where condition is true, else y (numpy.where with three arguments)."""
-    a, b_ = _tensors(x, y)          # a Python scalar is weak next to the other branch
+    # a Python scalar is weak next to the other branch, converted without numpy's range
+    # error (np.where(c, uint8_array, 300) wraps)
+    a, b_ = _tensors(x, y, check=False)
     return wrap(b.elementwise(Op.WHERE, node_of(condition), a, b_))
 
 

@@ -39,6 +39,7 @@ _READY_DTYPES = frozenset(d.np for d in dt.ALL)     # supported, in native byte 
 def to_array(x, position: int, name: str) -> np.ndarray:
     """An ndarray the kernels can read in place, converting (copying) only when needed.
     torch tensors, JAX arrays and other DLPack producers are viewed, never copied."""
+    given = x
     if type(x) is not np.ndarray:
         if is_foreign(x):
             x = foreign.view(x, f"argument {position} ({name})")
@@ -47,19 +48,24 @@ def to_array(x, position: int, name: str) -> np.ndarray:
                 x = np.asarray(x)
             except Exception as e:
                 raise DTypeError(f"argument {position} ({name}): cannot convert "
-                                 f"{type(x).__name__} to an array: {e}") from None
+                                 f"{type(x).__name__} to an array: {e}"
+                                 f"{_static_hint(name)}") from None
     if x.dtype not in _READY_DTYPES:          # (a set lookup: dtype.name is slow)
-        x = _native_supported(x, position, name)
+        x = _native_supported(x, given, position, name)
     if not x.flags.aligned or any(s % x.itemsize for s in x.strides):
         x = np.ascontiguousarray(x)
     return x
 
 
-def _native_supported(x: np.ndarray, position: int, name: str) -> np.ndarray:
-    """x in native byte order (a copy if swapped), or DTypeError for an unsupported dtype."""
+def _native_supported(x: np.ndarray, given, position: int, name: str) -> np.ndarray:
+    """x in native byte order (a copy if swapped), or DTypeError for an unsupported dtype
+    (`given`: what the caller passed, for the message)."""
     if x.dtype.kind in "OUSVMmc" or x.dtype.fields is not None:
-        raise DTypeError(f"argument {position} ({name}): dtype {x.dtype} is not supported; "
-                         f"supported: {dt.SUPPORTED_NAMES}")
+        what = f"dtype {x.dtype} is not supported; supported: {dt.SUPPORTED_NAMES}"
+        if not isinstance(given, np.ndarray) and not is_foreign(given):
+            what = (f"{type(given).__name__} {given!r:.60} is not an array or a Python "
+                    f"scalar{_static_hint(name)}")
+        raise DTypeError(f"argument {position} ({name}): {what}")
     if not x.dtype.isnative:
         x = x.astype(x.dtype.newbyteorder("="))
     try:
@@ -68,6 +74,11 @@ def _native_supported(x: np.ndarray, position: int, name: str) -> np.ndarray:
         raise DTypeError(f"argument {position} ({name}): dtype {x.dtype} is not supported; "
                          f"supported: {dt.SUPPORTED_NAMES}") from None
     return x
+
+
+def _static_hint(name: str) -> str:
+    return ("; to pass it as a Python value baked into the trace, mark it static: "
+            f"jc.jit(fn, static_argnames=({name!r},))")
 
 
 def array_signature(x: np.ndarray) -> tuple:

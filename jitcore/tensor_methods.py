@@ -8,9 +8,12 @@ it traces anything.
 """
 from __future__ import annotations
 
-from . import join_ops, ops
+from jitcore.ir import build as b
+from jitcore.ir import dtypes as dt
+
+from . import join_ops, math_ops, ops
 from .numpy_compat import apply_function, apply_ufunc
-from .tracer import Tracer
+from .tracer import Tracer, WeakScalar, is_weak
 
 class TensorMethods:
     """What a traced tensor answers besides its static facts; copied onto Tracer below."""
@@ -78,11 +81,46 @@ for _name, _member in vars(TensorMethods).items():
         setattr(Tracer, _name, _member)
 
 
+_PYTYPE = {"b": bool, "u": int, "i": int, "f": float}
+# Python's arithmetic on bools gives ints (True + True == 2); its & | ^ give bools
+_BOOL_KEEPING = frozenset({"bitwise_and", "bitwise_or", "bitwise_xor", "equal", "not_equal",
+                           "less", "less_equal", "greater", "greater_equal"})
+
+
+def _as_python_result(x: Tracer) -> Tracer:
+    """An operator applied to Python scalars only gives a Python scalar: weak again."""
+    return Tracer(x.node, WeakScalar(_PYTYPE[x.node.dtype.kind]))
+
+
+def _python_bool_as_int(x):
+    if isinstance(x, Tracer) and x.node.dtype == dt.bool_:
+        return Tracer(b.cast(x.node, dt.int64), WeakScalar(int))
+    return x
+
+
 def _binary(name, reflected=False):
+    fn = getattr(ops, name)
+
     def method(self, other):
-        fn = getattr(ops, name)
-        return fn(other, self) if reflected else fn(self, other)
+        x, y = (other, self) if reflected else (self, other)
+        if self.weak is None or not is_weak(other):
+            return fn(x, y)
+        # both Python scalars (at least one a scalar argument): Python's operator rules
+        if name not in _BOOL_KEEPING:
+            x, y = _python_bool_as_int(x), _python_bool_as_int(y)
+        return _as_python_result(fn(x, y))
     method.__name__ = f"__{'r' if reflected else ''}{name}__"
+    return method
+
+
+def _unary(name):
+    fn = getattr(ops, name)
+
+    def method(self):
+        if self.weak is None:
+            return fn(self)
+        return _as_python_result(fn(_python_bool_as_int(self)))
+    method.__name__ = f"__{name}__"
     return method
 
 
@@ -97,7 +135,21 @@ for _dunder, _fn in [("add", "add"), ("sub", "sub"), ("mul", "mul"), ("truediv",
 for _dunder, _fn in [("eq", "equal"), ("ne", "not_equal"), ("lt", "less"), ("le", "less_equal"),
                      ("gt", "greater"), ("ge", "greater_equal")]:
     setattr(Tracer, f"__{_dunder}__", _binary(_fn))
-Tracer.__neg__ = lambda self: ops.neg(self)
+Tracer.__neg__ = _unary("neg")
 Tracer.__pos__ = lambda self: self
-Tracer.__abs__ = lambda self: ops.abs(self)
-Tracer.__invert__ = lambda self: ops.invert(self)
+Tracer.__abs__ = _unary("abs")
+Tracer.__invert__ = _unary("invert")
+
+
+# ---- numpy's statistics methods (jitcore/math_ops.py) ----------------------------------------
+def _var(self, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
+    return math_ops.var(self, axis, dtype, out, ddof, keepdims)
+
+
+def _std(self, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
+    return math_ops.std(self, axis, dtype, out, ddof, keepdims)
+
+
+Tracer.var, Tracer.std = _var, _std
+Tracer.conj = Tracer.conjugate = lambda self: self
+Tracer.real = property(lambda self: self)

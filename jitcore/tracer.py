@@ -13,6 +13,7 @@ import threading
 import numpy as np
 
 from jitcore.ir import build as b
+from jitcore.ir import dtypes as dt
 from jitcore.ir.errors import TraceError
 from jitcore.ir.graph import Node
 
@@ -27,13 +28,32 @@ class TraceState(threading.local):
 
 TRACE = TraceState()
 
+# a Python scalar of each weak kind, for dtypes.promote_with_weak
+_SAMPLE = {bool: False, int: 0, float: 0.0}
+
+
+class WeakScalar:
+    """What a Tracer of a Python scalar knows: the scalar's Python type (NEP 50: it takes
+    the dtype of the array it meets when its kind allows), and, for a scalar *argument*,
+    the narrower integer dtypes it was converted to: a call whose value does not fit one
+    of them raises OverflowError as numpy does (`uint8_array + 300`). Scalars computed
+    inside the function (`2 * s`) record nothing (`narrowed` is None): they wrap."""
+    __slots__ = ("pytype", "name", "narrowed")
+
+    def __init__(self, pytype: type, name: str | None = None, narrowed: set | None = None):
+        self.pytype, self.name, self.narrowed = pytype, name, narrowed
+
+    def dtype_next_to(self, strong):
+        return dt.promote_with_weak(strong, _SAMPLE[self.pytype])
+
 
 class Tracer:
-    __slots__ = ("node",)
+    __slots__ = ("node", "weak")
     __array_priority__ = 1000          # numpy defers binary operators to us
 
-    def __init__(self, node: Node):
+    def __init__(self, node: Node, weak: WeakScalar | None = None):
         self.node = node
+        self.weak = weak               # set for a Python scalar (argument or computed)
 
     # -- static facts (known at trace time) -------------------------------------------------
     @property
@@ -62,6 +82,12 @@ class Tracer:
 
     # -- values are unknown while tracing -------------------------------------------------------
     def _no_value(self, what):
+        if self.weak is not None and self.weak.name is not None:
+            raise TraceError(
+                f"{what} of Python {self.weak.pytype.__name__} argument "
+                f"{self.weak.name!r}: it is a run-time value while tracing (one compile for "
+                "all its values). To use it as a Python value (an axis, a shape, a flag, "
+                f"float(...)), mark it static: jc.jit(fn, static_argnames=({self.weak.name!r},))")
         raise TraceError(
             f"{what} of a traced tensor {self.node.dtype.name}{list(self.shape)}: its value is "
             "not known while tracing. Use jc.where(...) instead of if/else on tensor values, "
@@ -93,23 +119,44 @@ class Tracer:
                          "use jc.where(mask, value, x) to build the updated tensor")
 
 
-def node_of(x, like: Node | None = None) -> Node:
+def is_weak(x) -> bool:
+    """A Python scalar, or a Tracer standing for one."""
+    if isinstance(x, Tracer):
+        return x.weak is not None
+    return isinstance(x, (bool, int, float)) and not isinstance(x, np.generic)
+
+
+def _weak_cast(x: "Tracer", like: Node, check: bool) -> Node:
+    """A weak scalar tracer converted to its dtype next to `like` (NEP 50); a scalar
+    argument narrowed to a smaller integer dtype records it for the call-time range check."""
+    d = x.weak.dtype_next_to(like.dtype)
+    if check and x.weak.narrowed is not None and x.weak.pytype is int and d.is_int \
+            and d.bits < 64:
+        x.weak.narrowed.add(d)
+    return b.cast(x.node, d)
+
+
+def node_of(x, like: Node | None = None, check: bool = True) -> Node:
     """The IR node for an operand: a Tracer's node, or a constant.
 
     Python scalars are weak (NEP 50): next to a tensor `like` they take its dtype when their
-    kind allows. numpy arrays and numpy scalars are strong constants.
+    kind allows; so are Tracers of Python scalar arguments (`check=False`: converted as
+    astype would, without numpy's out-of-bounds error, as np.where does). numpy arrays and
+    numpy scalars are strong constants.
     """
     if isinstance(x, Tracer):
-        return x.node
+        return x.node if x.weak is None or like is None else _weak_cast(x, like, check)
     if isinstance(x, (bool, int, float)) and not isinstance(x, np.generic):
-        from jitcore.ir import dtypes as dt
         d = dt.promote_with_weak(like.dtype, x) if like is not None else dt.weak_scalar_dtype(x)
         return b.const(x, d)
     if isinstance(x, (np.ndarray, np.generic, list, tuple)):
         arr = np.asarray(x)
         return b.const_array(arr)
+    if x is None:
+        raise TraceError("cannot use None as a tensor operand (a function without a "
+                         "`return`, or one whose result is None, gives None)")
     raise TraceError(f"cannot use {type(x).__name__} {x!r} as a tensor operand")
 
 
-def wrap(node: Node) -> Tracer:
-    return Tracer(node)
+def wrap(node: Node, weak: WeakScalar | None = None) -> Tracer:
+    return Tracer(node, weak)

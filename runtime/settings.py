@@ -2,7 +2,8 @@
 
 Intra-op threads: `set_num_threads(n)` at any time between calls; otherwise from the
 environment, JITCORE_NUM_THREADS > MKL_NUM_THREADS > OMP_NUM_THREADS, otherwise the usable
-cores (CPU affinity and the cgroup CPU quota respected). Inter-op threads:
+cores (CPU affinity and the cgroup CPU quota respected); a variable whose value is not a
+count from 1 to 256 warns and is skipped. Inter-op threads:
 `set_num_interop_threads(n)` once, and only before any inter-op work.
 """
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 import threading
+import warnings
 
 ENV_ORDER = ("JITCORE_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS")
 MAX_THREADS = 256
@@ -62,7 +64,10 @@ def _from_env(environ) -> tuple:
     for name in ENV_ORDER:
         raw = environ.get(name, "").strip()
         if raw:
-            return validate_count(raw, name), f"environment variable {name}"
+            try:
+                return validate_count(raw, name), f"environment variable {name}"
+            except ValueError as e:      # torch warns and goes on too
+                warnings.warn(f"jitcore: {e}; ignoring it", RuntimeWarning, stacklevel=2)
     n, how = usable_cores()
     return n, f"usable cores ({how})"
 

@@ -1,5 +1,8 @@
 """Differential testing on random programs: hypothesis builds random graphs of elementwise ops
-(transcendentals, activations, composites, casts, comparisons and logic; in integer programs
+(transcendentals, numpy's other math (arctan, log1p, expm1, cbrt, arcsinh, sinh, hypot,
+arctan2, logaddexp, fmax, copysign, square, sign), activations, composites, casts,
+comparisons and logic, Python scalars as constants and as arguments of the call (weak
+run-time values); in integer programs
 also the bitwise family, shifts by any count, and float -> integer casts of float inputs full
 of NaN, infinities and out-of-range values), broadcasting between
 compatible shapes (size-1, odd and empty dims), views (transpose, slicing with any step,
@@ -36,17 +39,20 @@ UNARY = ["neg", "abs", "tanh", "sigmoid", "relu", "sin", "cos", "exp_neg_abs", "
          "sqrt_abs1", "gelu", "silu", "scale", "shift", "leaky_where", "erf", "rsqrt_abs1",
          "recip_abs1", "pow_abs1", "gelu_tanh", "hardtanh", "relu6", "hardswish",
          "hardsigmoid", "leaky_relu", "softmax", "log_softmax", "layer_norm", "pow2", "pow3",
-         "pow_abs1_2_5", "pow_abs1_m0_5", "pow_abs1_0_5", "pow_abs1_m2"]
+         "pow_abs1_2_5", "pow_abs1_m0_5", "pow_abs1_0_5", "pow_abs1_m2",
+         # numpy's other math (jitcore/math_ops.py), on domains where they are smooth
+         "arctan", "log1p_of_abs", "expm1_neg_abs", "cbrt", "arcsinh", "sinh_tanh", "square"]
 # constant exponents of pow (x ** c): integer ones on any base, half-integer ones on |v| + 1
 POW_CONST = {"pow2": 2, "pow3": 3, "pow_abs1_2_5": 2.5, "pow_abs1_m0_5": -0.5,
              "pow_abs1_0_5": 0.5, "pow_abs1_m2": -2}
-BINARY = ["add", "sub", "mul", "maximum", "minimum", "div_safe", "where_max", "pow_tanh"]
+BINARY = ["add", "sub", "mul", "maximum", "minimum", "div_safe", "where_max", "pow_tanh",
+          "hypot", "arctan2", "logaddexp", "fmax", "copysign"]
 REDUCE = ["sum", "mean", "max", "min"]
 # integer programs: exact ops (wrap-around included), compared for equality
 BITWISE = ["bitwise_and", "bitwise_or", "bitwise_xor", "left_shift", "right_shift"]
-INT_UNARY = ["neg", "abs", "relu", "scale3", "shift2", "invert"]
+INT_UNARY = ["neg", "abs", "relu", "scale3", "shift2", "invert", "square", "sign"]
 INT_BINARY = ["add", "sub", "mul", "maximum", "minimum", "where_max", "floordiv", "mod",
-              "pow_small"] + BITWISE
+              "pow_small", "fmax", "fmin"] + BITWISE
 SCALAR_OPS = ["add", "sub", "mul", "maximum", "minimum"]
 INT_REDUCE = ["sum", "max", "min", "prod", "argmax", "argmin"]
 BOOL_REDUCE = ["sum", "max", "min"]
@@ -57,7 +63,8 @@ EXACT_KINDS = {"transpose", "slice", "reshape", "broadcast_to", "astype",
 # indexing and joining steps (a small share of the draws): values moved, not computed,
 # except cumsum (a running sum) and clip (maximum/minimum)
 JOIN_KINDS = ["concat", "pad", "take", "clip", "cumsum"]
-EXACT_OPS = {"neg", "abs", "relu", "hardtanh", "relu6", "maximum", "minimum", "where_max"}
+EXACT_OPS = {"neg", "abs", "relu", "hardtanh", "relu6", "maximum", "minimum", "where_max",
+             "fmax", "copysign"}
 ROW_OPS = {"softmax", "log_softmax", "layer_norm"}  # along the last axis (not of 0-d values)
 I32, I64 = np.dtype(np.int32), np.dtype(np.int64)
 # float values of integer programs: cast to integers or bool (exact, so compared exactly)
@@ -157,6 +164,14 @@ def unary(name, v):
         return ~v
     if name == "shift":
         return v - 0.5
+    if name in ("arctan", "cbrt", "arcsinh", "square", "sign"):
+        return getattr(np, name)(v)
+    if name == "log1p_of_abs":
+        return np.log1p(np.abs(v))
+    if name == "expm1_neg_abs":
+        return np.expm1(-np.abs(v))
+    if name == "sinh_tanh":
+        return np.sinh(np.tanh(v))
     if name == "leaky_where":
         return np.where(v > 0, v, v * 0.1)
     raise AssertionError(name)
@@ -179,6 +194,8 @@ def binary(name, a, b):
         return np.where(a > b, a, b)
     if name == "pow_tanh":                   # positive base, exponent in (-1, 1)
         return (np.abs(a) + 1.0) ** np.tanh(b)
+    if name in ("hypot", "arctan2", "logaddexp", "fmax", "fmin", "copysign"):
+        return getattr(np, name)(a, b)
     if name == "pow_small":                  # integer power, exponent 0..3 (wraps like numpy)
         return a ** (np.abs(b) % 4)
     if name in ("floordiv", "mod"):          # zero divisors included: 0, never a trap
@@ -201,6 +218,7 @@ class Program:
     input_shapes: list
     input_dtypes: list
     steps: list = field(default_factory=list)     # (kind, args...) referring to earlier values
+    scalar_args: list = field(default_factory=list)   # Python scalars passed at the call
     outputs: list = field(default_factory=list)
     seed: int = 0
 
@@ -211,6 +229,8 @@ class Program:
         for i, st_ in enumerate(self.steps):
             lines.append(f"v{k + i} = {st_[0]}{st_[1:]}")
         lines.append(f"return {', '.join(f'v{o}' for o in self.outputs)}  (seed {self.seed})")
+        if self.scalar_args:
+            lines.append(f"Python scalar arguments s0...: {self.scalar_args}")
         return "\n".join(lines)
 
 
@@ -245,12 +265,15 @@ def step_inputs(step) -> tuple:
         return step[1], step[2]
     if kind == "fork":
         return step_inputs(step[1])
-    return (step[1] if kind != "scalar" else step[2],)
+    return (step[1] if kind not in ("scalar", "scalar_arg") else step[2],)
 
 
-def apply_step(step, vals, reference=False):
+def apply_step(step, vals, reference=False, scalars=None):
     """One step on numpy arrays or tracers. `reference`: the float64 run of a float program
-    (a cast to float32 only rounds; the values stay float64)."""
+    (a cast to float32 only rounds; the values stay float64). `scalars`: the jitted
+    function's Python scalar arguments (weak run-time values), which a "scalar_arg" step
+    uses instead of the value it records (the same value: numpy sees it as a Python
+    scalar too)."""
     kind = step[0]
     if kind == "fork":
         inner, refs = step[1], step_inputs(step[1])
@@ -264,6 +287,10 @@ def apply_step(step, vals, reference=False):
         return binary(step[1], value(vals, step[2]), value(vals, step[3]))
     if kind == "scalar":                       # a Python scalar on the left or the right
         op, i, c, left = step[1:]
+        return binary(op, c, value(vals, i)) if left else binary(op, value(vals, i), c)
+    if kind == "scalar_arg":                   # the same, passed as an argument of the call
+        op, i, c, left, k = step[1:]
+        c = c if scalars is None else scalars[k]
         return binary(op, c, value(vals, i)) if left else binary(op, value(vals, i), c)
     if kind == "not":
         return np.logical_not(value(vals, step[1]))
@@ -323,11 +350,11 @@ def quiet_numpy():
         yield
 
 
-def run(program, inputs, reference=False):
+def run(program, inputs, reference=False, scalars=None):
     vals = list(inputs)
     for step in program.steps:
         with quiet_numpy():
-            v = apply_step(step, vals, reference)
+            v = apply_step(step, vals, reference, scalars)
         vals.append(np.asarray(v) if _is_np(v) else v)
     return tuple(value(vals, i) for i in program.outputs)
 
@@ -545,7 +572,11 @@ def _draw_elementwise(draw, b, kind, unary_ops, binary_ops, scalars, scalar_ops=
         op = draw(st.sampled_from(scalar_ops))
         if b.dtype[i] == U8:                         # -3 does not fit uint8 (NEP 50 raises)
             scalars = [c for c in scalars if c >= 0]
-        return ("scalar", op, i, draw(st.sampled_from(scalars)), draw(st.booleans()))
+        step = ("scalar", op, i, draw(st.sampled_from(scalars)), draw(st.booleans()))
+        if draw(st.booleans()):                      # the scalar as an argument of the call
+            step = ("scalar_arg",) + step[1:] + (len(b.prog.scalar_args),)
+            b.prog.scalar_args.append(step[3])
+        return step
     j = draw(st.sampled_from([j for j in numeric
                               if _broadcastable(b.shape[i], b.shape[j]) is not None]))
     if draw(st.booleans()):
@@ -773,12 +804,12 @@ def _rounding_terms(step, vals, out):
         return np.cumsum(np.abs(v), axis=axis) * max(n, 1)
     if kind == "unary":
         return _unary_terms(step[1], vals[step[2]], out)
-    if kind in ("binary", "scalar"):
+    if kind in ("binary", "scalar", "scalar_arg"):
         if kind == "binary":
             x, y = vals[step[2]], vals[step[3]]
         else:
             x, y = vals[step[2]], step[3]
-        if step[1] in ("add", "sub"):
+        if step[1] in ("add", "sub", "logaddexp"):    # logaddexp cancels like a sum
             return np.abs(x) + np.abs(y)
         return np.abs(out)
     if kind == "reduce":
@@ -860,14 +891,25 @@ def _float32_anywhere(program) -> bool:
         st_[0] == "astype" and np.dtype(st_[2]) == F32 for st_ in program.steps)
 
 
+def jitted(program, **options):
+    """The program as a jitted function of its arrays and then its Python scalars (call it
+    with `call_args`)."""
+    n = len(program.input_shapes)
+    return jc.jit(lambda *xs: run(program, xs[:n], scalars=xs[n:]), **options)
+
+
+def call_args(program, inputs) -> list:
+    return [*inputs, *program.scalar_args]
+
+
 def _jit_and_run(program, inputs):
     """Jit the program and run it; a failure names the program and shows jitcore's graph."""
-    f = jc.jit(lambda *xs: run(program, xs))
+    f = jitted(program)
     try:
-        got = f(*inputs)
+        got = f(*call_args(program, inputs))
     except Exception as e:
         raise AssertionError(f"jitcore failed on\n{program}\n{type(e).__name__}: {e}\n"
-                             f"graph:\n{_graph_text(f, inputs)}") from e
+                             f"graph:\n{_graph_text(f, call_args(program, inputs))}") from e
     got = got if isinstance(got, tuple) else (got,)
     for k, g in enumerate(got):                # outputs never alias each other or an input
         for other in got[k + 1:] + tuple(inputs):
@@ -894,8 +936,8 @@ def test_random_programs_match_numpy(program):
             assert_close(g, r, np.asarray(t).dtype, rtol=0.0, atol=TOL[least][1] + e,
                          msg=f"output {k}")
         except AssertionError as e:
-            raise AssertionError(f"{e}\nprogram:\n{program}\ngraph:\n{_graph_text(f, inputs)}"
-                                 ) from None
+            graph = _graph_text(f, call_args(program, inputs))
+            raise AssertionError(f"{e}\nprogram:\n{program}\ngraph:\n{graph}") from None
 
 
 def integer_program_inputs(program):
@@ -930,8 +972,8 @@ def test_random_integer_programs_match_numpy_exactly(program):
         try:
             assert_close(g, np.asarray(r), np.asarray(r).dtype, msg=f"output {k}")
         except AssertionError as e:
-            raise AssertionError(f"{e}\nprogram:\n{program}\ngraph:\n{_graph_text(f, inputs)}"
-                                 ) from None
+            graph = _graph_text(f, call_args(program, inputs))
+            raise AssertionError(f"{e}\nprogram:\n{program}\ngraph:\n{graph}") from None
 
 
 # Full reductions of >= 65,536 elements are cut into pieces (passes/split_reductions.py); the
@@ -981,14 +1023,15 @@ def tiny_chunks():
 
 def _same_bits_on_one_and_two_threads(program, inputs):
     with tiny_chunks():
-        one = jc.jit(lambda *xs: run(program, xs), num_threads=1)(*inputs)
-        f = jc.jit(lambda *xs: run(program, xs), num_threads=2)
-        two = f(*inputs)
+        one = jitted(program, num_threads=1)(*call_args(program, inputs))
+        f = jitted(program, num_threads=2)
+        two = f(*call_args(program, inputs))
     one, two = (r if isinstance(r, tuple) else (r,) for r in (one, two))
     for k, (a, b) in enumerate(zip(one, two)):
         if not (a.dtype == b.dtype and np.array_equal(a, b, equal_nan=a.dtype.kind == "f")):
+            graph = _graph_text(f, call_args(program, inputs))
             raise AssertionError(f"output {k} differs between 1 and 2 threads\nprogram:\n"
-                                 f"{program}\ngraph:\n{_graph_text(f, inputs)}")
+                                 f"{program}\ngraph:\n{graph}")
 
 
 THREADS_SETTINGS = settings(max_examples=50, deadline=None, database=None,

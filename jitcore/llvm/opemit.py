@@ -259,7 +259,8 @@ def _copysign(b, mag, sign):
 EMITTERS = {
     Op.NEG: _neg, Op.ABS: _abs,
     Op.EXP: _math("exp"), Op.LOG: _math("log"), Op.TANH: _math("tanh"), Op.ERF: _math("erf"),
-    Op.SIN: _sincos("sin"), Op.COS: _sincos("cos"),
+    Op.SIN: _sincos("sin"), Op.COS: _sincos("cos"), Op.ATAN: _math("atan"),
+    Op.COPYSIGN: lambda b, out, inp, args, arg: _copysign(b, *args),
     Op.SQRT: lambda b, out, inp, args, arg: u.intrinsic(b, "sqrt", args),
     Op.FLOOR: _round("floor"), Op.CEIL: _round("ceil"),
     Op.LOGICAL_NOT: lambda b, out, inp, args, arg: b.not_(args[0]),

@@ -12,11 +12,13 @@ Max error in ulp against a correctly rounded reference (float32: exhaustive over
 inputs; float64: sweeps of millions of points, see tests/test_vecmath.py):
 
     float32: exp 1.01  log 0.84  tanh 1.33  erf 1.05  sin/cos 1.54 (|x| <= 1e5),
-             2.31 (|x| <= 6.5e6)
+             2.31 (|x| <= 6.5e6)  atan 0.50 (computed in double, rounded once)
     float64: exp 0.99  log 0.81  tanh 1.29  erf 0.95  sin/cos 1.94 (|x| <= 3.5e15)
+             atan 0.76
 
 The sin/cos range reduction assumes fmuladd is fused (FMA hardware) for large arguments.
-The polynomial coefficients were fitted offline (Lawson/IRLS minimax with mpmath, rounding
+atan uses fdlibm's (s_atan.c) breakpoints and coefficients. The other polynomial
+coefficients were fitted offline (Lawson/IRLS minimax with mpmath, rounding
 the coefficients to the target precision one at a time and refitting the rest).
 
 float32 pow lives in powf.py (built from the helpers here); float64 pow stays with libm
@@ -32,7 +34,7 @@ from llvmlite import ir
 
 __all__ = ["SUPPORTED", "emit_math"]
 
-SUPPORTED = frozenset({"exp", "log", "tanh", "erf", "sin", "cos"})
+SUPPORTED = frozenset({"exp", "log", "tanh", "erf", "sin", "cos", "atan"})
 
 
 # --------------------------------------------------------------------------------------
@@ -136,6 +138,23 @@ _F64 = _Fmt(
                 -2.755731421707246e-07, 2.087570540416845e-09, -1.1358749851266757e-11),
     },
 )
+
+# atan (fdlibm s_atan.c): |x| is reduced to a small t around one of the breakpoints
+# 0, 0.5, 1, 1.5, inf with atan(|x|) = atan(b) + atan(t); (breakpoint limit, atan(b) hi,
+# atan(b) lo, t = (p*|x| + q) / (r*|x| + s)). Coefficients odd/even of an odd polynomial.
+_ATAN_SEGMENTS = (
+    (0.4375, 0.0, 0.0, (1.0, 0.0, 0.0, 1.0)),
+    (0.6875, 4.63647609000806093515e-01, 2.26987774529616870924e-17, (2.0, -1.0, 1.0, 2.0)),
+    (1.1875, 7.85398163397448278999e-01, 3.06161699786838301793e-17, (1.0, -1.0, 1.0, 1.0)),
+    (2.4375, 9.82793723247329054082e-01, 1.39033110312309984516e-17, (1.0, -1.5, 1.5, 1.0)),
+    (math.inf, 1.57079632679489655800e+00, 6.12323399573676603587e-17, (0.0, -1.0, 1.0, 0.0)),
+)
+_ATAN_T = (3.33333333333329318027e-01, -1.99999999998764832476e-01,
+           1.42857142725034663711e-01, -1.11111104054623557880e-01,
+           9.09088713343650656196e-02, -7.69187620504482999495e-02,
+           6.66107313738753120669e-02, -5.83357013379057348645e-02,
+           4.97687799461593236017e-02, -3.65315727442169155270e-02,
+           1.62858201153657823623e-02)
 
 _TANH_SMALL = 0.625  # below: odd polynomial; above: 1 - 2/(exp(2|x|) + 1)
 _ERF_SMALL = 0.875  # below: odd polynomial; above: 1 - exp(P(|x|))
@@ -363,6 +382,33 @@ def _emit_erf(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     return _select(b, _isnan(b, x), x, y)
 
 
+def _emit_atan(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """atan(x), fdlibm's algorithm made branch-free: each lane picks its segment's
+    reduction and constants with selects. float32 runs it in double and rounds once."""
+    if _fmt(x.type) is _F32:
+        wide = _like(x.type, ir.DoubleType())
+        return b.fptrunc(_emit_atan(b, b.fpext(x, wide)), x.type)
+    a = _fabs(b, x)
+    # the last segment is the default, so NaN (all compares false) and +inf land there
+    limit, hi, lo, (p, q, r, s) = _ATAN_SEGMENTS[-1]
+    hi_v, lo_v = _fc(x, hi), _fc(x, lo)
+    num_v, den_v = _fc(x, q), a                       # -1 / |x|
+    for limit, hi, lo, (p, q, r, s) in reversed(_ATAN_SEGMENTS[:-1]):
+        inside = b.fcmp_ordered("<", a, _fc(x, limit))
+        num = _fmuladd(b, _fc(x, p), a, _fc(x, q))
+        den = _fmuladd(b, _fc(x, r), a, _fc(x, s))
+        num_v, den_v = _select(b, inside, num, num_v), _select(b, inside, den, den_v)
+        hi_v, lo_v = _select(b, inside, _fc(x, hi), hi_v), _select(b, inside, _fc(x, lo), lo_v)
+    t = b.fdiv(num_v, den_v)
+    z = b.fmul(t, t)
+    w = b.fmul(z, z)
+    s1 = b.fmul(z, _poly(b, w, _ATAN_T[0::2]))
+    s2 = b.fmul(w, _poly(b, w, _ATAN_T[1::2]))
+    # atan(b) + atan(t) = hi - ((t*(s1 + s2) - lo) - t), summed from small to large
+    y = b.fsub(hi_v, b.fsub(b.fsub(b.fmul(t, b.fadd(s1, s2)), lo_v), t))
+    return _copysign(b, y, x)                      # NaN stays NaN (through the division)
+
+
 def _reduce_pio2(b: ir.IRBuilder, x: ir.Value, k: ir.Value) -> ir.Value:
     """x - k*pi/2 with a three-part pi/2 (Cody-Waite), one fmuladd per part."""
     for part in _fmt(x.type).pio2:
@@ -424,6 +470,7 @@ _EMITTERS: Dict[str, Callable[[ir.IRBuilder, ir.Value], ir.Value]] = {
     "erf": _emit_erf,
     "sin": _emit_sin,
     "cos": _emit_cos,
+    "atan": _emit_atan,
 }
 assert frozenset(_EMITTERS) == SUPPORTED
 
