@@ -13,6 +13,7 @@ from .errors import DTypeError, ShapeError
 from .graph import ConstArray, Node
 from .ops import (BINARY, BITWISE, BITWISE_BINARY, COMPARE, FLOAT_UNARY, INDEX_REDUCE,
                   LOGICAL_BINARY, REDUCE, SHIFT, UNARY, Op)
+from .pooling import Pool2d
 from .shapes import broadcast_shapes, numel
 
 # numpy rejects these for bool (abs, floor and ceil of bool are bool)
@@ -138,6 +139,17 @@ def _infer_layer_norm(src):
     return x.dtype, x.shape
 
 
+def _infer_pool(x, arg):
+    _require(isinstance(arg, Pool2d), ShapeError, "pool2d: arg must be a Pool2d")
+    _require(x.dtype.is_float, DTypeError, f"{arg.name}: needs a float source, got {x.dtype.name}")
+    _require(x.ndim == 4 and x.shape[2] > 0 and x.shape[3] > 0, ShapeError,
+             f"{arg.name}: needs an (N, C, H, W) source with H, W > 0, got {x.shape}")
+    out = arg.output_hw(*x.shape[2:])
+    _require(all(o > 0 for o in out), ShapeError,
+             f"{arg.name}: {arg} gives an empty output {out} for input {x.shape}")
+    return x.dtype, x.shape[:2] + out
+
+
 def infer(op: Op, src: tuple, arg) -> tuple:
     """(dtype, shape) of op applied to src with arg, or a ShapeError/DTypeError saying why not."""
     if op in UNARY:
@@ -161,6 +173,8 @@ def infer(op: Op, src: tuple, arg) -> tuple:
         return src[0].dtype, src[0].shape
     if op == Op.LAYER_NORM:
         return _infer_layer_norm(src)
+    if op == Op.POOL2D:
+        return _infer_pool(src[0], arg)
     if op in (Op.FORKARG, Op.WAIT):
         _require(isinstance(arg, int) and len(src) == 1, ShapeError,
                  f"{_name(op)}: needs one source and a task number")

@@ -27,6 +27,7 @@ from .ops import (abs, add, amax, amin, argmax, argmin, astype, bitwise_and, bit
                   prod, remainder,
                   reciprocal, relu, relu6, reshape, right_shift, rsqrt, sigmoid, silu, sin,
                   softmax, sqrt, squeeze, sub, subtract, sum, tanh, transpose, where)
+from .pool_ops import adaptive_avg_pool2d, avg_pool2d, max_pool2d
 from . import eager  # noqa: F401 -- ops on plain arrays run jitted
 from .futures import Future, fork, wait
 from .parallel import (get_num_interop_threads, get_num_threads, parallel_info,

@@ -13,6 +13,8 @@ Which nodes get memory (the fusion rule of this stage):
   - a matmul's operands live in memory (the GEMM reads them through strides), and so does
     its result, unless one node alone reads it through elementwise ops of the same shape and
     dtype (`gelu(x @ w + b) + r`): that node's kernel is the GEMM, the ops its epilogue;
+  - a pooling's result likewise (`relu(max_pool2d(x))` is one kernel); its input is read
+    per tap, inlined unless its producers are costly (passes/pool.py);
   - everything else (elementwise ops, casts, views) is inlined into the kernel that reads it.
 A materialized node that a later kernel needs is loaded from its buffer, not recomputed.
 
@@ -33,6 +35,7 @@ from jitcore.ir.shapes import contiguous_strides, numel
 
 from .kernel import (Acc, Buffer, Compute, Const, Gemm, Kernel, Load, Loop, Reduction, Store,
                      rebuild)
+from .pool import pool_kernel, source_to_materialize
 from .recompute import VIEWS_THROUGH, recompute_materialized
 from .symbolic import Lin, Var, floordiv, lin, mod, substitute
 from .tasks import task_of_nodes
@@ -64,7 +67,7 @@ def _non_unit(shape) -> list:
 
 
 def _epilogue_owner(matmul: Node, users: dict, chosen: set, task: dict):
-    """The one materialized node that reads `matmul` only through elementwise ops (and
+    """The one materialized node that reads `matmul` (or a pooling) only through elementwise ops (and
     reshapes that add or drop unit axes: `A @ v` of a 1-D v is a matmul to (M, 1) and a
     reshape to (M,)) of its shape up to unit axes, or None. The owner has the matmul's dtype:
     its output holds the partial sums between k blocks."""
@@ -108,7 +111,7 @@ def _waits_on_a_task(node: Node, chosen: set) -> bool:
 
 def materialized_nodes(graph: Graph) -> tuple:
     """The nodes that get a buffer of their own, in topological order, and the fused GEMM
-    epilogues: id(node) -> the matmul its kernel computes."""
+    and pooling epilogues: id(node) -> the matmul or pooling its kernel computes."""
     nodes = graph.nodes()
     chosen = {id(o) for o in graph.outputs}
     for n in nodes:
@@ -120,6 +123,11 @@ def materialized_nodes(graph: Graph) -> tuple:
                     chosen.add(id(base))
         if n.op in REDUCE:
             chosen.add(id(n))
+        if n.op == Op.POOL2D:
+            chosen.add(id(n))
+            source = source_to_materialize(n, chosen)
+            if source is not None:
+                chosen.add(id(source))
         if n.op == Op.WAIT:                 # a task's result lives in memory
             base = _strip_views(n.src[0])
             chosen.add(id(base) if base.op not in (Op.INPUT, Op.CONST) else id(n))
@@ -134,7 +142,7 @@ def materialized_nodes(graph: Graph) -> tuple:
             users.setdefault(id(s), []).append(n)
     epilogues = {}
     for n in nodes:
-        if n.op == Op.MATMUL and id(n) not in {id(o) for o in graph.outputs}:
+        if n.op in (Op.MATMUL, Op.POOL2D) and id(n) not in {id(o) for o in graph.outputs}:
             owner = _epilogue_owner(n, users, chosen, task)
             if owner is not None and owner not in epilogues and \
                     not _waits_on_a_task(by_id[owner], chosen):
@@ -327,8 +335,12 @@ class _Lowering:
         return [n for n in mats if id(n) not in aliased]
 
     def _kernel(self, node: Node, out: Buffer, index: int) -> Kernel:
-        if node.op == Op.MATMUL or id(node) in self.epilogues:
-            return self._gemm_kernel(node, self.epilogues.get(id(node), node), out, index)
+        producer = self.epilogues.get(id(node), node)
+        if producer.op == Op.POOL2D:
+            return pool_kernel(node, producer, out, index,
+                               lambda target, acc: _KernelBuilder(self, target, acc), offset)
+        if producer.op == Op.MATMUL:
+            return self._gemm_kernel(node, producer, out, index)
         kb = _KernelBuilder(self, node)
         if node.op in REDUCE:
             src = node.src[0]

@@ -1,0 +1,158 @@
+"""Pooling kernels (kind "pool", see passes/pool.py): each call runs output rows
+[start, stop) (batch, channel and output row merged), so every thread count computes each
+output the same way: bitwise identical results.
+
+Per row, the columns whose windows lie wholly inside the input and whose reads stay inside
+the input row (`Window1d.vector_range`) run `lanes` outputs at a time: each tap of a vector is
+one load of stride*lanes consecutive input elements and a shuffle that keeps every stride-th
+(so 3x3 stride-2 pooling reads two vectors and permutes them, never gathers), and the taps
+of the window row are unrolled. The columns left at the borders, and kernels that are not
+vectorized, run one output at a time over the window's valid taps only, read from per-output
+tables: padding is never read (max: acts as -inf; avg: counted by the divisor tables).
+The last vector of a row may overlap the one before it (it recomputes the same values), so
+no masked or scalar tail is needed.
+"""
+from __future__ import annotations
+
+from llvmlite import ir
+
+from jitcore.ir.ops import Op
+from jitcore.passes.kernel import Acc, Const, Load, walk
+
+from . import irutil as u
+from .opemit import emit
+
+_FIELDS = ("first", "lo", "hi", "div")
+
+
+class PoolEmitter:
+    def __init__(self, ke):
+        self.ke, self.b, self.kernel = ke, ke.b, ke.kernel
+        self.pool = ke.kernel.pool
+        self.combine_op = Op.MAXIMUM if self.pool.spec.kind == "max" else Op.ADD
+        self.identity = float("-inf") if self.pool.spec.kind == "max" else 0.0
+
+    # -- window tables ------------------------------------------------------------------------
+    def _table(self, name: str, values: tuple):
+        ty = ir.ArrayType(u.I64, max(len(values), 1))
+        g = ir.GlobalVariable(self.b.module, ty, name=f"{self.ke.fn.name}.{name}")
+        g.global_constant, g.linkage = True, "internal"
+        g.initializer = ir.Constant(ty, [u.I64(v) for v in values] or [u.I64(0)])
+        return g
+
+    def _tables(self, prefix: str, window) -> dict:
+        return {f: self._table(f"{prefix}_{f}", getattr(window, f)) for f in _FIELDS}
+
+    def _read(self, tables: dict, i) -> dict:
+        return {f: self.b.load(self.b.gep(t, [u.I64(0), i])) for f, t in tables.items()}
+
+    # -- expressions ----------------------------------------------------------------------------
+    def _load(self, node: Load, lanes: int):
+        """A load at the env's coordinates; with lanes, consecutive output columns per lane."""
+        b, p = self.b, self.pool
+        ptr = b.gep(self.ke.base_ptr(node.buffer), [self.ke.index(node.offset)])
+        elem = u.memory_type(node.dtype)
+        step = node.offset.coeff(p.iw) * (p.cols.stride or 0) + node.offset.coeff(p.col) \
+            if lanes > 1 else 0
+        if step == 0:
+            val = u.splat(b, b.load(ptr, align=1), lanes)
+        else:
+            run = ir.VectorType(elem, lanes * step)
+            val = b.load(b.bitcast(ptr, run.as_pointer()), align=1)
+            if step > 1:             # every step-th element of the run: one lane per column
+                keep = ir.Constant(ir.VectorType(u.I32, lanes),
+                                   [u.I32(j * step) for j in range(lanes)])
+                val = b.shuffle_vector(val, ir.Constant(run, ir.Undefined), keep)
+        if node.dtype.name == "bool":
+            val = b.icmp_unsigned("!=", val, u.const(val.type, 0))
+        return val
+
+    def value(self, root, lanes: int, acc=None):
+        memo = {}
+        for node in walk([root]):
+            if isinstance(node, Load):
+                out = self._load(node, lanes)
+            elif isinstance(node, Const):
+                out = u.const(u.value_type(node.dtype, lanes), node.value)
+            elif isinstance(node, Acc):
+                out = acc
+            else:
+                args = [memo[id(s)] for s in node.src]
+                in_dtype = node.src[-1].dtype if node.src else node.dtype
+                out = emit(self.b, node.op, node.dtype, in_dtype, args, node.arg)
+            memo[id(node)] = out
+        return memo[id(root)]
+
+    # -- the kernel -----------------------------------------------------------------------------
+    def emit(self):
+        ke, b, p = self.ke, self.b, self.pool
+        row_tables, col_tables = self._tables("rows", p.rows), self._tables("cols", p.cols)
+        self.col_tables = col_tables
+        width = p.col.extent
+        with u.for_range(b, ke.start, ke.stop, 1, name="row") as r:
+            ke.env[p.row] = r
+            self.row = self._read(row_tables, ke.index(p.oh))
+            a, e = p.cols.vector_range(self.kernel.lanes) if self.kernel.vectorized else (0, 0)
+            self.scalar_columns(0, a)
+            self.vector_columns(a, e)
+            self.scalar_columns(e, width)
+
+    def _reduce_window(self, lanes: int, col_lo, col_hi, col_first, unrolled: bool):
+        """The window's reduction at the current row and column(s): the valid rows of taps
+        (from the row tables), and the taps of each row: `unrolled` all of them (a vector of
+        columns whose windows are full), else [col_lo, col_hi) from the column tables."""
+        ke, b, p = self.ke, self.b, self.pool
+        acc = u.alloca_once(b, u.value_type(p.dtype, lanes), name="pacc")
+        b.store(u.const(acc.type.pointee, self.identity), acc)
+
+        def tap():
+            v = self.value(p.source, lanes)
+            b.store(emit(b, self.combine_op, p.dtype, p.dtype, [b.load(acc), v]), acc)
+
+        with u.for_range(b, self.row["lo"], self.row["hi"], 1, name="kh") as kh:
+            ke.env[p.ih] = b.add(self.row["first"], b.mul(kh, u.I64(p.rows.step)))
+            if unrolled:
+                for kw in range(p.cols.taps):
+                    ke.env[p.iw] = b.add(col_first, u.I64(kw * p.cols.step))
+                    tap()
+            else:
+                with u.for_range(b, col_lo, col_hi, 1, name="kw") as kw:
+                    ke.env[p.iw] = b.add(col_first, b.mul(kw, u.I64(p.cols.step)))
+                    tap()
+        return b.load(acc)
+
+    def _finish(self, total, lanes: int, col_div):
+        """Divide an average, run the epilogue, store."""
+        b, p = self.b, self.pool
+        if p.spec.kind == "avg":
+            div = b.sitofp(b.mul(self.row["div"], col_div), u.value_type(p.dtype))
+            total = b.fdiv(total, u.splat(b, div, lanes))
+        st = self.kernel.stores[0]
+        val = self.value(st.value, lanes, acc=total)
+        ptr = b.gep(self.ke.base_ptr(st.buffer), [self.ke.index(st.offset)])
+        if lanes > 1:
+            ptr = b.bitcast(ptr, val.type.as_pointer())
+        b.store(val, ptr, align=1)
+
+    def scalar_columns(self, lo: int, hi: int):
+        if lo >= hi:
+            return
+        ke, b, p = self.ke, self.b, self.pool
+        with u.for_range(b, u.I64(lo), u.I64(hi), 1, name="ow") as ow:
+            ke.env[p.col] = ow
+            col = self._read(self.col_tables, ow)
+            total = self._reduce_window(1, col["lo"], col["hi"], col["first"], False)
+            self._finish(total, 1, col["div"])
+
+    def vector_columns(self, a: int, e: int):
+        """Columns [a, e) by vectors; the last one ends at e (overlapping its predecessor)."""
+        if a >= e:
+            return
+        ke, b, p, lanes = self.ke, self.b, self.pool, self.kernel.lanes
+        count = -(-(e - a) // lanes)
+        with u.for_range(b, u.I64(0), u.I64(count), 1, name="ovec") as i:
+            ow0 = u.imin(b, b.add(u.I64(a), b.mul(i, u.I64(lanes))), u.I64(e - lanes))
+            ke.env[p.col] = ow0
+            first = b.sub(b.mul(ow0, u.I64(p.cols.stride)), u.I64(p.cols.pad))
+            total = self._reduce_window(lanes, None, None, first, True)
+            self._finish(total, lanes, u.I64(p.cols.taps))
