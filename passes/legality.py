@@ -95,6 +95,15 @@ def _pool_bad_load(kernel: Kernel) -> bool:
         any(s.offset.coeff(p.col) != 1 for s in kernel.stores)
 
 
+def _pool_lanes(kernel: Kernel, lanes: int) -> int:
+    """Narrower vectors (down to 128 bits) for a pooling whose rows of full windows are
+    shorter than a vector of the full width (7 to 15 columns: 8 lanes of float32)."""
+    cols, bits = kernel.pool.cols, kernel.vector_bits // lanes     # bits: the widest element
+    while lanes * bits > 128 and cols.stride is not None and cols.vector_range(lanes) == (0, 0):
+        lanes //= 2
+    return lanes
+
+
 POOL_CHECKS = (
     ("unsupported_op", lambda k, lanes, masked: _unsupported_op(k)),
     ("irregular_windows", lambda k, lanes, masked: k.pool.cols.stride is None),
@@ -113,7 +122,10 @@ def check(kernel: Kernel, vector_bits: int, masked_tails: bool = False) -> Kerne
         kernel.lanes = max(vector_bits // kernel.gemm.dtype.bits, 1)
         kernel.vectorized, kernel.reason = True, None
         return kernel
-    checks = POOL_CHECKS if kernel.pool is not None else CHECKS
+    checks = CHECKS
+    if kernel.pool is not None:
+        checks, lanes = POOL_CHECKS, _pool_lanes(kernel, lanes)
+        kernel.lanes = lanes
     for reason, predicate in checks:
         hit = predicate(kernel, lanes, masked_tails)
         if hit:

@@ -23,6 +23,7 @@ from . import irutil as u
 from .opemit import emit
 
 _FIELDS = ("first", "lo", "hi", "div")
+VECTORS_PER_TRIP = 4     # independent accumulators per trip (the max/add chain's latency)
 
 
 class PoolEmitter:
@@ -97,15 +98,18 @@ class PoolEmitter:
             self.vector_columns(a, e)
             self.scalar_columns(e, width)
 
-    def _reduce_window(self, lanes: int, col_lo, col_hi, col_first, unrolled: bool):
-        """The window's reduction at the current row and column(s): the valid rows of taps
-        (from the row tables), and the taps of each row: `unrolled` all of them (a vector of
-        columns whose windows are full), else [col_lo, col_hi) from the column tables."""
+    def _reduce_window(self, lanes: int, col_lo, col_hi, col_firsts: list, unrolled: bool):
+        """The window's reduction at the current row, for each column start in `col_firsts`
+        (independent accumulators: several vectors of columns hide the latency of the
+        combine chain): the valid rows of taps (from the row tables), and the taps of each
+        row: `unrolled` all of them (vectors of columns whose windows are full), else
+        [col_lo, col_hi) from the column tables."""
         ke, b, p = self.ke, self.b, self.pool
-        acc = u.alloca_once(b, u.value_type(p.dtype, lanes), name="pacc")
-        b.store(u.const(acc.type.pointee, self.identity), acc)
+        accs = [u.alloca_once(b, u.value_type(p.dtype, lanes), name="pacc") for _ in col_firsts]
+        for acc in accs:
+            b.store(u.const(acc.type.pointee, self.identity), acc)
 
-        def tap():
+        def tap(acc):
             v = self.value(p.source, lanes)
             b.store(emit(b, self.combine_op, p.dtype, p.dtype, [b.load(acc), v]), acc)
 
@@ -113,13 +117,14 @@ class PoolEmitter:
             ke.env[p.ih] = b.add(self.row["first"], b.mul(kh, u.I64(p.rows.step)))
             if unrolled:
                 for kw in range(p.cols.taps):
-                    ke.env[p.iw] = b.add(col_first, u.I64(kw * p.cols.step))
-                    tap()
+                    for acc, first in zip(accs, col_firsts):
+                        ke.env[p.iw] = b.add(first, u.I64(kw * p.cols.step))
+                        tap(acc)
             else:
                 with u.for_range(b, col_lo, col_hi, 1, name="kw") as kw:
-                    ke.env[p.iw] = b.add(col_first, b.mul(kw, u.I64(p.cols.step)))
-                    tap()
-        return b.load(acc)
+                    ke.env[p.iw] = b.add(col_firsts[0], b.mul(kw, u.I64(p.cols.step)))
+                    tap(accs[0])
+        return [b.load(acc) for acc in accs]
 
     def _finish(self, total, lanes: int, col_div):
         """Divide an average, run the epilogue, store."""
@@ -141,18 +146,24 @@ class PoolEmitter:
         with u.for_range(b, u.I64(lo), u.I64(hi), 1, name="ow") as ow:
             ke.env[p.col] = ow
             col = self._read(self.col_tables, ow)
-            total = self._reduce_window(1, col["lo"], col["hi"], col["first"], False)
+            total, = self._reduce_window(1, col["lo"], col["hi"], [col["first"]], False)
             self._finish(total, 1, col["div"])
 
     def vector_columns(self, a: int, e: int):
-        """Columns [a, e) by vectors; the last one ends at e (overlapping its predecessor)."""
+        """Columns [a, e) by vectors, VECTORS_PER_TRIP at a time; vectors that would pass e
+        end at e instead (they overlap their predecessors and recompute the same values)."""
         if a >= e:
             return
         ke, b, p, lanes = self.ke, self.b, self.pool, self.kernel.lanes
-        count = -(-(e - a) // lanes)
-        with u.for_range(b, u.I64(0), u.I64(count), 1, name="ovec") as i:
-            ow0 = u.imin(b, b.add(u.I64(a), b.mul(i, u.I64(lanes))), u.I64(e - lanes))
-            ke.env[p.col] = ow0
-            first = b.sub(b.mul(ow0, u.I64(p.cols.stride)), u.I64(p.cols.pad))
-            total = self._reduce_window(lanes, None, None, first, True)
-            self._finish(total, lanes, u.I64(p.cols.taps))
+        vectors = -(-(e - a) // lanes)
+        per_trip = min(VECTORS_PER_TRIP, vectors)
+        with u.for_range(b, u.I64(0), u.I64(-(-vectors // per_trip)), 1, name="ovec") as i:
+            trip0 = b.mul(i, u.I64(per_trip * lanes))
+            starts = [u.imin(b, b.add(trip0, u.I64(a + v * lanes)), u.I64(e - lanes))
+                      for v in range(per_trip)]
+            firsts = [b.sub(b.mul(ow0, u.I64(p.cols.stride)), u.I64(p.cols.pad))
+                      for ow0 in starts]
+            totals = self._reduce_window(lanes, None, None, firsts, True)
+            for ow0, total in zip(starts, totals):
+                ke.env[p.col] = ow0
+                self._finish(total, lanes, u.I64(p.cols.taps))
