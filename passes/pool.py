@@ -53,13 +53,14 @@ def pool_kernel(node: Node, pool: Node, out, index: int, builder, offset) -> Ker
     oh_ext, ow_ext = pool.shape[2:]
     row, col = Var("row", n_ext * c_ext * oh_ext), Var("ow", ow_ext)
     ih, iw = Var("ih", h_ext), Var("iw", w_ext)
-    plane = floordiv(lin(row), oh_ext)
-    n, c, oh = floordiv(plane, c_ext), mod(plane, c_ext), mod(lin(row), oh_ext)
+    at = {v: lin(v) if v.extent != 1 else lin(0) for v in (row, col, ih, iw)}  # unit axes at 0
+    plane = floordiv(at[row], oh_ext)
+    n, c, oh = floordiv(plane, c_ext), mod(plane, c_ext), mod(at[row], oh_ext)
     src_builder = builder(pool, None)
-    source = src_builder.value(pool.src[0], (n, c, lin(ih), lin(iw)))
+    source = src_builder.value(pool.src[0], (n, c, at[ih], at[iw]))
     # the pool's indices (extent-1 axes at 0, as reshapes that drop them read it), then the
     # owner's: the same indices on its axes of extent > 1
-    acc_idx = (n, c, oh, lin(col))
+    acc_idx = (n, c, oh, at[col])
     inner = iter(i for i in acc_idx if i != lin(0))
     out_idx = acc_idx if node.shape == pool.shape else \
         tuple(lin(0) if d == 1 else next(inner) for d in node.shape)

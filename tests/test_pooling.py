@@ -15,11 +15,12 @@ import jitcore as jc
 from helpers import F32, F64, ULP, assert_close, dtype_id, rng_for
 
 FLOATS = [F32, F64]
+GRID = 32               # sampled cases per kind and dtype
 
 
 # ---- the reference ---------------------------------------------------------------------------
 
-def _out_size(n, k, s, p, d, ceil_mode):
+def out_size(n, k, s, p, d, ceil_mode):
     """torch's rule, written out: floor or ceil of the window count; with ceil_mode the last
     window must start inside the input or the left padding."""
     span = n + 2 * p - d * (k - 1) - 1
@@ -40,7 +41,7 @@ def ref_pool(x, kind, kernel, stride=None, padding=0, dilation=1, ceil_mode=Fals
     (kh, kw), (ph, pw), (dh, dw) = _pair(kernel), _pair(padding), _pair(dilation)
     sh, sw = _pair(stride) if stride is not None else (kh, kw)
     n, c, h, w = x.shape
-    oh, ow = _out_size(h, kh, sh, ph, dh, ceil_mode), _out_size(w, kw, sw, pw, dw, ceil_mode)
+    oh, ow = out_size(h, kh, sh, ph, dh, ceil_mode), out_size(w, kw, sw, pw, dw, ceil_mode)
     out = np.empty((n, c, oh, ow))
     for i, j in itertools.product(range(oh), range(ow)):
         h0, w0 = i * sh - ph, j * sw - pw
@@ -60,10 +61,10 @@ def ref_pool(x, kind, kernel, stride=None, padding=0, dilation=1, ceil_mode=Fals
     return out
 
 
-def ref_adaptive(x, out_size):
+def ref_adaptive(x, output_size):
     x = np.asarray(x, np.float64)
     n, c, h, w = x.shape
-    oh, ow = (out_size, out_size) if isinstance(out_size, int) else out_size
+    oh, ow = (output_size,) * 2 if isinstance(output_size, int) else output_size
     oh, ow = oh or h, ow or w
     out = np.empty((n, c, oh, ow))
     for i, j in itertools.product(range(oh), range(ow)):
@@ -114,8 +115,8 @@ def _grid(kind, count, seed):
         h, w = int(rng.integers(1, 18)), int(rng.integers(1, 18))
         dh, dw = _pair(d)
         sh, sw = _pair(s) if s is not None else (kh, kw)
-        if min(_out_size(h, kh, sh, ph, dh, kw_["ceil_mode"]),
-               _out_size(w, kw, sw, pw, dw, kw_["ceil_mode"])) < 1:
+        if min(out_size(h, kh, sh, ph, dh, kw_["ceil_mode"]),
+               out_size(w, kw, sw, pw, dw, kw_["ceil_mode"])) < 1:
             continue
         shape = ([0, 1, 3][rng.integers(3)], [1, 2, 5, 16, 65][rng.integers(5)], h, w)
         cases.append((shape, kw_))
@@ -127,7 +128,7 @@ def _grid(kind, count, seed):
 @pytest.mark.parametrize("dtype", FLOATS, ids=dtype_id)
 @pytest.mark.parametrize("kind", ["max", "avg"])
 def test_pool_grid(kind, dtype):
-    for i, (shape, kw) in enumerate(_grid(kind, 40, dtype_id(dtype))):
+    for i, (shape, kw) in enumerate(_grid(kind, GRID, dtype_id(dtype))):
         x = rng_for("pool", kind, i).standard_normal(shape).astype(dtype)
         got = _call(kind, x, kw)
         _check(got, x, kind, dtype, f"{kind} {shape} {kw}", **kw)
@@ -263,11 +264,12 @@ def test_threads_bitwise(dtype):
 
 
 def test_torch_second_opinion():
+    """The float32 grid again (its compiled ops are cached), now against torch."""
     torch = pytest.importorskip("torch")
     F = torch.nn.functional
     for kind in ("max", "avg"):
-        for i, (shape, kw) in enumerate(_grid(kind, 25, "torch")):
-            x = rng_for("pool-torch", kind, i).standard_normal(shape).astype(F32)
+        for i, (shape, kw) in enumerate(_grid(kind, GRID, dtype_id(F32))):
+            x = rng_for("pool", kind, i).standard_normal(shape).astype(F32)
             t = torch.from_numpy(x)
             args = dict(kernel_size=kw["kernel"], stride=kw["stride"], padding=kw["padding"],
                         ceil_mode=kw["ceil_mode"])
