@@ -237,6 +237,20 @@ def test_fusion_around_pools():
         kernels = f.kernels(x, y)
         assert len(kernels) == 1 and kernels[0].kind == "pool" and kernels[0].vectorized, \
             kernels
+    # a clamp before a max pooling runs once per output, after it (NaN and -inf included),
+    # except where a window lies wholly in the padding (-inf there, not the clamp's bound)
+    z = x.copy()
+    z[0, 0, 3:5, 3:5] = np.nan
+    z[1, 1, :3] = -np.inf
+    for clamp, ref_clamp in ((jc.relu, lambda v: np.maximum(v, 0)),
+                             (lambda v: jc.hardtanh(v, -0.5, 0.5), lambda v: np.clip(v, -.5, .5))):
+        f = jc.jit(lambda a: jc.max_pool2d(clamp(a), 3, 2, 1))
+        assert f.kernels(z)[0].ops[0] == "max_pool2d"
+        assert_close(f(z), ref_pool(ref_clamp(z), "max", 3, 2, 1), F32, exact=True)
+    tall = rng.standard_normal((1, 2, 1, 6)).astype(F32)     # rows of padding only: -inf
+    f = jc.jit(lambda a: jc.max_pool2d(jc.relu(a), 2, 1, 1, dilation=2))
+    assert f.kernels(tall)[0].ops[0] == "maximum"
+    assert_close(f(tall), ref_pool(np.maximum(tall, 0), "max", 2, 1, 1, 2), F32, exact=True)
     # a costly producer is stored once, not recomputed at every tap
     f = jc.jit(lambda a: jc.max_pool2d(jc.exp(a), 3))
     assert len(f.kernels(x)) == 2
