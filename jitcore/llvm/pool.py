@@ -31,6 +31,7 @@ class PoolEmitter:
         self.ke, self.b, self.kernel = ke, ke.b, ke.kernel
         self.pool = ke.kernel.pool
         self.combine_op = Op.MAXIMUM if self.pool.spec.kind == "max" else Op.ADD
+        self.border = False      # vectors whose taps may fall outside the row (masked)
         self.identity = float("-inf") if self.pool.spec.kind == "max" else 0.0
 
     # -- window tables ------------------------------------------------------------------------
@@ -59,7 +60,12 @@ class PoolEmitter:
             val = u.splat(b, b.load(ptr, align=1), lanes)
         else:
             run = ir.VectorType(elem, lanes * step)
-            val = b.load(b.bitcast(ptr, run.as_pointer()), align=1)
+            vptr = b.bitcast(ptr, run.as_pointer())
+            if self.border and node.offset.coeff(p.iw):   # elements outside the row: not read
+                inside = self._inside(lanes * step, 1)
+                val = u.masked_load(b, vptr, inside, run)
+            else:
+                val = b.load(vptr, align=1)
             if step > 1:             # every step-th element of the run: one lane per column
                 keep = ir.Constant(ir.VectorType(u.I32, lanes),
                                    [u.I32(j * step) for j in range(lanes)])
@@ -67,6 +73,15 @@ class PoolEmitter:
         if node.dtype.name == "bool":
             val = b.icmp_unsigned("!=", val, u.const(val.type, 0))
         return val
+
+    def _inside(self, count: int, spacing: int):
+        """<count x i1>: whether input column env[iw] + i*spacing is inside the row."""
+        b, p = self.b, self.pool
+        cols = b.add(u.splat(b, self.ke.env[p.iw], count),
+                     ir.Constant(ir.VectorType(u.I64, count),
+                                 [u.I64(i * spacing) for i in range(count)]))
+        low = b.icmp_signed(">=", cols, u.const(cols.type, 0))
+        return b.and_(low, b.icmp_signed("<", cols, u.const(cols.type, p.cols.size)))
 
     def value(self, root, lanes: int, acc=None):
         memo = {}
@@ -93,10 +108,23 @@ class PoolEmitter:
         with u.for_range(b, ke.start, ke.stop, 1, name="row") as r:
             ke.env[p.row] = r
             self.row = self._read(row_tables, ke.index(p.oh))
-            a, e = p.cols.vector_range(self.kernel.lanes) if self.kernel.vectorized else (0, 0)
-            self.scalar_columns(0, a)
-            self.vector_columns(a, e)
-            self.scalar_columns(e, width)
+            if self.kernel.vectorized:
+                self.vector_row(width)
+            else:
+                self.scalar_columns(0, width)
+
+    def vector_row(self, width: int):
+        """A row by vectors: the full windows (`vector_range`) unmasked, then the border
+        columns by vectors whose padding taps are masked off: those covering [0, a), then
+        those covering [e, width) (the last ending at width)."""
+        lanes = self.kernel.lanes
+        a, e = self.pool.cols.vector_range(lanes)
+        self.vector_columns(a, e)
+        self.border = True
+        for ow0 in [min(x, width - lanes) for x in range(0, a, lanes)] + \
+                [max(width - lanes - x, 0) for x in range(0, width - e, lanes)]:
+            self.border_vector(ow0)
+        self.border = False
 
     def _reduce_window(self, lanes: int, col_lo, col_hi, col_firsts: list, unrolled: bool):
         """The window's reduction at the current row, for each column start in `col_firsts`
@@ -111,7 +139,10 @@ class PoolEmitter:
 
         def tap(acc):
             v = self.value(p.source, lanes)
-            b.store(emit(b, self.combine_op, p.dtype, p.dtype, [b.load(acc), v]), acc)
+            new = emit(b, self.combine_op, p.dtype, p.dtype, [b.load(acc), v])
+            if self.border:          # lanes whose tap is padding keep their accumulator
+                new = b.select(self._inside(lanes, p.cols.stride), new, b.load(acc))
+            b.store(new, acc)
 
         with u.for_range(b, self.row["lo"], self.row["hi"], 1, name="kh") as kh:
             ke.env[p.ih] = b.add(self.row["first"], b.mul(kh, u.I64(p.rows.step)))
@@ -127,11 +158,15 @@ class PoolEmitter:
         return [b.load(acc) for acc in accs]
 
     def _finish(self, total, lanes: int, col_div):
-        """Divide an average, run the epilogue, store."""
+        """Divide an average, run the epilogue, store. col_div: this column's divisor
+        factor, or (border vectors) a vector of them."""
         b, p = self.b, self.pool
         if p.spec.kind == "avg":
-            div = b.sitofp(b.mul(self.row["div"], col_div), u.value_type(p.dtype))
-            total = b.fdiv(total, u.splat(b, div, lanes))
+            row_div = self.row["div"]
+            if isinstance(col_div.type, ir.VectorType):
+                row_div = u.splat(b, row_div, lanes)
+            div = b.sitofp(b.mul(row_div, col_div), u.value_type(p.dtype, u.lanes_of(col_div)))
+            total = b.fdiv(total, u.splat(b, div, lanes) if u.lanes_of(div) == 1 else div)
         st = self.kernel.stores[0]
         val = self.value(st.value, lanes, acc=total)
         ptr = b.gep(self.ke.base_ptr(st.buffer), [self.ke.index(st.offset)])
@@ -148,6 +183,16 @@ class PoolEmitter:
             col = self._read(self.col_tables, ow)
             total, = self._reduce_window(1, col["lo"], col["hi"], [col["first"]], False)
             self._finish(total, 1, col["div"])
+
+    def border_vector(self, ow0: int):
+        """The `lanes` columns from ow0, some of whose taps fall in the padding."""
+        ke, b, p, lanes = self.ke, self.b, self.pool, self.kernel.lanes
+        ke.env[p.col] = u.I64(ow0)
+        total, = self._reduce_window(lanes, None, None, [u.I64(ow0 * p.cols.stride - p.cols.pad)],
+                                     True)
+        divs = b.load(b.bitcast(b.gep(self.col_tables["div"], [u.I64(0), u.I64(ow0)]),
+                                ir.VectorType(u.I64, lanes).as_pointer()), align=8)
+        self._finish(total, lanes, divs)
 
     def vector_columns(self, a: int, e: int):
         """Columns [a, e) by vectors, VECTORS_PER_TRIP at a time; vectors that would pass e
