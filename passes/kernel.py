@@ -220,6 +220,10 @@ class Kernel:
             tag = lp.kind + (", vector" if self.vectorized and i == len(self.loops) - 1 else "")
             tag += f", {self.lanes}x{self.lanes} tiles" if lp.var == self.tile_var else ""
             parts.append(f"{lp.var.name} in 0..{lp.var.extent} ({tag})")
+        if self.pool is not None:       # each output then reduces its window
+            spec = self.pool.spec
+            parts.append("adaptive window" if spec.adaptive else
+                         f"window {spec.kernel[0]}x{spec.kernel[1]} (reduce {spec.kind})")
         return "for " + ", ".join(parts) if parts else "(no loops)"
 
     def loads(self) -> list:
