@@ -334,3 +334,16 @@ def test_errors(call, error, words):
         call()
     for word in words:
         assert word in str(info.value), str(info.value)
+
+
+def test_scalar_kernels_say_why():
+    """Pool kernels that stay scalar name the reason from legality's vocabulary."""
+    nhwc = np.zeros((1, 40, 40, 32), F32).transpose(0, 3, 1, 2)
+    f = jc.jit(lambda a: jc.max_pool2d(a, 3, 2, 1))
+    assert f.kernels(nhwc)[0].reason == "non_contiguous_load"
+    g = jc.jit(lambda a: jc.adaptive_avg_pool2d(a, (5, 7)))
+    x = np.zeros((1, 4, 40, 40), F32)
+    assert g.kernels(x)[0].reason == "irregular_windows"
+    h = jc.jit(lambda a: jc.avg_pool2d(a, 2))
+    assert h.kernels(np.zeros((1, 4, 6, 6), F32))[0].reason == "short_inner_loop"
+    assert h.kernels(x)[0].vectorized and h.kernels(x)[0].lanes in (4, 8, 16)
