@@ -146,13 +146,17 @@ def test_pool_resnet_shapes_vectorized(kind):
     assert "x float>" in f.llvm_ir(x)
 
 
-def test_pool_nan_and_infinities():
-    rng = rng_for("pool-nan")
-    x = rng.standard_normal((2, 3, 15, 14))
+@pytest.mark.parametrize("shape", [(2, 3, 15, 14), (1, 3, 9, 70)])
+def test_pool_nan_and_infinities(shape):
+    """NaN anywhere in a window (interior vectors, border vectors, single columns) gives NaN;
+    infinities pass through."""
+    rng = rng_for("pool-nan", shape)
+    x = rng.standard_normal(shape)
     x[rng.random(x.shape) < 0.05] = np.nan
     x[rng.random(x.shape) < 0.05] = np.inf
     x[rng.random(x.shape) < 0.05] = -np.inf
-    x[1, 2] = -np.inf                               # a plane of -inf: max is -inf everywhere
+    x[0, 1, :, 0] = x[0, 1, :, -1] = np.nan         # NaN only in the border columns
+    x[-1, 2] = -np.inf                              # a plane of -inf: max is -inf everywhere
     for dtype in FLOATS:
         xd = x.astype(dtype)
         for kw in (dict(kernel=3, stride=2, padding=1), dict(kernel=2, stride=1, dilation=2),

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
+from jitcore.ir.dtypes import bool_ as dt_bool
 from jitcore.ir.ops import Op
 from jitcore.passes.kernel import Acc, Const, Load, walk
 
@@ -134,28 +135,44 @@ class PoolEmitter:
         [col_lo, col_hi) from the column tables."""
         ke, b, p = self.ke, self.b, self.pool
         accs = [u.alloca_once(b, u.value_type(p.dtype, lanes), name="pacc") for _ in col_firsts]
+        # max: a running `v > acc ? v : acc` (one vmaxps) and, aside, whether a NaN was seen
+        # (cheaper than a NaN-propagating max per tap; the same result, as torch's loop)
+        nans = [u.alloca_once(b, u.value_type(dt_bool, lanes), name="pnan") for _ in accs] \
+            if p.spec.kind == "max" else []
         for acc in accs:
             b.store(u.const(acc.type.pointee, self.identity), acc)
+        for nan in nans:
+            b.store(u.const(nan.type.pointee, 0), nan)
 
-        def tap(acc):
-            v = self.value(p.source, lanes)
-            new = emit(b, self.combine_op, p.dtype, p.dtype, [b.load(acc), v])
-            if self.border:          # lanes whose tap is padding keep their accumulator
-                new = b.select(self._inside(lanes, p.cols.stride), new, b.load(acc))
+        def tap(k):
+            acc, v, old = accs[k], self.value(p.source, lanes), b.load(accs[k])
+            inside = self._inside(lanes, p.cols.stride) if self.border else None
+            if nans:
+                new = b.select(b.fcmp_ordered(">", v, old), v, old)
+                seen = b.fcmp_unordered("uno", v, v)
+                seen = b.and_(seen, inside) if inside is not None else seen
+                b.store(b.or_(b.load(nans[k]), seen), nans[k])
+            else:
+                new = emit(b, self.combine_op, p.dtype, p.dtype, [old, v])
+            if inside is not None:   # lanes whose tap is padding keep their accumulator
+                new = b.select(inside, new, old)
             b.store(new, acc)
 
         with u.for_range(b, self.row["lo"], self.row["hi"], 1, name="kh") as kh:
             ke.env[p.ih] = b.add(self.row["first"], b.mul(kh, u.I64(p.rows.step)))
             if unrolled:
                 for kw in range(p.cols.taps):
-                    for acc, first in zip(accs, col_firsts):
+                    for k, first in enumerate(col_firsts):
                         ke.env[p.iw] = b.add(first, u.I64(kw * p.cols.step))
-                        tap(acc)
+                        tap(k)
             else:
                 with u.for_range(b, col_lo, col_hi, 1, name="kw") as kw:
                     ke.env[p.iw] = b.add(col_firsts[0], b.mul(kw, u.I64(p.cols.step)))
-                    tap(accs[0])
-        return [b.load(acc) for acc in accs]
+                    tap(0)
+        totals = [b.load(acc) for acc in accs]
+        nan = u.const(u.value_type(p.dtype, lanes), float("nan"))
+        return [b.select(b.load(seen), nan, t) for seen, t in zip(nans, totals)] if nans \
+            else totals
 
     def _finish(self, total, lanes: int, col_div):
         """Divide an average, run the epilogue, store. col_div: this column's divisor
