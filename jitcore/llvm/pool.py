@@ -2,15 +2,18 @@
 [start, stop) (batch, channel and output row merged), so every thread count computes each
 output the same way: bitwise identical results.
 
-Per row, the columns whose windows lie wholly inside the input and whose reads stay inside
-the input row (`Window1d.vector_range`) run `lanes` outputs at a time: each tap of a vector is
-one load of stride*lanes consecutive input elements and a shuffle that keeps every stride-th
-(so 3x3 stride-2 pooling reads two vectors and permutes them, never gathers), and the taps
-of the window row are unrolled. The columns left at the borders, and kernels that are not
-vectorized, run one output at a time over the window's valid taps only, read from per-output
-tables: padding is never read (max: acts as -inf; avg: counted by the divisor tables).
-The last vector of a row may overlap the one before it (it recomputes the same values), so
-no masked or scalar tail is needed.
+A vectorized kernel runs each row `lanes` output columns at a time. The columns whose windows
+lie wholly inside the input and whose reads stay inside the input row
+(`Window1d.vector_range`) need no checks: each tap of a vector is one load of stride*lanes
+consecutive input elements and a shuffle that keeps every stride-th (3x3 stride-2 pooling
+reads two vectors and permutes them, never gathers); the taps of a window row are unrolled
+and several vectors share a trip (independent accumulators). The last vector may overlap the
+one before it (recomputing the same values), so there is no tail. The border columns run as
+vectors too, their padding taps masked off (masked loads, the accumulator kept). Kernels that
+are not vectorized run one output at a time over the valid taps only, read from per-output
+tables. Padding is never read: for max it acts as -inf, for an average the divisor tables
+count it or not. Max keeps `v > acc ? v : acc` per tap (torch's loop; one vmaxps) and a
+NaN flag aside, so a NaN anywhere in the window gives NaN.
 """
 from __future__ import annotations
 
@@ -31,7 +34,7 @@ class PoolEmitter:
     def __init__(self, ke):
         self.ke, self.b, self.kernel = ke, ke.b, ke.kernel
         self.pool = ke.kernel.pool
-        self.combine_op = Op.MAXIMUM if self.pool.spec.kind == "max" else Op.ADD
+        self.combine_op = Op.ADD         # of averages (max has its own, see _reduce_window)
         self.border = False      # vectors whose taps may fall outside the row (masked)
         self.identity = float("-inf") if self.pool.spec.kind == "max" else 0.0
 
