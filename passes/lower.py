@@ -67,8 +67,8 @@ def _non_unit(shape) -> list:
 
 
 def _epilogue_owner(matmul: Node, users: dict, chosen: set, task: dict):
-    """The one materialized node that reads `matmul` (or a pooling) only through elementwise ops (and
-    reshapes that add or drop unit axes: `A @ v` of a 1-D v is a matmul to (M, 1) and a
+    """The one materialized node that reads `matmul` (or a pooling) only through elementwise
+    ops (and reshapes that add or drop unit axes: `A @ v` of a 1-D v is a matmul to (M, 1) and a
     reshape to (M,)) of its shape up to unit axes, or None. The owner has the matmul's dtype:
     its output holds the partial sums between k blocks."""
     owners, stack, seen = set(), [matmul], set()
