@@ -8,6 +8,10 @@ its input is a plain strided average.
 """
 from __future__ import annotations
 
+import operator
+
+import numpy as np
+
 from jitcore.ir import build as b
 from jitcore.ir.errors import DTypeError, ShapeError
 from jitcore.ir.ops import Op
@@ -18,14 +22,22 @@ from .tracer import node_of, wrap
 
 
 def _pair(value, what: str, name: str, allow_none: bool = False) -> tuple:
-    """An int or a pair of ints (None entries where allowed), as a pair."""
+    """An int or a pair of ints (None entries where allowed), as a pair of Python ints."""
     items = tuple(value) if isinstance(value, (tuple, list)) else (value, value)
-    ok = len(items) == 2 and all(
-        (v is None and allow_none) or (isinstance(v, int) and not isinstance(v, bool))
-        for v in items)
-    if not ok:
-        raise TypeError(f"{name}: {what} must be an int or a pair of ints, got {value!r}")
-    return items
+
+    def as_int(v):
+        if v is None and allow_none:
+            return None
+        if isinstance(v, (bool, np.bool_)):
+            raise TypeError
+        return operator.index(v)          # int and numpy integers; floats raise TypeError
+    try:
+        if len(items) != 2:
+            raise TypeError
+        return tuple(as_int(v) for v in items)
+    except TypeError:
+        raise TypeError(f"{name}: {what} must be an int or a pair of ints, got {value!r}") \
+            from None
 
 
 def _source(x, name: str):

@@ -351,3 +351,10 @@ def test_scalar_kernels_say_why():
     h = jc.jit(lambda a: jc.avg_pool2d(a, 2))
     assert h.kernels(np.zeros((1, 4, 6, 6), F32))[0].reason == "short_inner_loop"
     assert h.kernels(x)[0].vectorized and h.kernels(x)[0].lanes in (4, 8, 16)
+
+
+def test_numpy_integer_options():
+    """Sizes may be numpy integers (a shape entry, say) inside a jitted function."""
+    x = rng_for("pool-npint").standard_normal((1, 2, 9, 9)).astype(F32)
+    f = jc.jit(lambda a: jc.max_pool2d(a, np.int64(3), (np.int32(2), 2), np.int64(1)))
+    assert_close(f(x), ref_pool(x, "max", 3, 2, 1), F32, exact=True)
