@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import jitcore as jc
-from helpers import F32, F64, ULP, assert_close, dtype_id, rng_for
+from helpers import F32, F64, NARROW_WIDTHS, ULP, assert_close, dtype_id, rng_for
 
 FLOATS = [F32, F64]
 GRID = 32               # sampled cases per kind and dtype
@@ -358,3 +358,20 @@ def test_numpy_integer_options():
     x = rng_for("pool-npint").standard_normal((1, 2, 9, 9)).astype(F32)
     f = jc.jit(lambda a: jc.max_pool2d(a, np.int64(3), (np.int32(2), 2), np.int64(1)))
     assert_close(f(x), ref_pool(x, "max", 3, 2, 1), F32, exact=True)
+
+
+@pytest.mark.parametrize("width", NARROW_WIDTHS)
+def test_narrower_vectors(width):
+    """256- and 128-bit vectors (AVX2, SSE targets): other lane counts, the same answers."""
+    rng = rng_for("pool-width", width)
+    for dtype in FLOATS:
+        x = rng.standard_normal((2, 3, 13, 29)).astype(dtype)
+        x[0, 0, 0, 0] = np.nan
+        for kind, kw in (("max", dict(kernel=3, stride=2, padding=1)),
+                         ("max", dict(kernel=(2, 3), stride=1, padding=(1, 1), dilation=2)),
+                         ("avg", dict(kernel=3, stride=2, padding=1, ceil_mode=True)),
+                         ("avg", dict(kernel=2, stride=1, padding=1,
+                                      count_include_pad=False))):
+            f = jc.jit(lambda a: _call(kind, a, kw), vector_width=width)
+            _check(f(x), x, kind, dtype, f"{width} {kind} {kw}", **kw)
+            assert f.kernels(x)[0].vectorized
