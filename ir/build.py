@@ -14,6 +14,7 @@ from .graph import ConstArray, Node
 from .ops import (AXIS_OPS, BINARY, BITWISE, BITWISE_BINARY, COMPARE, FLOAT_BINARY,
                   FLOAT_UNARY, INDEX_REDUCE,
                   LOGICAL_BINARY, REDUCE, SHIFT, UNARY, Op)
+from .pooling import Pool2d
 from .shapes import broadcast_shapes, numel
 
 # numpy rejects these for bool (abs, floor and ceil of bool are bool)
@@ -159,6 +160,15 @@ def _infer_axis_op(op, src, axis):
                  f"concatenate: shapes {[list(t.shape) for t in src]} differ off axis {axis}")
     total = sum(s.shape[axis] for s in src)
     return x.dtype, x.shape[:axis] + (total,) + x.shape[axis + 1:]
+def _infer_pool(x, arg):
+    _require(isinstance(arg, Pool2d), ShapeError, "pool2d: arg must be a Pool2d")
+    _require(x.dtype.is_float, DTypeError, f"{arg.name}: needs a float source, got {x.dtype.name}")
+    _require(x.ndim == 4 and x.shape[2] > 0 and x.shape[3] > 0, ShapeError,
+             f"{arg.name}: needs an (N, C, H, W) source with H, W > 0, got {x.shape}")
+    out = arg.output_hw(*x.shape[2:])
+    _require(all(o > 0 for o in out), ShapeError,
+             f"{arg.name}: {arg} gives an empty output {out} for input {x.shape}")
+    return x.dtype, x.shape[:2] + out
 
 
 def infer(op: Op, src: tuple, arg) -> tuple:
@@ -186,6 +196,8 @@ def infer(op: Op, src: tuple, arg) -> tuple:
         return _infer_layer_norm(src)
     if op in AXIS_OPS:
         return _infer_axis_op(op, src, arg)
+    if op == Op.POOL2D:
+        return _infer_pool(src[0], arg)
     if op in (Op.FORKARG, Op.WAIT):
         _require(isinstance(arg, int) and len(src) == 1, ShapeError,
                  f"{_name(op)}: needs one source and a task number")

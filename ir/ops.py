@@ -38,6 +38,8 @@ class Op(Enum):
     RESHAPE = auto(); PERMUTE = auto(); EXPAND = auto(); SLICE = auto()
     # contractions and row-wise composites
     MATMUL = auto(); SOFTMAX = auto(); LOG_SOFTMAX = auto(); LAYER_NORM = auto()
+    # windowed reductions (arg: an ir.pooling.Pool2d) over the last two axes of (N, C, H, W)
+    POOL2D = auto()
     # inter-op tasks (arg: task number): identities that mark where a forked sub-graph reads
     # its arguments (FORKARG) and where the caller waits for its results (WAIT)
     FORKARG = auto(); WAIT = auto()

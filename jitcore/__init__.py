@@ -33,6 +33,7 @@ from .math_ops import (arccos, arccosh, arcsin, arcsinh, arctan, arctan2, arctan
                        isfinite, isinf, isnan, log1p, log2, log10, logaddexp, nan_to_num,
                        norm, positive, rad2deg, real, rint, sign, signbit, sinh, square, std,
                        trunc, var)
+from .pool_ops import adaptive_avg_pool2d, avg_pool2d, max_pool2d
 from . import eager  # noqa: F401 -- ops on plain arrays run jitted
 from .futures import Future, fork, wait
 from .parallel import (get_num_interop_threads, get_num_threads, parallel_info,

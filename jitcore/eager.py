@@ -21,8 +21,9 @@ renew_in_child(sys.modules[__name__], "_LOCK")
 
 
 def _is_tensor_arg(a) -> bool:
+    # a tuple of ints (and None: `output_size=(None, 7)`) is a static shape-like argument
     return isinstance(a, (np.ndarray, list, tuple, np.generic)) and not (
-        isinstance(a, tuple) and all(isinstance(x, int) for x in a))
+        isinstance(a, tuple) and all(isinstance(x, int) or x is None for x in a))
 
 
 def run_eagerly(public, fn, args: tuple, kwargs: dict):

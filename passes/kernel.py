@@ -15,6 +15,9 @@ Loop order encodes the kernel's shape:
                         post-ops run while the output tile is in registers (see `Gemm`).
 - gemv:                 a gemm whose M or N is 1 (a matrix times a vector): batch loops, k
                         (reduce), then the output axis (`Gemm.out_var`); the same epilogue.
+- pool:                 2-d pooling: the output rows (n, c, oh merged), then the output
+                        columns (the vector loop); each output reduces its window (see `Pool`),
+                        and the store's value is an epilogue of `Acc`, as for a gemm.
 """
 from __future__ import annotations
 
@@ -147,6 +150,29 @@ class Gemm:
         return self.m if self.n.extent == 1 else self.n
 
 
+@dataclass
+class Pool:
+    """out[row, col] = the max or average of `source` over a window. `source` is the pooled
+    value as an expression of loads at the input coordinates `ih`, `iw` (and the row): the
+    producers before the pool (`pool(relu(x))`) run per tap. `rows` and `cols` are the
+    window tables (`ir.pooling.Window1d`); `oh` the output row within its plane (of `row`)."""
+    spec: object         # ir.pooling.Pool2d
+    source: object
+    row: Var
+    col: Var
+    ih: Var
+    iw: Var
+    oh: Lin
+    rows: object
+    cols: object
+    dtype: DType
+
+    @property
+    def window(self) -> int:
+        """Taps per window at most (for cost estimates)."""
+        return max(self.rows.hi, default=0) * max(self.cols.hi, default=0)
+
+
 # The fusion passes (fuse_outputs, fuse_rows) stop growing a kernel at this many ops: the work
 # and compile time of one kernel stay bounded however long the graph (lowering bounds what a
 # single kernel inlines the same way, passes/recompute.py).
@@ -171,6 +197,7 @@ class Kernel:
     # loop kinds: "parallel", "reduce", or "scan" (a running sum: sequential, each step
     # reads the previous step's stored output; see codegen's emit_scan)
     gemm: Gemm | None = None         # a matmul with its epilogue (kind "gemm" or "gemv")
+    pool: Pool | None = None         # a pooling with its epilogue (kind "pool")
 
     @property
     def kind(self) -> str:
@@ -178,6 +205,8 @@ class Kernel:
             return "scan"
         if self.gemm is not None:
             return "gemv" if self.gemm.matvec else "gemm"
+        if self.pool is not None:
+            return "pool"
         if self.parts:
             return "rows"
         if self.reduction is None:
@@ -218,12 +247,20 @@ class Kernel:
             tag = lp.kind + (", vector" if self.vectorized and i == len(self.loops) - 1 else "")
             tag += f", {self.lanes}x{self.lanes} tiles" if lp.var == self.tile_var else ""
             parts.append(f"{lp.var.name} in 0..{lp.var.extent} ({tag})")
+        if self.pool is not None:       # each output then reduces its window
+            spec = self.pool.spec
+            parts.append("adaptive window" if spec.adaptive else
+                         f"window {spec.kernel[0]}x{spec.kernel[1]} (reduce {spec.kind})")
         return "for " + ", ".join(parts) if parts else "(no loops)"
 
     def loads(self) -> list:
         """Every load of the kernel (a gemm's operands first)."""
         operands = [self.gemm.a, self.gemm.b] if self.gemm is not None else []
-        return operands + [n for n in walk([s.value for s in self.stores]) if isinstance(n, Load)]
+        return operands + [n for n in walk(self.values()) if isinstance(n, Load)]
+
+    def values(self) -> list:
+        """The expressions the kernel evaluates: its stored values (and a pool's source)."""
+        return [s.value for s in self.stores] + ([self.pool.source] if self.pool else [])
 
     def buffers(self) -> list:
         seen = {}
@@ -232,7 +269,7 @@ class Kernel:
         return list(seen.values())
 
     def dtypes(self) -> set:
-        return {n.dtype for n in walk([s.value for s in self.stores])} | \
+        return {n.dtype for n in walk(self.values())} | \
             {s.buffer.dtype for s in self.stores}
 
     def iterations(self) -> int:

@@ -26,6 +26,8 @@ REASONS = (
     "non_contiguous_store",   # the store does not walk the vector loop with stride 1
     "short_inner_loop",       # the vector loop has fewer iterations than one vector
     "sequential_scan",        # a running sum along the vector loop (each step needs the last)
+    "irregular_windows",      # a pooling whose column windows have no arithmetic form
+                              # (adaptive pooling of a width its output does not divide)
 )
 
 
@@ -55,7 +57,7 @@ def _vector_dtypes(kernel: Kernel) -> set:
 
 
 def _unsupported_op(kernel: Kernel):
-    for n in walk([s.value for s in kernel.stores]):
+    for n in walk(kernel.values()):
         if getattr(n, "op", None) == Op.POW and n.dtype.is_int:
             return "pow"          # integer power loops per element
     return None
@@ -118,6 +120,32 @@ CHECKS = (
 )
 
 
+def _pool_bad_load(kernel: Kernel) -> bool:
+    """Lanes need every load to be a broadcast, a contiguous run, or (a source read along
+    a contiguous input row) a run of stride*lanes elements of which every stride-th is used."""
+    p = kernel.pool
+    return any(ld.offset.coeff(p.iw) not in (0, 1) or ld.offset.coeff(p.col) not in (0, 1)
+               for ld in kernel.loads()) or \
+        any(s.offset.coeff(p.col) != 1 for s in kernel.stores)
+
+
+def _pool_lanes(kernel: Kernel, lanes: int) -> int:
+    """Narrower vectors (down to 128 bits) for a pooling whose rows of full windows are
+    shorter than a vector of the full width (7 to 15 columns: 8 lanes of float32)."""
+    cols, bits = kernel.pool.cols, kernel.vector_bits // lanes     # bits: the widest element
+    while lanes * bits > 128 and cols.stride is not None and cols.vector_range(lanes) == (0, 0):
+        lanes //= 2
+    return lanes
+
+
+POOL_CHECKS = (
+    ("unsupported_op", lambda k, lanes, masked: _unsupported_op(k)),
+    ("irregular_windows", lambda k, lanes, masked: k.pool.cols.stride is None),
+    ("non_contiguous_load", lambda k, lanes, masked: _pool_bad_load(k)),
+    ("short_inner_loop", lambda k, lanes, masked: k.pool.cols.vector_range(lanes) == (0, 0)),
+)
+
+
 def check(kernel: Kernel, vector_bits: int, masked_tails: bool = False) -> Kernel:
     """Fill in the kernel's vector decision (lanes, vectorized, reason) and return it.
     With `masked_tails` (the target masks vector loads/stores) a loop shorter than a vector
@@ -128,7 +156,11 @@ def check(kernel: Kernel, vector_bits: int, masked_tails: bool = False) -> Kerne
         kernel.lanes = max(vector_bits // kernel.gemm.dtype.bits, 1)
         kernel.vectorized, kernel.reason = True, None
         return kernel
-    for reason, predicate in CHECKS:
+    checks = CHECKS
+    if kernel.pool is not None:
+        checks, lanes = POOL_CHECKS, _pool_lanes(kernel, lanes)
+        kernel.lanes = lanes
+    for reason, predicate in checks:
         hit = predicate(kernel, lanes, masked_tails)
         if hit:
             kernel.vectorized = False
@@ -152,13 +184,15 @@ def flops(kernel: Kernel) -> int:
     a GEMM 2K per output plus its epilogue)."""
     if kernel.parts:
         return sum(flops(p) for p in kernel.parts)
-    per_iter = sum(1 for n in walk([s.value for s in kernel.stores]) if hasattr(n, "op"))
+    per_iter = sum(1 for n in walk(kernel.values()) if hasattr(n, "op"))
     if kernel.gemm is not None:
         g = kernel.gemm
         outputs = g.m.extent * g.n.extent
         for v in g.batch:
             outputs *= v.extent
         return outputs * (2 * g.k.extent + per_iter)
+    if kernel.pool is not None:
+        return kernel.iterations() * (per_iter + kernel.pool.window)
     combine = kernel.reduction is not None or kernel.kind == "scan"   # the running add
     return kernel.iterations() * (per_iter + combine)
 

@@ -17,6 +17,9 @@ Which nodes get memory (the fusion rule of this stage):
     read only by another one is not: its sources are written straight into the outer one's
     buffer (a pad of several axes is one buffer, each region written once);
   - the array a gather (TAKE) reads lives in memory (its address depends on a run-time index);
+  - a pooling's result, as a matmul's, unless elementwise ops alone read it
+    (`relu(max_pool2d(x))` is one kernel); its input is read per tap, inlined unless its
+    producers are costly (passes/pool.py);
   - everything else (elementwise ops, casts, views, gathers) is inlined into the kernel that
     reads it.
 A materialized node that a later kernel needs is loaded from its buffer, not recomputed.
@@ -42,6 +45,7 @@ from jitcore.ir.shapes import contiguous_strides, numel
 
 from .kernel import (Acc, Buffer, Compute, Const, Gather, Gemm, Kernel, Load, Loop, Reduction,
                      Store, rebuild)
+from .pool import pool_kernel, source_to_materialize
 from .recompute import VIEWS_THROUGH, recompute_materialized
 from .symbolic import Lin, Var, floordiv, lin, mod, substitute
 from .tasks import task_of_nodes
@@ -79,8 +83,8 @@ def _non_unit(shape) -> list:
 
 
 def _epilogue_owner(matmul: Node, users: dict, chosen: set, task: dict):
-    """The one materialized node that reads `matmul` only through elementwise ops (and
-    reshapes that add or drop unit axes: `A @ v` of a 1-D v is a matmul to (M, 1) and a
+    """The one materialized node that reads `matmul` (or a pooling) only through elementwise
+    ops (and reshapes that add or drop unit axes: `A @ v` of a 1-D v is a matmul to (M, 1) and a
     reshape to (M,)) of its shape up to unit axes, or None. The owner has the matmul's dtype:
     its output holds the partial sums between k blocks."""
     owners, stack, seen = set(), [matmul], set()
@@ -123,7 +127,7 @@ def _waits_on_a_task(node: Node, chosen: set) -> bool:
 
 def materialized_nodes(graph: Graph) -> tuple:
     """The nodes that get a buffer of their own, in topological order, and the fused GEMM
-    epilogues: id(node) -> the matmul its kernel computes."""
+    and pooling epilogues: id(node) -> the matmul or pooling its kernel computes."""
     nodes = graph.nodes()
     chosen = {id(o) for o in graph.outputs}
     for n in nodes:
@@ -139,6 +143,11 @@ def materialized_nodes(graph: Graph) -> tuple:
             chosen.add(id(n))
         if n.op == Op.TAKE and n.src[0].op not in (Op.INPUT, Op.CONST):
             chosen.add(id(n.src[0]))
+        if n.op == Op.POOL2D:
+            chosen.add(id(n))
+            source = source_to_materialize(n, chosen)
+            if source is not None:
+                chosen.add(id(source))
         if n.op == Op.WAIT:                 # a task's result lives in memory
             base = _strip_views(n.src[0])
             chosen.add(id(base) if base.op not in (Op.INPUT, Op.CONST) else id(n))
@@ -153,7 +162,7 @@ def materialized_nodes(graph: Graph) -> tuple:
             users.setdefault(id(s), []).append(n)
     epilogues = {}
     for n in nodes:
-        if n.op == Op.MATMUL and id(n) not in {id(o) for o in graph.outputs}:
+        if n.op in (Op.MATMUL, Op.POOL2D) and id(n) not in {id(o) for o in graph.outputs}:
             owner = _epilogue_owner(n, users, chosen, task)
             if owner is not None and owner not in epilogues and \
                     not _waits_on_a_task(by_id[owner], chosen):
@@ -419,8 +428,12 @@ class _Lowering:
     def _kernel(self, node: Node, out: Buffer, index: int) -> Kernel:
         if node.op == Op.CUMSUM:
             return self._scan(node, out, index)
-        if node.op == Op.MATMUL or id(node) in self.epilogues:
-            return self._gemm_kernel(node, self.epilogues.get(id(node), node), out, index)
+        producer = self.epilogues.get(id(node), node)
+        if producer.op == Op.POOL2D:
+            return pool_kernel(node, producer, out, index,
+                               lambda target, acc: _KernelBuilder(self, target, acc), offset)
+        if producer.op == Op.MATMUL:
+            return self._gemm_kernel(node, producer, out, index)
         kb = _KernelBuilder(self, node)
         if node.op in REDUCE:
             src = node.src[0]

@@ -1,5 +1,5 @@
 """Algebraic clean-up before lowering: constant folding, view chains, small powers, index
-reductions over extent-1 axes.
+reductions over extent-1 axes, clamps moved after a max pooling.
 
 CSE happens in the rewrite driver itself; dead code disappears because graphs are walked
 from their outputs.
@@ -92,8 +92,28 @@ def _trivial_index_reduction(node: Node):
     return None
 
 
+def _clamp_after_max_pool(node: Node):
+    """max_pool(maximum(x, c)) is maximum(max_pool(x), c) for a scalar c (and the same for
+    minimum: relu, relu6 and hardtanh before a max pooling), NaN included, when every window
+    has a tap in the input (an all-padding window is -inf, not c): the clamp then runs once
+    per output instead of once per tap."""
+    if node.op != Op.POOL2D or node.arg.kind != "max" or node.src[0].op not in (
+            Op.MAXIMUM, Op.MINIMUM):
+        return None
+    clamp = node.src[0]
+    windows = node.arg.windows(*clamp.shape[2:])
+    if not all(lo < hi for w in windows for lo, hi in zip(w.lo, w.hi)):
+        return None
+    for x, c in (clamp.src, clamp.src[::-1]):
+        if scalar_value(c) is not None and x.shape == clamp.shape:
+            pooled = b.node(Op.POOL2D, x, arg=node.arg)
+            return b.node(clamp.op, pooled, b.broadcast_to(b.const(scalar_value(c), c.dtype),
+                                                            pooled.shape))
+    return None
+
+
 def _rule(node: Node):
-    for rule in (_views, _fold, _small_power, _trivial_index_reduction):
+    for rule in (_views, _fold, _small_power, _trivial_index_reduction, _clamp_after_max_pool):
         out = rule(node)
         if out is not None and out is not node:
             return out

@@ -6,7 +6,8 @@ run-time values); in integer programs
 also the bitwise family, shifts by any count, and float -> integer casts of float inputs full
 of NaN, infinities and out-of-range values), broadcasting between
 compatible shapes (size-1, odd and empty dims), views (transpose, slicing with any step,
-reshape, expand/broadcast), reductions (random axes, keepdims; argmax/argmin and prod on
+reshape, expand/broadcast), pooling (max, avg and adaptive over the last two axes of 3-d
+values), reductions (random axes, keepdims; argmax/argmin and prod on
 integers; argmax/argmin on floats the reference computes exactly, ties included; elementwise
 chains read by two reductions), pow with constant and tensor exponents, matmuls (2-D, batched
 with broadcast batch dims, transposed operands, 1-D: A @ v, v @ A, v @ v) and
@@ -30,6 +31,7 @@ from hypothesis import strategies as st
 import jitcore as jc
 from jitcore.llvm import graph_module
 from helpers import BOOL, F32, F64, TOL, U8, ULP, assert_close, saturating_astype
+from test_pooling import out_size, ref_adaptive, ref_pool
 
 DIMS = [1, 2, 3, 5, 7, 16, 17]
 MAX_SIZE = 3000
@@ -323,6 +325,8 @@ def apply_step(step, vals, reference=False, scalars=None):
         if _is_np(v) and v.dtype.kind == "f" and target.kind in "iu":
             return saturating_astype(v, target)      # numpy's own cast is undefined there
         return v.astype(target)
+    if kind == "pool":
+        return pool_step(step, v)
     if kind == "transpose":
         return v.transpose(step[2])
     if kind == "slice":
@@ -340,6 +344,22 @@ def apply_step(step, vals, reference=False, scalars=None):
             return getattr(v, op)(axis=axis, keepdims=keepdims, dtype=np.int64)
         return getattr(v, op)(axis=axis, keepdims=keepdims)
     raise AssertionError(kind)
+
+
+def pool_step(step, v):
+    """("pool", i, kind, options) on a (C, H, W) value: jitcore's op on tracers, the float64
+    window-loop reference (in v's dtype) on arrays."""
+    kind, opts = step[2], dict(step[3])
+    if not _is_np(v):
+        if kind == "adaptive":
+            return jc.adaptive_avg_pool2d(v, opts["out"])
+        fn = jc.max_pool2d if kind == "max" else jc.avg_pool2d
+        return fn(v, opts.pop("kernel"), **opts)
+    if kind == "adaptive":
+        out = ref_adaptive(v[None], opts["out"])
+    else:
+        out = ref_pool(v[None], kind, **opts)
+    return out[0].astype(v.dtype)
 
 
 @contextmanager
@@ -584,6 +604,34 @@ def _draw_elementwise(draw, b, kind, unary_ops, binary_ops, scalars, scalar_ops=
     return ("binary", draw(st.sampled_from(binary_ops)), i, j)
 
 
+def _draw_pool(draw, b):
+    """A max, average or adaptive pooling of a (C, H, W) value with drawn options, or None
+    when no value fits or the options leave no output."""
+    values = [i for i in b.numeric() if len(b.shape[i]) == 3 and 0 not in b.shape[i]]
+    if not values:
+        return None
+    i = draw(st.sampled_from(values))
+    h, w = b.shape[i][1:]
+    kind = draw(st.sampled_from(["max", "avg", "adaptive"]))
+    if kind == "adaptive":
+        return ("pool", i, kind, (("out", (draw(st.integers(1, h)), draw(st.integers(1, w)))),))
+    k = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
+    opts = dict(kernel=k, stride=draw(st.sampled_from([None, 1, 2, (1, 2)])),
+                padding=(draw(st.integers(0, k[0] // 2)), draw(st.integers(0, k[1] // 2))),
+                ceil_mode=draw(st.booleans()))
+    if kind == "max":
+        opts["dilation"] = draw(st.sampled_from([1, 2]))
+    else:
+        opts["count_include_pad"] = draw(st.booleans())
+    stride = opts["stride"] or k
+    stride = stride if isinstance(stride, tuple) else (stride, stride)
+    d = opts.get("dilation", 1)
+    if min(out_size(n, kk, ss, pp, d, opts["ceil_mode"])
+           for n, kk, ss, pp in zip((h, w), k, stride, opts["padding"])) < 1:
+        return None
+    return ("pool", i, kind, tuple(opts.items()))
+
+
 def _draw_view(draw, b, i):
     s = b.shape[i]
     view = draw(st.sampled_from(["transpose", "slice", "reshape", "broadcast_to"]))
@@ -708,9 +756,9 @@ def programs(draw, kind="float"):
     b = _Builder(Program(in_shapes, in_dtypes, seed=draw(st.integers(0, 2**31 - 1))), floats)
     scalar_ops = SCALAR_OPS if floats else SCALAR_OPS + BITWISE
     choices = ["unary", "unary", "binary", "binary", "scalar", "view", "view", "reduce",
-               "reductions", "fork", "join"] + (["matmul", "gemv", "cast", "argreduce"] if floats
-                                        else ["bool", "bool", "cast"]
-                                        + ["float_cast"] * (3 if float_input else 1))
+               "reductions", "fork", "join"] + (
+        ["matmul", "gemv", "cast", "argreduce", "pool"] if floats
+        else ["bool", "bool", "cast"] + ["float_cast"] * (3 if float_input else 1))
     for _ in range(draw(st.integers(3, 12))):
         step_kind = draw(st.sampled_from(choices))
         if step_kind == "fork":                      # a unary op or matmul as a forked task
@@ -735,6 +783,8 @@ def programs(draw, kind="float"):
             step = _draw_reduce(draw, b, draw(st.sampled_from(exact)), ["argmax", "argmin"])
         elif step_kind == "float_cast":
             step = _draw_float_cast(draw, b)
+        elif step_kind == "pool":
+            step = _draw_pool(draw, b)
         elif step_kind in ("unary", "binary", "scalar"):
             step = _draw_elementwise(draw, b, step_kind, unary_ops, binary_ops, scalars,
                                      scalar_ops)
@@ -821,6 +871,15 @@ def _rounding_terms(step, vals, out):
     if kind == "matmul":
         v, w = np.abs(vals[step[1]]), np.abs(vals[step[2]])
         return (v @ (_swap_last(w) if step[3] else w)) * math.sqrt(max(v.shape[-1], 1))
+    if kind == "pool":                               # max picks; an average sums its window
+        if step[2] == "max":
+            return np.zeros(out.shape)
+        opts, (h, w) = dict(step[3]), vals[step[1]].shape[-2:]
+        if step[2] == "adaptive":                    # windows of at most ceil(n/out) + 1
+            taps = math.prod(-(-n // o) + 1 for n, o in zip((h, w), opts["out"]))
+        else:
+            taps = math.prod(opts["kernel"])
+        return pool_step(step, np.abs(vals[step[1]])) * taps
     return np.abs(out)                               # astype: one rounding
 
 
@@ -844,7 +903,9 @@ def _propagated(step, vals, errs, out):
         c, x, y = step[1:4]
         return np.asarray(np.where(vals[c], errs[x], errs[y]), dtype=np.float64)
     if kind in ("transpose", "slice", "reshape", "broadcast_to", "astype", "concat", "take",
-                "cumsum"):                           # (errs >= 0: a running sum bounds them)
+                "cumsum", "pool"):
+        # (errs >= 0: a running sum bounds them; a pool of the bounds: the largest in a max's
+        # window, an average's average)
         return np.asarray(apply_step(step, errs, True), dtype=np.float64)
     if kind == "pad":                                # a constant border is exact
         return np.asarray(apply_step(step[:4] + (0,), errs, True), dtype=np.float64)

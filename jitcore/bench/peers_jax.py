@@ -23,6 +23,16 @@ def _masked_max(m, x):
     return jnp.max(jnp.where(m, x, -jnp.inf), axis=1)
 
 
+def _max_pool(x):
+    return jax.lax.reduce_window(x, -jnp.inf, jax.lax.max, (1, 1, 3, 3), (1, 1, 2, 2),
+                                 ((0, 0), (0, 0), (1, 1), (1, 1)))
+
+
+def _avg_pool(x):
+    n, c, h, w = x.shape
+    return x.reshape(n, c, h // 2, 2, w // 2, 2).mean(axis=(3, 5))
+
+
 JAX = {
     "chain": lambda a, b, c: jnp.maximum(a * b + c, 0) * F32(0.5),
     "gelu_tanh": lambda x: jax.nn.gelu(x, approximate=True),
@@ -38,6 +48,10 @@ JAX = {
     "linear_gelu": lambda x, W, b: jax.nn.gelu(x @ W + b, approximate=True),
     "mlp2": lambda x, W1, b1, W2, b2: jax.nn.gelu(x @ W1 + b1, approximate=True) @ W2 + b2,
     "fork_wait": lambda x, w_y, w_z: x @ w_y + jnp.tanh(x @ w_z) * F32(0.5),
+    "max_pool_3x3s2": _max_pool,
+    "avg_pool_2x2": _avg_pool,
+    "global_avg_pool": lambda x: x.mean(axis=(2, 3), keepdims=True),
+    "global_avg_pool_b8": lambda x: x.mean(axis=(2, 3), keepdims=True),
 }
 
 

@@ -99,11 +99,29 @@ def np_fork_wait(x, w_y, w_z, out=None):
     return y
 
 
+def np_max_pool(x, out=None):
+    """3x3 stride-2 windows of the -inf-padded input, as strided views."""
+    xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)), constant_values=-np.inf)
+    win = np.lib.stride_tricks.sliding_window_view(xp, (3, 3), axis=(2, 3))[:, :, ::2, ::2]
+    return win.max(axis=(4, 5), out=out)
+
+
+def np_avg_pool(x, out=None):
+    n, c, h, w = x.shape
+    return x.reshape(n, c, h // 2, 2, w // 2, 2).mean(axis=(3, 5), out=out)
+
+
+def np_global_pool(x, out=None):
+    return x.mean(axis=(2, 3), keepdims=True, out=out)
+
+
 NUMPY = {"chain": np_chain, "gelu_tanh": np_gelu, "dispatch_1024": np_triad,
          "softmax": np_softmax, "layer_norm": np_layer_norm, "row_sum": np_row_sum,
          "col_sum": np_col_sum, "broadcast3": np_broadcast3, "transpose_add": np_transpose_add,
          "masked_row_max": np_masked_max, "masked_row_max_causal": np_masked_max,
-         "linear_gelu": np_linear_gelu, "mlp2": np_mlp, "fork_wait": np_fork_wait}
+         "linear_gelu": np_linear_gelu, "mlp2": np_mlp, "fork_wait": np_fork_wait,
+         "max_pool_3x3s2": np_max_pool, "avg_pool_2x2": np_avg_pool,
+         "global_avg_pool": np_global_pool, "global_avg_pool_b8": np_global_pool}
 
 # numexpr: (expression, input names, float32 constants); float32 constants keep it in float32
 NUMEXPR = {

@@ -72,11 +72,25 @@ def t_fork_wait_eager(x, w_y, w_z):
     return torch.mm(x, w_y).add_(torch.tanh(torch.mm(x, w_z)).mul_(0.5))
 
 
+def t_max_pool(x):
+    return torch.nn.functional.max_pool2d(x, 3, 2, 1)
+
+
+def t_avg_pool(x):
+    return torch.nn.functional.avg_pool2d(x, 2)
+
+
+def t_global_pool(x):
+    return torch.nn.functional.adaptive_avg_pool2d(x, 1)
+
+
 EAGER = {"chain": t_chain, "gelu_tanh": t_gelu, "dispatch_1024": t_triad,
          "softmax": t_softmax, "layer_norm": t_layer_norm, "row_sum": t_row_sum,
          "col_sum": t_col_sum, "broadcast3": t_broadcast3, "transpose_add": t_transpose_add,
          "masked_row_max": t_masked_max, "masked_row_max_causal": t_masked_max,
-         "linear_gelu": t_linear_gelu, "mlp2": t_mlp}
+         "linear_gelu": t_linear_gelu, "mlp2": t_mlp, "max_pool_3x3s2": t_max_pool,
+         "avg_pool_2x2": t_avg_pool, "global_avg_pool": t_global_pool,
+         "global_avg_pool_b8": t_global_pool}
 HAS_OUT = {"chain", "dispatch_1024", "softmax", "row_sum", "col_sum", "broadcast3",
            "transpose_add", "masked_row_max", "masked_row_max_causal", "mlp2"}
 

@@ -113,12 +113,34 @@ def jc_fork_wait(x, w_y, w_z):
     return y + jc.wait(fut)
 
 
+def jc_max_pool(x):
+    return jc.max_pool2d(x, 3, 2, 1)
+
+
+def jc_avg_pool(x):
+    return jc.avg_pool2d(x, 2)
+
+
+def jc_global_pool(x):
+    return jc.adaptive_avg_pool2d(x, 1)
+
+
+def pool64(x, kind: str, k: int, s: int, p: int):
+    """Pooling of an (N, C, H, W) float64 array by strided windows (reference)."""
+    pad = -np.inf if kind == "max" else 0.0
+    xp = np.pad(x, ((0, 0), (0, 0), (p, p), (p, p)), constant_values=pad)
+    win = np.lib.stride_tricks.sliding_window_view(xp, (k, k), axis=(2, 3))[:, :, ::s, ::s]
+    return win.max(axis=(4, 5)) if kind == "max" else win.mean(axis=(4, 5))
+
+
 JITCORE = {"chain": jc_chain, "gelu_tanh": jc_gelu, "dispatch_1024": jc_triad,
            "softmax": jc_softmax, "layer_norm": jc_layer_norm, "row_sum": jc_row_sum,
            "col_sum": jc_col_sum, "broadcast3": jc_broadcast3,
            "transpose_add": jc_transpose_add, "masked_row_max": jc_masked_max,
            "masked_row_max_causal": jc_masked_max, "linear_gelu": jc_linear_gelu,
-           "mlp2": jc_mlp, "fork_wait": jc_fork_wait}
+           "mlp2": jc_mlp, "fork_wait": jc_fork_wait, "max_pool_3x3s2": jc_max_pool,
+           "avg_pool_2x2": jc_avg_pool, "global_avg_pool": jc_global_pool,
+           "global_avg_pool_b8": jc_global_pool}
 
 
 # ---- the suite --------------------------------------------------------------------------------
@@ -140,6 +162,22 @@ def _bytes_rc(arrays_in: int, out_cols=None):
 
 def _mm_flops(*dims):
     return lambda s: sum(2 * s[a] * s[b] * s[c] for a, b, c in dims)
+
+
+def _nchw(n, c, hw, tiny_c):
+    return lambda tiny_mode: {"n": n, "c": tiny_c if tiny_mode else c, "h": hw}
+
+
+def _pool_bytes(out_hw):
+    return lambda s: 4 * s["n"] * s["c"] * (s["h"] ** 2 + out_hw(s["h"]) ** 2)
+
+
+def _pool_flops(out_hw, taps):
+    return lambda s: s["n"] * s["c"] * out_hw(s["h"]) ** 2 * taps(s["h"])
+
+
+def _image(s, rng):
+    return (randn(rng, s["n"], s["c"], s["h"], s["h"]),)
 
 
 def _three(s, rng):
@@ -218,6 +256,19 @@ SUITE = [
              lambda x, w_y, w_z: x @ w_y + np.tanh(x @ w_z) * 0.5,
              lambda s: 4 * (s["m"] * s["k"] + 2 * s["k"] * s["n"] + s["m"] * s["n"]),
              _mm_flops(("m", "k", "n"), ("m", "k", "n")), rtol=1e-3, atol=1e-3, gemm=True),
+    Workload("max_pool_3x3s2", "max_pool2d 3x3 stride 2 pad 1, (1, 64, 112, 112) (ResNet stem)",
+             _nchw(1, 64, 112, 4), _image, lambda x: pool64(x, "max", 3, 2, 1),
+             _pool_bytes(lambda h: h // 2), _pool_flops(lambda h: h // 2, lambda h: 9),
+             unit="us"),
+    Workload("avg_pool_2x2", "avg_pool2d 2x2, (1, 256, 56, 56)", _nchw(1, 256, 56, 4), _image,
+             lambda x: pool64(x, "avg", 2, 2, 0), _pool_bytes(lambda h: h // 2),
+             _pool_flops(lambda h: h // 2, lambda h: 4), unit="us"),
+    Workload("global_avg_pool", "adaptive_avg_pool2d(1), (1, 512, 7, 7)", _nchw(1, 512, 7, 4),
+             _image, lambda x: x.mean(axis=(2, 3), keepdims=True), _pool_bytes(lambda h: 1),
+             _pool_flops(lambda h: 1, lambda h: h * h), unit="us"),
+    Workload("global_avg_pool_b8", "adaptive_avg_pool2d(1), (8, 2048, 7, 7)",
+             _nchw(8, 2048, 7, 4), _image, lambda x: x.mean(axis=(2, 3), keepdims=True),
+             _pool_bytes(lambda h: 1), _pool_flops(lambda h: 1, lambda h: h * h), unit="us"),
 ]
 
 BY_NAME = {w.name: w for w in SUITE}

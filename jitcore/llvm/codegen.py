@@ -20,6 +20,7 @@ from .gemm import GemmEmitter
 from .gemv import GemvEmitter
 from .opemit import cast, emit
 from .pairwise import PairwiseSum
+from .pool import PoolEmitter
 
 
 
@@ -310,6 +311,8 @@ class KernelEmitter:
             GemmEmitter(self, self.gemm_plan).emit()
         elif k.kind == "gemv":
             GemvEmitter(self, self.gemv_plan).emit()
+        elif k.kind == "pool":
+            PoolEmitter(self).emit()
         elif k.kind == "pointwise" and not k.loops:
             self.emit_point()
         elif k.kind == "pointwise" and k.tile_var is not None:
