@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import dtypes as dt
+from .conv import infer_batch_norm, infer_conv2d
 from .errors import DTypeError, ShapeError
 from .graph import ConstArray, Node
 from .ops import (BINARY, BITWISE, BITWISE_BINARY, COMPARE, FLOAT_UNARY, INDEX_REDUCE,
@@ -161,6 +162,10 @@ def infer(op: Op, src: tuple, arg) -> tuple:
         return src[0].dtype, src[0].shape
     if op == Op.LAYER_NORM:
         return _infer_layer_norm(src)
+    if op == Op.CONV2D:
+        return infer_conv2d(src, arg)
+    if op == Op.BATCH_NORM:
+        return infer_batch_norm(src, arg)
     if op in (Op.FORKARG, Op.WAIT):
         _require(isinstance(arg, int) and len(src) == 1, ShapeError,
                  f"{_name(op)}: needs one source and a task number")

@@ -18,7 +18,8 @@ def type_str(node) -> str:
 _ARG_NAMES = {Op.RESHAPE: "shape", Op.EXPAND: "shape", Op.PERMUTE: "perm", Op.SLICE: "slices",
               Op.SOFTMAX: "axis", Op.LOG_SOFTMAX: "axis", Op.GELU: "approximate",
               Op.LEAKY_RELU: "slope", Op.HARDTANH: "range", Op.LAYER_NORM: "eps",
-              Op.FORKARG: "task", Op.WAIT: "task"}
+              Op.FORKARG: "task", Op.WAIT: "task", Op.CONV2D: "conv",
+              Op.BATCH_NORM: "eps,weight,bias"}
 
 
 def _arg_str(node) -> str:

@@ -13,6 +13,8 @@ Loop order encodes the kernel's shape:
 - gemm:                 batch loops, m, k (reduce), n; the store's value is the epilogue: an
                         expression of `Acc` (the dot product at (batch, m, n)) and loads, so
                         post-ops run while the output tile is in registers (see `Gemm`).
+- conv:                 n, oc, oh, ow (the output's axes); `Conv` holds the operands, the
+                        store's value is the epilogue over `Acc` as for gemm.
 - gemv:                 a gemm whose M or N is 1 (a matrix times a vector): batch loops, k
                         (reduce), then the output axis (`Gemm.out_var`); the same epilogue.
 """
@@ -124,6 +126,36 @@ class Gemm:
         return self.m if self.n.extent == 1 else self.n
 
 
+@dataclass
+class Conv:
+    """out[n, oc, oh, ow] = sum over (ci, kh, kw) of x[n, g*Cg_in + ci, ih, iw] *
+    w[oc, ci, kh, kw], with g = oc // Cg_out, ih = oh*sh + kh*dh - pad_top, iw likewise, and
+    x = 0 in the padding. `x` and `w` are loads whose offsets are linear in `x_vars` (n, c,
+    h, w of the input) and `w_vars` (o, ci, kh, kw); the kernel's loops are the output's
+    (n, oc, oh, ow) and its store's value is the epilogue over `Acc` (bias already added).
+    Computed in NCHW: vectors of output pixels along a row (or along the flattened plane),
+    a register tile of output channels x pixel vectors (see jitcore/llvm/conv.py)."""
+    x: Load
+    w: Load
+    x_vars: tuple
+    w_vars: tuple
+    out_vars: tuple      # (n, oc, oh, ow)
+    attrs: object        # jitcore.ir.conv.ConvAttrs
+    dtype: DType
+    prepacked: bool = False   # w's buffer holds the packed weights (jitcore/llvm/conv.py)
+
+    @property
+    def taps(self) -> int:
+        return self.w_vars[2].extent * self.w_vars[3].extent
+
+    @property
+    def cin_group(self) -> int:
+        return self.w_vars[1].extent
+
+    def strides(self, load: Load, variables) -> tuple:
+        return tuple(load.offset.coeff(v) for v in variables)
+
+
 # The fusion passes (fuse_outputs, fuse_rows) stop growing a kernel at this many ops: the work
 # and compile time of one kernel stay bounded however long the graph (lowering bounds what a
 # single kernel inlines the same way, passes/recompute.py).
@@ -146,9 +178,12 @@ class Kernel:
     task: int | None = None          # the inter-op task that runs it (None: the main line)
     parts: list = field(default_factory=list)   # row fusion: kernels run in order per row
     gemm: Gemm | None = None         # a matmul with its epilogue (kind "gemm" or "gemv")
+    conv: Conv | None = None         # a convolution with its epilogue (kind "conv")
 
     @property
     def kind(self) -> str:
+        if self.conv is not None:
+            return "conv"
         if self.gemm is not None:
             return "gemv" if self.gemm.matvec else "gemm"
         if self.parts:
@@ -179,6 +214,11 @@ class Kernel:
         return self.loops[-1].var if self.loops else None
 
     @property
+    def layout(self) -> str | None:
+        """The data layout a convolution kernel computes in (None for other kernels)."""
+        return "NCHW" if self.conv is not None else None
+
+    @property
     def loop_nest(self) -> str:
         """e.g. `for i0 in 0..4096 (parallel), i1 in 0..1024 (reduce, vector)`."""
         if self.parts:
@@ -195,7 +235,8 @@ class Kernel:
 
     def loads(self) -> list:
         """Every load of the kernel (a gemm's operands first)."""
-        operands = [self.gemm.a, self.gemm.b] if self.gemm is not None else []
+        operands = [self.gemm.a, self.gemm.b] if self.gemm is not None else \
+            [self.conv.x, self.conv.w] if self.conv is not None else []
         return operands + [n for n in walk([s.value for s in self.stores]) if isinstance(n, Load)]
 
     def buffers(self) -> list:

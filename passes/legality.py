@@ -90,8 +90,9 @@ def check(kernel: Kernel, vector_bits: int, masked_tails: bool = False) -> Kerne
     is still vectorized: it runs as one masked iteration."""
     lanes = lanes_for(kernel, vector_bits)
     kernel.vector_bits, kernel.lanes, kernel.tile_var = vector_bits, lanes, None
-    if kernel.gemm is not None:           # the GEMM is vector code by construction
-        kernel.lanes = max(vector_bits // kernel.gemm.dtype.bits, 1)
+    if kernel.gemm is not None or kernel.conv is not None:   # vector code by construction
+        dtype = kernel.gemm.dtype if kernel.gemm is not None else kernel.conv.dtype
+        kernel.lanes = max(vector_bits // dtype.bits, 1)
         kernel.vectorized, kernel.reason = True, None
         return kernel
     for reason, predicate in CHECKS:
@@ -125,6 +126,9 @@ def flops(kernel: Kernel) -> int:
         for v in g.batch:
             outputs *= v.extent
         return outputs * (2 * g.k.extent + per_iter)
+    if kernel.conv is not None:
+        c = kernel.conv
+        return kernel.iterations() * (2 * c.cin_group * c.taps + per_iter)
     return kernel.iterations() * (per_iter + (kernel.reduction is not None))
 
 

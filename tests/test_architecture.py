@@ -31,7 +31,7 @@ FRONT_LAYERS = [
     ("target selection", {"jitcore.targetinfo"}),
     ("tracing and the op namespace",
      {"jitcore.tracer", "jitcore.indexing", "jitcore.ops", "jitcore.numpy_compat",
-      "jitcore.tensor_methods"}),
+      "jitcore.tensor_methods", "jitcore.conv_ops"}),
     ("compile driver, caches and the thread pools",
      {"jitcore.explain", "jitcore.dump", "jitcore.diskcache", "jitcore.parallel",
       "jitcore.compiler"}),

@@ -21,6 +21,7 @@ from jitcore.runtime import emit_parallel_for, emit_spawn, emit_wait
 from . import irutil as u
 from .codegen import KernelEmitter, streams_by_rows
 from .entry import OK, OUT_OF_MEMORY, emit_entry
+from .conv import plan as conv_plan
 from .gemm import plan as gemm_plan
 from .gemm import plan_threads
 from .gemv import plan as gemv_plan
@@ -40,6 +41,9 @@ def build_module(lowered, vector_bits: int, triple: str, data_layout: str,
         if kernel.kind == "gemm":        # work items of the GEMM, one per call at most
             ke.gemm_plan = gemm_plan(kernel, vector_bits, plan_threads(threads))
             launch = (ke.gemm_plan.items, 1)
+        elif kernel.kind == "conv":      # work items: image x pixel tile x channel blocks
+            ke.conv_plan = conv_plan(kernel, vector_bits, plan_threads(threads))
+            launch = (ke.conv_plan.items, 1)
         elif kernel.kind == "gemv":      # work items: blocks of outputs
             ke.gemv_plan = gemv_plan(kernel, vector_bits, plan_threads(threads))
             launch = (ke.gemv_plan.items, grain(kernel, ke.gemv_plan.items))
