@@ -19,7 +19,7 @@ from .rewrite import rewrite_once
 
 def const_array(node: Node):
     """The value of a constant array seen through casts and reshapes, else None."""
-    casts = []
+    casts, shape = [], node.shape
     while node.op in (Op.CAST, Op.RESHAPE):
         if node.op == Op.CAST:
             casts.append(node.dtype)
@@ -29,7 +29,7 @@ def const_array(node: Node):
     arr = node.arg.array
     for dtype in reversed(casts):
         arr = arr.astype(dtype.np)
-    return arr
+    return arr.reshape(shape)
 
 
 def _folded(bn: Node, conv: Node):
