@@ -23,6 +23,23 @@ def _masked_max(m, x):
     return jnp.max(jnp.where(m, x, -jnp.inf), axis=1)
 
 
+def _conv(x, w, stride=1, padding=1, groups=1):
+    return jax.lax.conv_general_dilated(
+        x, w, (stride, stride), [(padding, padding)] * 2,
+        dimension_numbers=("NCHW", "OIHW", "NCHW"), feature_group_count=groups)
+
+
+def _bn(x, mean, var, gamma, beta):
+    def ch(a):
+        return a.reshape(1, -1, 1, 1)
+    return (x - ch(mean)) * jax.lax.rsqrt(ch(var) + F32(1e-5)) * ch(gamma) + ch(beta)
+
+
+def _resblock(x, w1, m1, v1, g1, b1, w2, m2, v2, g2, b2):
+    y = jnp.maximum(_bn(_conv(x, w1), m1, v1, g1, b1), 0)
+    return jnp.maximum(_bn(_conv(y, w2), m2, v2, g2, b2) + x, 0)
+
+
 JAX = {
     "chain": lambda a, b, c: jnp.maximum(a * b + c, 0) * F32(0.5),
     "gelu_tanh": lambda x: jax.nn.gelu(x, approximate=True),
@@ -38,6 +55,12 @@ JAX = {
     "linear_gelu": lambda x, W, b: jax.nn.gelu(x @ W + b, approximate=True),
     "mlp2": lambda x, W1, b1, W2, b2: jax.nn.gelu(x @ W1 + b1, approximate=True) @ W2 + b2,
     "fork_wait": lambda x, w_y, w_z: x @ w_y + jnp.tanh(x @ w_z) * F32(0.5),
+    "conv3x3_64": _conv, "conv3x3_256": _conv,
+    "conv1x1_64_256": lambda x, w: _conv(x, w, padding=0),
+    "conv7x7s2_stem": lambda x, w: _conv(x, w, stride=2, padding=3),
+    "dwconv3x3_96": lambda x, w: _conv(x, w, groups=x.shape[1]),
+    "conv_bn_relu": lambda x, w, m, v, g, b: jnp.maximum(_bn(_conv(x, w), m, v, g, b), 0),
+    "resblock": _resblock,
 }
 
 
