@@ -311,13 +311,12 @@ def test_prepacked_and_plain_constant_weights(dtype, monkeypatch):
     assert_conv_close(packed(x), ref, mag, dtype, 30, msg="prepacked")
     assert_conv_close(plain(x), ref, mag, dtype, 30, msg="prepack_weights=False")
     np.testing.assert_array_equal(packed(x), plain(x))     # same order of operations
+    from jitcore import config               # JITCORE_PREPACK=0, as config.from_env reads it
     monkeypatch.setenv("JITCORE_PREPACK", "0")
-    from jitcore import config
-    config.reload() if hasattr(config, "reload") else None
-    off = jc.jit(f, constants={"w": w, "b": b})
-    if not config.get().prepack:
+    with config.override(prepack=config.from_env().prepack):
+        off = jc.jit(f, constants={"w": w, "b": b})
         assert "prepacked" not in off.explain(x)
-    assert_conv_close(off(x), ref, mag, dtype, 30, msg="JITCORE_PREPACK=0")
+        assert_conv_close(off(x), ref, mag, dtype, 30, msg="JITCORE_PREPACK=0")
 
 
 @pytest.mark.parametrize("shape, wshape, kw", [
