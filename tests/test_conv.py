@@ -341,6 +341,28 @@ def test_one_and_two_threads_bit_for_bit(shape, wshape, kw):
                  + 8 * np.finfo(F32).eps * (np.abs(want) + 1))
 
 
+@pytest.mark.parametrize("dtype", [F32, F64])
+def test_input_channels_in_passes(dtype, monkeypatch):
+    """With a tiny L1 the kernel sums 8 input channels per pass, keeping the partial sums of
+    its channel blocks between passes (33 = 4 passes of 8 and one of 1): same results, one
+    and two threads alike, prepacked or not."""
+    from jitcore.llvm import conv
+    monkeypatch.setattr(conv, "L1_BYTES", 1024)
+    rng = np.random.default_rng(15)
+    x, w, b = rand(rng, (2, 66, 7, 9), dtype), rand(rng, (26, 33, 3, 3), dtype), \
+        rand(rng, 26, dtype)
+
+    def f(x, w, b):
+        return jc.relu(jc.conv2d(x, w, b, padding=(1, 2), groups=2))
+    ref, mag = ref_conv2d(x, w, b, padding=(1, 2), groups=2)
+    results = [jc.jit(f, num_threads=t)(x, w, b) for t in (1, 2)]
+    results.append(jc.jit(f, constants={"w": w})(x, b))
+    for got in results:
+        assert_conv_close(got, np.maximum(ref, 0), mag, dtype, 33 * 9)
+    np.testing.assert_array_equal(results[0], results[1])
+    np.testing.assert_array_equal(results[0], results[2])
+
+
 def test_channels_last_input_read_in_place():
     """A transposed view of an NHWC array is an NCHW input with other strides."""
     rng = np.random.default_rng(10)

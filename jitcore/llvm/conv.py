@@ -37,9 +37,12 @@ from jitcore.passes.symbolic import lin
 
 from . import irutil as u
 from .epilogue import Epilogue
+from .gemm import cache_sizes
 
 MAX_NV = 8              # pixel vectors per tile
 MAX_MR = 12             # output channels per tile (more: one broadcast load per FMA)
+MAX_PARTIAL_BYTES = 16 * 1024   # partial sums of one item's channel blocks between passes
+L1_BYTES = cache_sizes()[1]
 MAX_TABLE = 4096        # tap x vector entries of the per-item offset/mask table
 
 
@@ -58,6 +61,8 @@ class ConvPlan:
     chunks: int
     batch: int
     table: bool         # the per-item tap table fits (else offsets are computed per block)
+    cc: int             # input channels per pass (the tile's input rows of cc channels
+                        # stay in L1 while every channel block of the item uses them)
 
     @property
     def items(self) -> int:
@@ -120,13 +125,33 @@ def plan(kernel: Kernel, vector_bits: int, threads: int) -> ConvPlan:
     n_tiles = -(-n_vec // nv)
     ocb = -(-cout_g // mr)
     blocks = groups * ocb
+    cc = _channels_per_pass(kernel, lanes, nv, flat)
     chunks = 1
     if threads > 1 and 0 < n * n_tiles < 4 * threads:        # too few items: split channels
         chunks = min(max(blocks, 1), -(-4 * threads // (n * n_tiles)))
+    if cc < c.cin_group:          # partial sums of the item's blocks live in a stack buffer
+        per_block = mr * nv * lanes * c.dtype.itemsize
+        chunks = max(chunks, -(-blocks * per_block // MAX_PARTIAL_BYTES))
     chunk_blocks = max(-(-blocks // chunks), 1)
     chunks = max(-(-blocks // chunk_blocks), 1)
     return ConvPlan(lanes, mr, nv, flat, n_vec, vpr, n_tiles, ocb, blocks,
-                    chunk_blocks, chunks, n, c.taps * nv <= MAX_TABLE)
+                    chunk_blocks, chunks, n, c.taps * nv <= MAX_TABLE, cc)
+
+
+def _channels_per_pass(kernel: Kernel, lanes: int, nv: int, flat: bool) -> int:
+    """Input channels whose rows under one pixel tile (all taps) fit half of L1."""
+    c = kernel.conv
+    _, _, h, w = _extents(c.x_vars)
+    kh, kw = _extents(c.w_vars[2:])
+    (sh, sw), (dh, dw) = c.attrs.stride, c.attrs.dilation
+    if flat:                          # one span of the flattened plane
+        span = nv * lanes + (kh - 1) * dh * w + (kw - 1) * dw
+    else:                             # up to nv rows of kh taps each, sw * lanes wide
+        rows = min(nv, _extents(c.out_vars)[2]) * kh
+        span = rows * min(w, sw * lanes + (kw - 1) * dw)
+    per_channel = span * c.dtype.itemsize + 64 * nv      # + a line at each vector's edge
+    cc = max(L1_BYTES // 2 // per_channel, 8)
+    return c.cin_group if cc >= c.cin_group else cc
 
 
 # ---- weight prepacking --------------------------------------------------------------------
@@ -220,6 +245,11 @@ class ConvEmitter:
                      for r in range(p.mr)]
         self.ctile = u.alloca_once(b, ir.ArrayType(self.vty, p.mr * p.nv), name="ctile")
         self.ctile.align = 64
+        self.passes = p.cc < self.cin_g
+        if self.passes:
+            self.partial = u.alloca_once(
+                b, ir.ArrayType(self.vty, p.chunk_blocks * p.mr * p.nv), name="partial")
+            self.partial.align = 64
         self.epi = {name: u.alloca_once(b, ir.ArrayType(u.I64, p.nv), name=f"epi_{name}")
                     for name in ("oh", "ow", "count")}
         if p.table:
@@ -228,8 +258,8 @@ class ConvEmitter:
             self.tab_mask = u.alloca_once(b, ir.ArrayType(self.mask_int, entries),
                                           name="tap_mask")
         with b.goto_entry_block():    # the loop bounds, hidden from the full unroller
-            self.n_kh, self.n_kw, self.n_ci, self.n_mr = (
-                opaque(b, v) for v in (self.kh, self.kw, self.cin_g, p.mr))
+            self.n_kh, self.n_kw, self.n_ci, self.n_mr, self.n_cc = (
+                opaque(b, v) for v in (self.kh, self.kw, self.cin_g, p.mr, p.cc))
             self.n_nv = opaque(b, p.nv)
         per_image = p.n_tiles * p.chunks
         with u.for_range(b, ke.start, ke.stop, 1, name="item") as t:
@@ -318,21 +348,67 @@ class ConvEmitter:
         x_image = b.add(u.I64(self.c.x.offset.const), b.mul(n, u.I64(self.xs[0])))
         lo = b.mul(chunk, u.I64(p.chunk_blocks))
         hi = u.imin(b, b.add(lo, u.I64(p.chunk_blocks)), u.I64(p.blocks))
+        if not self.passes:
+            self.blocks(pixels, x_image, n, lo, hi, u.I64(0), self.n_ci, None, None, nv)
+            return
+        # passes over cc input channels at a time; the blocks' sums wait in `partial`
+        with u.for_range(b, u.I64(0), self.n_ci, p.cc, name="cc", partial=True) as c0:
+            count = u.imin(b, self.n_cc, b.sub(self.n_ci, c0))
+            first = b.icmp_signed("==", c0, u.I64(0))
+            last = b.icmp_signed(">=", b.add(c0, count), self.n_ci)
+            self.blocks(pixels, x_image, n, lo, hi, c0, count, first, last, nv)
+
+    def blocks(self, pixels, x_image, n, lo, hi, c0, count, first, last, nv: int):
+        """Channel blocks lo..hi of the item over input channels c0..c0+count: start from
+        zero (first pass) or the partial sums; end with the epilogue (last pass) or by
+        saving the partial sums."""
+        b, p = self.b, self.p
         with u.for_range(b, lo, hi, 1, name="blk") as blk:
             g = b.sdiv(blk, u.I64(p.ocb))
             ob = b.srem(blk, u.I64(p.ocb))
             oc0 = b.mul(ob, u.I64(p.mr))
-            zero = u.const(self.vty, 0)
-            for row in self.accs:
-                for acc in row[:nv]:
-                    b.store(zero, acc)
-            x_group = b.add(x_image, b.mul(b.mul(g, u.I64(self.cin_g)), u.I64(self.xs[1])))
+            saved = None
+            if first is not None:
+                saved = b.gep(b.bitcast(self.partial, self.vty.as_pointer()),
+                              [b.mul(b.sub(blk, lo), u.I64(p.mr * p.nv))])
+            self.start_sums(saved, first, nv)
+            x_group = b.add(x_image, b.mul(b.add(b.mul(g, u.I64(self.cin_g)), c0),
+                                           u.I64(self.xs[1])))
             with u.for_range(b, u.I64(0), self.n_kh, 1, name="kh") as kh:
                 with u.for_range(b, u.I64(0), self.n_kw, 1, name="kw") as kw:
                     taps = self.table_tap(kh, kw, nv) if p.table else \
                         self.tap(pixels, kh, kw)
-                    self.micro(taps, x_group, blk, g, oc0, kh, kw, nv)
-            self.store_tile(n, g, oc0, nv)
+                    self.micro(taps, x_group, blk, g, oc0, kh, kw, c0, count, nv)
+            if last is None:
+                self.store_tile(n, g, oc0, nv)
+            else:
+                with b.if_else(last) as (then, otherwise):
+                    with then:
+                        self.store_tile(n, g, oc0, nv)
+                    with otherwise:
+                        for r in range(p.mr):
+                            for j in range(nv):
+                                b.store(b.load(self.accs[r][j]),
+                                        b.gep(saved, [u.I64(p.nv * r + j)]), align=64)
+
+    def start_sums(self, saved, first, nv: int):
+        b, p = self.b, self.p
+        zero = u.const(self.vty, 0)
+        if first is None:
+            for row in self.accs:
+                for acc in row[:nv]:
+                    b.store(zero, acc)
+            return
+        with b.if_else(first) as (then, otherwise):
+            with then:
+                for row in self.accs:
+                    for acc in row[:nv]:
+                        b.store(zero, acc)
+            with otherwise:
+                for r in range(p.mr):
+                    for j in range(nv):
+                        b.store(b.load(b.gep(saved, [u.I64(p.nv * r + j)]), align=64),
+                                self.accs[r][j])
 
     def weight_rows(self, blk, g, oc0, kh, kw) -> tuple:
         """Per tile row r: the offset of its weight at channel 0 of this tap; and the step
@@ -352,13 +428,15 @@ class ConvEmitter:
             rows.append(b.add(common, b.mul(oc, u.I64(so))))
         return rows, sc
 
-    def micro(self, taps, x_group, blk, g, oc0, kh, kw, nv: int):
+    def micro(self, taps, x_group, blk, g, oc0, kh, kw, c0, count, nv: int):
+        """accs += the tap's products over input channels c0..c0+count of the group."""
         b, p, ke = self.b, self.p, self.ke
         rows, w_step = self.weight_rows(blk, g, oc0, kh, kw)
+        rows = [b.add(r, b.mul(c0, u.I64(w_step))) for r in rows]
         x_base = ke.base_ptr(self.c.x.buffer)
         w_base = ke.base_ptr(self.c.w.buffer)
         starts = [b.add(x_group, off) for off, _ in taps]
-        with u.for_range(b, u.I64(0), self.n_ci, 1, name="ci") as ci:
+        with u.for_range(b, u.I64(0), count, 1, name="ci") as ci:
             x_ci = b.mul(ci, u.I64(self.xs[1]))
             xv = [self.load_x(x_base, b.add(start, x_ci), mask)
                   for start, (_, mask) in zip(starts, taps)]
