@@ -17,54 +17,9 @@ import numpy as np
 import pytest
 
 import jitcore as jc
-from helpers import F32, F64, assert_close
+from helpers import F32, F64, assert_close, pair, ref_conv2d, resolve_padding
 
 # ---- the reference ---------------------------------------------------------------------------
-
-
-def resolve_padding(padding, kernel, dilation):
-    """(top, bottom, left, right) as torch resolves it."""
-    if padding == "valid":
-        return (0, 0, 0, 0)
-    if padding == "same":
-        out = []
-        for k, d in zip(kernel, dilation):
-            total = d * (k - 1)
-            out += [total // 2, total - total // 2]
-        return tuple(out)
-    ph, pw = (padding, padding) if isinstance(padding, int) else padding
-    return (ph, ph, pw, pw)
-
-
-def pair(v):
-    return (v, v) if isinstance(v, int) else tuple(v)
-
-
-def ref_conv2d(x, w, b=None, stride=1, padding=0, dilation=1, groups=1):
-    """(conv in float64, the same conv of |x| and |w| plus |b|: the sum of |terms|)."""
-    x, w = x.astype(np.float64), w.astype(np.float64)
-    (sh, sw), (dh, dw) = pair(stride), pair(dilation)
-    pt, pb, pl, pr = resolve_padding(padding, w.shape[2:], (dh, dw))
-    n, c, h, wd = x.shape
-    o, cg, kh, kw = w.shape
-    oh = (h + pt + pb - dh * (kh - 1) - 1) // sh + 1
-    ow = (wd + pl + pr - dw * (kw - 1) - 1) // sw + 1
-    og = o // groups
-    out, mag = (np.zeros((n, o, oh, ow)) for _ in range(2))
-    for src, wt, acc in ((x, w, out), (np.abs(x), np.abs(w), mag)):
-        xp = np.pad(src, ((0, 0), (0, 0), (pt, pb), (pl, pr)))
-        for g in range(groups):
-            for i in range(kh):
-                for j in range(kw):
-                    patch = xp[:, g * cg:(g + 1) * cg,
-                               i * dh:i * dh + sh * (oh - 1) + 1:sh,
-                               j * dw:j * dw + sw * (ow - 1) + 1:sw]
-                    acc[:, g * og:(g + 1) * og] += np.einsum(
-                        "nchw,oc->nohw", patch, wt[g * og:(g + 1) * og, :, i, j])
-    if b is not None:
-        out += b.astype(np.float64)[None, :, None, None]
-        mag += np.abs(b.astype(np.float64))[None, :, None, None]
-    return out, mag
 
 
 def conv_tol(dtype, k: int) -> float:
@@ -495,3 +450,41 @@ def test_bad_input_raises_shape_error(call, words):
         call()
     for word in words:
         assert word in str(info.value), (word, str(info.value))
+
+
+# ---- the same folding for a matmul ------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [F32, F64])
+def test_batch_norm_and_column_scale_fold_into_constant_matmul(dtype):
+    """batch_norm over the columns of x @ W + b, and (x @ W) * s + t with s, t per column,
+    become one GEMM on W scaled at compile time (prepacked), the shift its epilogue add; a
+    scale that varies along rows is not folded. Values as numpy's."""
+    rng = np.random.default_rng(16)
+    x, w, bias = rand(rng, (40, 24), dtype), rand(rng, (24, 36), dtype), rand(rng, 36, dtype)
+    m, v, g, be = bn_params(rng, 36, dtype)
+    s, t, rows = rand(rng, 36, dtype), rand(rng, 36, dtype), rand(rng, (40, 1), dtype)
+    tol = conv_tol(dtype, 24 + 4)
+    mag = np.abs(x).astype(np.float64) @ np.abs(w)
+    x64, w64 = x.astype(np.float64), w.astype(np.float64)
+
+    bn = jc.jit(lambda x, w, bias, m, v, g, be: jc.relu(jc.batch_norm(x @ w + bias, m, v, g, be)),
+                constants=dict(w=w, bias=bias, m=m, v=v, g=g, be=be))
+    assert [k.kind for k in bn.kernels(x)] == ["gemm"] and "prepacked" in bn.explain(x)
+    scale = g.astype(np.float64) / np.sqrt(v.astype(np.float64) + 1e-5)
+    want = np.maximum(ref_batch_norm(x64 @ w64 + bias, m, v, g, be), 0)
+    bound = 2 * tol * ((mag + np.abs(bias) + np.abs(m)) * np.abs(scale) + np.abs(be)) \
+        + 8 * np.finfo(dtype).eps * np.abs(want)
+    assert_close(bn(x), want, dtype, rtol=0, atol=bound, msg="batch_norm(x @ W + b)")
+
+    affine = jc.jit(lambda x, w, s, t: (x @ w) * s + t, constants=dict(w=w, s=s, t=t))
+    kernels = affine.kernels(x)
+    assert len(kernels) == 1 and kernels[0].ops == ("matmul", "add"), kernels
+    want = (x64 @ w64) * s + t
+    bound = 2 * tol * (mag * np.abs(s) + np.abs(t)) + 8 * np.finfo(dtype).eps * np.abs(want)
+    assert_close(affine(x), want, dtype, rtol=0, atol=bound, msg="(x @ W) * s + t")
+
+    by_row = jc.jit(lambda x, w, r: (x @ w) * r, constants=dict(w=w, r=rows))
+    assert by_row.kernels(x)[0].ops == ("matmul", "mul")
+    want = (x64 @ w64) * rows
+    assert_close(by_row(x), want, dtype, rtol=0, atol=2 * tol * mag * np.abs(rows)
+                 + 8 * np.finfo(dtype).eps * np.abs(want), msg="row scale, not folded")

@@ -41,6 +41,7 @@ from .gemm import cache_sizes
 
 MAX_NV = 8              # pixel vectors per tile
 MAX_MR = 12             # output channels per tile (more: one broadcast load per FMA)
+MAX_DEINTERLEAVE = 4    # a stride up to this reads whole vectors and shuffles (else gathers)
 MAX_PARTIAL_BYTES = 16 * 1024   # partial sums of one item's channel blocks between passes
 L1_BYTES = cache_sizes()[1]
 MAX_TABLE = 4096        # tap x vector entries of the per-item offset/mask table
@@ -235,9 +236,12 @@ class ConvEmitter:
         self.kh, self.kw = _extents(c.w_vars[2:])
         self.cin_g = c.cin_group
         self.cout_g = self.cout // c.attrs.groups
-        # a tap's input vector is contiguous (masked load) unless strided along w (gather)
-        self.contiguous = p.flat or c.attrs.stride[1] * self.xs[3] == 1
-        self.lane_step = c.attrs.stride[1] * self.xs[3]
+        # a tap's input vector is contiguous (masked load), or every s-th element of s
+        # contiguous vectors (a stride-s conv of a row: s loads and a shuffle), else a gather
+        self.lane_step = 1 if p.flat else c.attrs.stride[1] * self.xs[3]
+        self.contiguous = self.lane_step == 1
+        self.deinterleave = not self.contiguous and self.xs[3] == 1 and \
+            self.lane_step <= MAX_DEINTERLEAVE
 
     def emit(self):
         b, p, ke = self.b, self.p, self.ke
@@ -453,6 +457,8 @@ class ConvEmitter:
         ptr = b.gep(base, [offset])
         if self.contiguous:
             return u.masked_load(b, b.bitcast(ptr, self.vty.as_pointer()), mask, self.vty)
+        if self.deinterleave:
+            return self.load_every(ptr, mask)
         # strided along the row: a gather at lane_step elements apart
         step = self.lane_step * self.c.dtype.itemsize
         addr = b.add(u.splat(b, b.ptrtoint(ptr, u.I64), self.p.lanes),
@@ -461,6 +467,20 @@ class ConvEmitter:
         fnty = ir.FunctionType(self.vty, [ptrs.type, u.I32, mask.type, self.vty])
         fn = u.declare_intrinsic(b.module, "masked.gather", [self.vty, ptrs.type], fnty)
         return b.call(fn, [ptrs, u.I32(self.c.dtype.itemsize), mask, u.const(self.vty, 0)])
+
+    def load_every(self, ptr, mask):
+        """lanes elements s apart from ptr: one masked load of s * lanes contiguous elements
+        (only the wanted ones enabled, so nothing outside the row is read) and a shuffle."""
+        b, s, lanes = self.b, self.lane_step, self.p.lanes
+        wide = s * lanes
+        i32s = ir.VectorType(u.I32, wide)
+        spread = b.shuffle_vector(mask, mask, _vec_const(i32s, [e // s for e in range(wide)]))
+        every = _vec_const(ir.VectorType(ir.IntType(1), wide),
+                           [int(e % s == 0) for e in range(wide)])
+        wty = ir.VectorType(self.elem, wide)
+        data = u.masked_load(b, b.bitcast(ptr, wty.as_pointer()), b.and_(spread, every), wty)
+        return b.shuffle_vector(data, data, _vec_const(ir.VectorType(u.I32, lanes),
+                                                       [i * s for i in range(lanes)]))
 
     # -- the epilogue -------------------------------------------------------------------------
     def store_tile(self, n, g, oc0, nv: int):
