@@ -11,16 +11,19 @@ which is the GEMM micro-kernel of gemm.py with A = the weights (rows = output ch
 broadcast) and B = the shifted input rows (the implicit im2col matrix, never built). Pixel
 vectors run along a flattened output plane when the tap shift is the same for every pixel
 (stride 1 and an output as wide as the input, as in a "same" conv or any 1x1 conv: no lane
-is wasted at row ends) and along output rows otherwise (a strided tap is a gather). So the
+is wasted at row ends) and along output rows otherwise (a stride-s row is read as s vectors
+and a shuffle, other strides as a gather). So the
 input is read and the output written in NCHW in place, with no layout conversion, and the
 epilogue runs on vectors along the output's contiguous axis (a per-channel bias or folded
 batch norm is a broadcast); a depthwise conv is the same kernel with MR = 1 and wider
 pixel tiles.
 
 Per work item (image n, pixel tile, chunk of channel blocks) the tap offsets and masks of
-the tile are computed once into a small table; each element's sum runs in one fixed order
-(taps outer, channels inner) whatever the thread count, so results are bitwise identical
-for any number of threads. Constant weights are prepacked at compile time into
+the tile are computed once into a small table. When the tile's input rows of all channels
+exceed half of L1, the channels are summed in passes of `cc` (each pass walks every block
+of the item over rows that stay in L1; the blocks' partial sums wait in a stack buffer).
+Each element's sum runs in one fixed order (passes, taps, channels) whatever the thread
+count, so results are bitwise identical for any number of threads. Constant weights are prepacked at compile time into
 [group x channel block][tap][C_in / groups][MR] so the MR broadcasts of one step are
 adjacent (`prepack`); otherwise they are read through their strides.
 """
@@ -144,7 +147,7 @@ def _channels_per_pass(kernel: Kernel, lanes: int, nv: int, flat: bool) -> int:
     c = kernel.conv
     _, _, h, w = _extents(c.x_vars)
     kh, kw = _extents(c.w_vars[2:])
-    (sh, sw), (dh, dw) = c.attrs.stride, c.attrs.dilation
+    sw, (dh, dw) = c.attrs.stride[1], c.attrs.dilation
     if flat:                          # one span of the flattened plane
         span = nv * lanes + (kh - 1) * dh * w + (kw - 1) * dw
     else:                             # up to nv rows of kh taps each, sw * lanes wide
@@ -225,15 +228,22 @@ class ConvEmitter:
         c = self.c = ke.kernel.conv
         self.elem = u.value_type(c.dtype)
         self.vty = ir.VectorType(self.elem, p.lanes)
-        self.ivty = ir.VectorType(u.I64, p.lanes)
-        self.mask_int = ir.IntType(p.lanes)
-        self.iota = _vec_const(self.ivty, range(p.lanes))
+        self.addr_vty = ir.VectorType(u.I64, p.lanes)
         self.epilogue = Epilogue(ke, c.out_vars[3], p.lanes)
         self.xs = c.strides(c.x, c.x_vars)                       # n, c, h, w
         self.ws = None if c.prepacked else c.strides(c.w, c.w_vars)
-        _, self.cin, self.h, self.w = _extents(c.x_vars)
-        self.n_out, self.cout, self.oh, self.ow = _extents(c.out_vars)
+        _, _, self.h, self.w = _extents(c.x_vars)
+        _, self.cout, self.oh, self.ow = _extents(c.out_vars)
         self.kh, self.kw = _extents(c.w_vars[2:])
+        # pixel and tap coordinates per lane: i32 lanes (half the instructions of i64, so
+        # less code and compile time) unless an image is too large for them
+        reach = (max(self.oh * self.ow, self.h, self.w) + p.lanes) * \
+            max(c.attrs.stride + c.attrs.dilation) + sum(c.attrs.padding) + \
+            max(self.kh, self.kw) * max(c.attrs.dilation)
+        self.lane_int = u.I32 if reach < 2**30 else u.I64
+        self.ivty = ir.VectorType(self.lane_int, p.lanes)
+        self.mask_int = ir.IntType(p.lanes)
+        self.iota = _vec_const(self.ivty, range(p.lanes))
         self.cin_g = c.cin_group
         self.cout_g = self.cout // c.attrs.groups
         # a tap's input vector is contiguous (masked load), or every s-th element of s
@@ -272,6 +282,13 @@ class ConvEmitter:
             tile, chunk = b.sdiv(rem, u.I64(p.chunks)), b.srem(rem, u.I64(p.chunks))
             self.item(n, tile, chunk, p.nv)
 
+    def lane(self, value):
+        """An i64 as a lane coordinate."""
+        return value if self.lane_int is u.I64 else self.b.trunc(value, self.lane_int)
+
+    def wide(self, value):
+        return value if self.lane_int is u.I64 else self.b.sext(value, u.I64)
+
     # -- pixels of a tile -------------------------------------------------------------------
     def pixels(self, tile, nv: int) -> list:
         """Per vector j of the tile: (lane oh, lane ow, valid lanes), and the epilogue's
@@ -283,7 +300,7 @@ class ConvEmitter:
             if p.flat:
                 q0 = b.mul(v, u.I64(p.lanes))
                 count = u.imin(b, u.I64(p.lanes), b.sub(u.I64(self.oh * self.ow), q0))
-                q = b.add(u.splat(b, q0, p.lanes), self.iota)
+                q = b.add(u.splat(b, self.lane(q0), p.lanes), self.iota)
                 lane_oh = b.udiv(q, u.const(self.ivty, self.ow))
                 lane_ow = b.urem(q, u.const(self.ivty, self.ow))
                 epi_oh, epi_ow = u.I64(0), q0
@@ -291,11 +308,11 @@ class ConvEmitter:
                 oh = b.sdiv(v, u.I64(p.vpr))
                 ow0 = b.mul(b.srem(v, u.I64(p.vpr)), u.I64(p.lanes))
                 count = u.imin(b, u.I64(p.lanes), b.sub(u.I64(self.ow), ow0))
-                lane_oh = u.splat(b, oh, p.lanes)
-                lane_ow = b.add(u.splat(b, ow0, p.lanes), self.iota)
+                lane_oh = u.splat(b, self.lane(oh), p.lanes)
+                lane_ow = b.add(u.splat(b, self.lane(ow0), p.lanes), self.iota)
                 epi_oh, epi_ow = oh, ow0
             count = b.select(b.icmp_signed("<", v, u.I64(p.n_vec)), count, u.I64(0))
-            valid = b.icmp_signed("<", self.iota, u.splat(b, count, p.lanes))
+            valid = b.icmp_signed("<", self.iota, u.splat(b, self.lane(count), p.lanes))
             for name, value in (("oh", epi_oh), ("ow", epi_ow), ("count", count)):
                 b.store(value, b.gep(self.epi[name], [u.I64(0), u.I64(j)]))
             out.append((lane_oh, lane_ow, valid))
@@ -310,13 +327,15 @@ class ConvEmitter:
         dx = b.sub(b.mul(kw, u.I64(dw)), u.I64(pl))
         out = []
         for lane_oh, lane_ow, valid in pixels:
-            ih = b.add(b.mul(lane_oh, u.const(self.ivty, sh)), u.splat(b, dy, self.p.lanes))
-            iw = b.add(b.mul(lane_ow, u.const(self.ivty, sw)), u.splat(b, dx, self.p.lanes))
+            ih = b.add(b.mul(lane_oh, u.const(self.ivty, sh)),
+                       u.splat(b, self.lane(dy), self.p.lanes))
+            iw = b.add(b.mul(lane_ow, u.const(self.ivty, sw)),
+                       u.splat(b, self.lane(dx), self.p.lanes))
             inside = b.and_(b.icmp_unsigned("<", ih, u.const(self.ivty, self.h)),
                             b.icmp_unsigned("<", iw, u.const(self.ivty, self.w)))
             mask = b.and_(valid, inside)
-            ih0 = b.extract_element(ih, u.I32(0))
-            iw0 = b.extract_element(iw, u.I32(0))
+            ih0 = self.wide(b.extract_element(ih, u.I32(0)))
+            iw0 = self.wide(b.extract_element(iw, u.I32(0)))
             off = b.add(b.mul(ih0, u.I64(self.xs[2])), b.mul(iw0, u.I64(self.xs[3])))
             out.append((off, mask))
         return out
@@ -462,7 +481,7 @@ class ConvEmitter:
         # strided along the row: a gather at lane_step elements apart
         step = self.lane_step * self.c.dtype.itemsize
         addr = b.add(u.splat(b, b.ptrtoint(ptr, u.I64), self.p.lanes),
-                     _vec_const(self.ivty, [i * step for i in range(self.p.lanes)]))
+                     _vec_const(self.addr_vty, [i * step for i in range(self.p.lanes)]))
         ptrs = b.inttoptr(addr, ir.VectorType(self.elem.as_pointer(), self.p.lanes))
         fnty = ir.FunctionType(self.vty, [ptrs.type, u.I32, mask.type, self.vty])
         fn = u.declare_intrinsic(b.module, "masked.gather", [self.vty, ptrs.type], fnty)
