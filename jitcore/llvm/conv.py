@@ -280,7 +280,7 @@ class ConvEmitter:
             n = b.sdiv(t, u.I64(per_image))
             rem = b.srem(t, u.I64(per_image))
             tile, chunk = b.sdiv(rem, u.I64(p.chunks)), b.srem(rem, u.I64(p.chunks))
-            self.item(n, tile, chunk, p.nv)
+            self.item(n, tile, chunk)
 
     def lane(self, value):
         """An i64 as a lane coordinate."""
@@ -290,12 +290,12 @@ class ConvEmitter:
         return value if self.lane_int is u.I64 else self.b.sext(value, u.I64)
 
     # -- pixels of a tile -------------------------------------------------------------------
-    def pixels(self, tile, nv: int) -> list:
+    def pixels(self, tile) -> list:
         """Per vector j of the tile: (lane oh, lane ow, valid lanes), and the epilogue's
         (oh, ow, count) stored in the epi arrays."""
         b, p = self.b, self.p
         out = []
-        for j in range(nv):
+        for j in range(p.nv):
             v = b.add(b.mul(tile, u.I64(p.nv)), u.I64(j))
             if p.flat:
                 q0 = b.mul(v, u.I64(p.lanes))
@@ -340,7 +340,7 @@ class ConvEmitter:
             out.append((off, mask))
         return out
 
-    def fill_table(self, pixels, nv: int):
+    def fill_table(self, pixels):
         b = self.b
         with u.for_range(b, u.I64(0), self.n_kh, 1, name="tkh") as kh:
             with u.for_range(b, u.I64(0), self.n_kw, 1, name="tkw") as kw:
@@ -351,11 +351,11 @@ class ConvEmitter:
                     b.store(b.bitcast(mask, self.mask_int),
                             b.gep(self.tab_mask, [u.I64(0), at]))
 
-    def table_tap(self, kh, kw, nv: int) -> list:
+    def table_tap(self, kh, kw) -> list:
         b = self.b
         base = b.mul(b.add(b.mul(kh, u.I64(self.kw)), kw), u.I64(self.p.nv))
         out = []
-        for j in range(nv):
+        for j in range(self.p.nv):
             at = b.add(base, u.I64(j))
             off = b.load(b.gep(self.tab_off, [u.I64(0), at]))
             bits = b.load(b.gep(self.tab_mask, [u.I64(0), at]))
@@ -363,25 +363,25 @@ class ConvEmitter:
         return out
 
     # -- one work item ------------------------------------------------------------------------
-    def item(self, n, tile, chunk, nv: int):
+    def item(self, n, tile, chunk):
         b, p = self.b, self.p
-        pixels = self.pixels(tile, nv)
+        pixels = self.pixels(tile)
         if p.table:
-            self.fill_table(pixels, nv)
+            self.fill_table(pixels)
         x_image = b.add(u.I64(self.c.x.offset.const), b.mul(n, u.I64(self.xs[0])))
         lo = b.mul(chunk, u.I64(p.chunk_blocks))
         hi = u.imin(b, b.add(lo, u.I64(p.chunk_blocks)), u.I64(p.blocks))
         if not self.passes:
-            self.blocks(pixels, x_image, n, lo, hi, u.I64(0), self.n_ci, None, None, nv)
+            self.blocks(pixels, x_image, n, lo, hi, u.I64(0), self.n_ci, None, None)
             return
         # passes over cc input channels at a time; the blocks' sums wait in `partial`
         with u.for_range(b, u.I64(0), self.n_ci, p.cc, name="cc", partial=True) as c0:
             count = u.imin(b, self.n_cc, b.sub(self.n_ci, c0))
             first = b.icmp_signed("==", c0, u.I64(0))
             last = b.icmp_signed(">=", b.add(c0, count), self.n_ci)
-            self.blocks(pixels, x_image, n, lo, hi, c0, count, first, last, nv)
+            self.blocks(pixels, x_image, n, lo, hi, c0, count, first, last)
 
-    def blocks(self, pixels, x_image, n, lo, hi, c0, count, first, last, nv: int):
+    def blocks(self, pixels, x_image, n, lo, hi, c0, count, first, last):
         """Channel blocks lo..hi of the item over input channels c0..c0+count: start from
         zero (first pass) or the partial sums; end with the epilogue (last pass) or by
         saving the partial sums."""
@@ -394,42 +394,42 @@ class ConvEmitter:
             if first is not None:
                 saved = b.gep(b.bitcast(self.partial, self.vty.as_pointer()),
                               [b.mul(b.sub(blk, lo), u.I64(p.mr * p.nv))])
-            self.start_sums(saved, first, nv)
+            self.start_sums(saved, first)
             x_group = b.add(x_image, b.mul(b.add(b.mul(g, u.I64(self.cin_g)), c0),
                                            u.I64(self.xs[1])))
             with u.for_range(b, u.I64(0), self.n_kh, 1, name="kh") as kh:
                 with u.for_range(b, u.I64(0), self.n_kw, 1, name="kw") as kw:
-                    taps = self.table_tap(kh, kw, nv) if p.table else \
+                    taps = self.table_tap(kh, kw) if p.table else \
                         self.tap(pixels, kh, kw)
-                    self.micro(taps, x_group, blk, g, oc0, kh, kw, c0, count, nv)
+                    self.micro(taps, x_group, blk, g, oc0, kh, kw, c0, count)
             if last is None:
-                self.store_tile(n, g, oc0, nv)
+                self.store_tile(n, g, oc0)
             else:
                 with b.if_else(last) as (then, otherwise):
                     with then:
-                        self.store_tile(n, g, oc0, nv)
+                        self.store_tile(n, g, oc0)
                     with otherwise:
                         for r in range(p.mr):
-                            for j in range(nv):
+                            for j in range(p.nv):
                                 b.store(b.load(self.accs[r][j]),
                                         b.gep(saved, [u.I64(p.nv * r + j)]), align=64)
 
-    def start_sums(self, saved, first, nv: int):
+    def start_sums(self, saved, first):
         b, p = self.b, self.p
         zero = u.const(self.vty, 0)
         if first is None:
             for row in self.accs:
-                for acc in row[:nv]:
+                for acc in row:
                     b.store(zero, acc)
             return
         with b.if_else(first) as (then, otherwise):
             with then:
                 for row in self.accs:
-                    for acc in row[:nv]:
+                    for acc in row:
                         b.store(zero, acc)
             with otherwise:
                 for r in range(p.mr):
-                    for j in range(nv):
+                    for j in range(p.nv):
                         b.store(b.load(b.gep(saved, [u.I64(p.nv * r + j)]), align=64),
                                 self.accs[r][j])
 
@@ -451,7 +451,7 @@ class ConvEmitter:
             rows.append(b.add(common, b.mul(oc, u.I64(so))))
         return rows, sc
 
-    def micro(self, taps, x_group, blk, g, oc0, kh, kw, c0, count, nv: int):
+    def micro(self, taps, x_group, blk, g, oc0, kh, kw, c0, count):
         """accs += the tap's products over input channels c0..c0+count of the group."""
         b, p, ke = self.b, self.p, self.ke
         rows, w_step = self.weight_rows(blk, g, oc0, kh, kw)
@@ -467,7 +467,7 @@ class ConvEmitter:
             for r in range(p.mr):
                 w = b.load(b.gep(w_base, [b.add(rows[r], w_ci)]))
                 wv = u.splat(b, w, p.lanes)
-                for j in range(nv):
+                for j in range(p.nv):
                     acc = self.accs[r][j]
                     b.store(u.intrinsic(b, "fmuladd", [wv, xv[j], b.load(acc)]), acc)
 
@@ -502,14 +502,14 @@ class ConvEmitter:
                                                        [i * s for i in range(lanes)]))
 
     # -- the epilogue -------------------------------------------------------------------------
-    def store_tile(self, n, g, oc0, nv: int):
+    def store_tile(self, n, g, oc0):
         """Rows oc0.. of the block (those inside the group), vectors j < nv: the epilogue
         on each vector, masked to its valid lanes (vectors past the plane have none)."""
         b, p, ke = self.b, self.p, self.ke
         n_var, oc_var, oh_var, ow_var = self.c.out_vars
         tile = b.bitcast(self.ctile, self.vty.as_pointer())
         for r in range(p.mr):
-            for j in range(nv):
+            for j in range(p.nv):
                 b.store(b.load(self.accs[r][j]), b.gep(tile, [u.I64(p.nv * r + j)]),
                         align=64)
         nrow = u.imin(b, self.n_mr, b.sub(u.I64(self.cout_g), oc0))
