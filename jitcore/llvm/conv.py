@@ -35,7 +35,8 @@ import numpy as np
 from llvmlite import ir
 
 from jitcore.ir.graph import ConstArray
-from jitcore.passes.kernel import Buffer, Kernel, Load
+from jitcore.ir.ops import TRANSCENDENTAL
+from jitcore.passes.kernel import Buffer, Compute, Kernel, Load, walk
 from jitcore.passes.symbolic import lin
 
 from . import irutil as u
@@ -48,6 +49,7 @@ MAX_DEINTERLEAVE = 4    # a stride up to this reads whole vectors and shuffles (
 MAX_PARTIAL_BYTES = 16 * 1024   # partial sums of one item's channel blocks between passes
 L1_BYTES = cache_sizes()[1]
 MAX_TABLE = 4096        # tap x vector entries of the per-item offset/mask table
+SHORT_EPILOGUE = 3      # epilogue ops up to this are unrolled over the register tile
 
 
 @dataclass(frozen=True)
@@ -252,6 +254,12 @@ class ConvEmitter:
         self.contiguous = self.lane_step == 1
         self.deinterleave = not self.contiguous and self.xs[3] == 1 and \
             self.lane_step <= MAX_DEINTERLEAVE
+        # a short epilogue (a store, a bias, relu) runs on each accumulator in place,
+        # unrolled (with AVX-512 masks: one masked version); a longer one (gelu, a
+        # residual...) once, in a loop over the tile spilled to the stack
+        ops = [n for n in walk([ke.kernel.stores[0].value]) if isinstance(n, Compute)]
+        self.unrolled_epilogue = ke.masked_tail and self.epilogue.vector and \
+            len(ops) <= SHORT_EPILOGUE and not any(n.op in TRANSCENDENTAL for n in ops)
 
     def emit(self):
         b, p, ke = self.b, self.p, self.ke
@@ -507,14 +515,25 @@ class ConvEmitter:
         on each vector, masked to its valid lanes (vectors past the plane have none)."""
         b, p, ke = self.b, self.p, self.ke
         n_var, oc_var, oh_var, ow_var = self.c.out_vars
+        nrow = u.imin(b, self.n_mr, b.sub(u.I64(self.cout_g), oc0))
+        oc_base = b.add(b.mul(g, u.I64(self.cout_g)), oc0)
+        ke.env[n_var] = n
+        if self.unrolled_epilogue:
+            for j in range(p.nv):
+                ke.env[oh_var] = b.load(b.gep(self.epi["oh"], [u.I64(0), u.I64(j)]))
+                ke.env[ow_var] = b.load(b.gep(self.epi["ow"], [u.I64(0), u.I64(j)]))
+                count = b.load(b.gep(self.epi["count"], [u.I64(0), u.I64(j)]))
+                with b.if_then(b.icmp_signed(">", count, u.I64(0))):
+                    for r in range(p.mr):
+                        with b.if_then(b.icmp_signed("<", u.I64(r), nrow)):
+                            ke.env[oc_var] = b.add(oc_base, u.I64(r))
+                            self.epilogue.emit(b.load(self.accs[r][j]), count)
+            return
         tile = b.bitcast(self.ctile, self.vty.as_pointer())
         for r in range(p.mr):
             for j in range(p.nv):
                 b.store(b.load(self.accs[r][j]), b.gep(tile, [u.I64(p.nv * r + j)]),
                         align=64)
-        nrow = u.imin(b, self.n_mr, b.sub(u.I64(self.cout_g), oc0))
-        oc_base = b.add(b.mul(g, u.I64(self.cout_g)), oc0)
-        ke.env[n_var] = n
         with u.for_range(b, u.I64(0), nrow, 1, name="r") as r:
             ke.env[oc_var] = b.add(oc_base, r)
             with u.for_range(b, u.I64(0), self.n_nv, 1, name="j") as j:
