@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import dtypes as dt
+from .conv import infer_batch_norm, infer_conv2d
 from .errors import DTypeError, ShapeError
 from .graph import ConstArray, Node
 from .ops import (AXIS_OPS, BINARY, BITWISE, BITWISE_BINARY, COMPARE, FLOAT_BINARY,
@@ -198,6 +199,10 @@ def infer(op: Op, src: tuple, arg) -> tuple:
         return _infer_axis_op(op, src, arg)
     if op == Op.POOL2D:
         return _infer_pool(src[0], arg)
+    if op == Op.CONV2D:
+        return infer_conv2d(src, arg)
+    if op == Op.BATCH_NORM:
+        return infer_batch_norm(src, arg)
     if op in (Op.FORKARG, Op.WAIT):
         _require(isinstance(arg, int) and len(src) == 1, ShapeError,
                  f"{_name(op)}: needs one source and a task number")

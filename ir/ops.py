@@ -40,6 +40,10 @@ class Op(Enum):
     MATMUL = auto(); SOFTMAX = auto(); LOG_SOFTMAX = auto(); LAYER_NORM = auto()
     # windowed reductions (arg: an ir.pooling.Pool2d) over the last two axes of (N, C, H, W)
     POOL2D = auto()
+    # convolution (src: x NCHW, weight OIHW[, bias O]; arg: ir.conv.ConvAttrs) and the
+    # inference batch norm over axis 1 (src: x, mean, var[, weight][, bias]; arg:
+    # (eps, has_weight, has_bias)), a composite
+    CONV2D = auto(); BATCH_NORM = auto()
     # inter-op tasks (arg: task number): identities that mark where a forked sub-graph reads
     # its arguments (FORKARG) and where the caller waits for its results (WAIT)
     FORKARG = auto(); WAIT = auto()
@@ -78,7 +82,8 @@ ELEMENTWISE = UNARY | BINARY | {Op.WHERE}
 REDUCE = frozenset({Op.SUM, Op.PROD, Op.MAX, Op.MIN, Op.ARGMAX, Op.ARGMIN, Op.MEAN})
 INDEX_REDUCE = frozenset({Op.ARGMAX, Op.ARGMIN})
 VIEW = frozenset({Op.RESHAPE, Op.PERMUTE, Op.EXPAND, Op.SLICE})
-COMPOSITE = UNARY_COMPOSITE | {Op.MEAN, Op.MATMUL, Op.SOFTMAX, Op.LOG_SOFTMAX, Op.LAYER_NORM}
+COMPOSITE = UNARY_COMPOSITE | {Op.MEAN, Op.MATMUL, Op.SOFTMAX, Op.LOG_SOFTMAX, Op.LAYER_NORM,
+                                 Op.BATCH_NORM}
 LEAF = frozenset({Op.INPUT, Op.CONST})
 # ops whose evaluation costs tens of instructions (vector math), for fusion decisions
 TRANSCENDENTAL = frozenset({Op.EXP, Op.LOG, Op.TANH, Op.ERF, Op.SIN, Op.COS, Op.POW,

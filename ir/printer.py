@@ -19,7 +19,8 @@ _ARG_NAMES = {Op.RESHAPE: "shape", Op.EXPAND: "shape", Op.PERMUTE: "perm", Op.SL
               Op.SOFTMAX: "axis", Op.LOG_SOFTMAX: "axis", Op.GELU: "approximate",
               Op.LEAKY_RELU: "slope", Op.HARDTANH: "range", Op.LAYER_NORM: "eps",
               Op.FORKARG: "task", Op.WAIT: "task",
-              Op.TAKE: "axis", Op.CONCAT: "axis", Op.CUMSUM: "axis", Op.POOL2D: "pool"}
+              Op.TAKE: "axis", Op.CONCAT: "axis", Op.CUMSUM: "axis", Op.POOL2D: "pool",
+              Op.CONV2D: "conv", Op.BATCH_NORM: "eps,weight,bias"}
 
 
 def _arg_str(node) -> str:

@@ -16,6 +16,7 @@ from jitcore.ir.errors import CompileError, DTypeError, JitcoreError, ShapeError
 
 from .api import Graph, JitFunction, compile, jit
 from .compiler import cache_info
+from .conv_ops import batch_norm, conv1d, conv2d
 from .ops import (abs, add, amax, amin, argmax, argmin, astype, bitwise_and, bitwise_not,
                   bitwise_or, bitwise_xor, broadcast_to, ceil, cos, div,
                   divide, equal, erf, exp, expand_dims, floor, floor_divide, gelu, greater,

@@ -20,8 +20,7 @@ from jitcore.passes.legality import bytes_moved, coverage, flops
 from jitcore.passes.pipeline import run_pipeline
 
 from . import config, diskcache, log
-from .llvm import engine, gemm
-from .llvm import graph_module
+from .llvm import conv, engine, gemm, graph_module
 from .llvm.entry import NDARRAY_TYPE_SYMBOL
 from .llvm.graph_module import build_module
 from .llvm.target import Target
@@ -48,11 +47,13 @@ class KernelInfo:
     bytes: int
     flops: int
     task: int | None = None      # the forked task that runs it (None: the main line)
+    layout: str | None = None    # the data layout a conv kernel computes in ("NCHW")
 
     def __str__(self):
         vec = f"vectorized x{self.lanes}" if self.vectorized else f"scalar ({self.reason})"
         where = f" in task {self.task}" if self.task is not None else ""
-        return (f"{self.name}: {self.kind} [{', '.join(self.ops)}] {vec}{where}\n"
+        layout = f" layout {self.layout}" if self.layout else ""
+        return (f"{self.name}: {self.kind}{layout} [{', '.join(self.ops)}] {vec}{where}\n"
                 f"    {self.loop_nest}\n    {self.bytes} bytes, {self.flops} flops")
 
 
@@ -63,12 +64,13 @@ class CompiledGraph:
                  run_name: str, entry_name: str, seconds: dict):
         self.graph, self.lowered, self.target = graph, lowered, target
         self.llvm_ir, self.library, self.seconds = llvm_ir, library, seconds
-        self.prepacked_bytes = 0          # constant GEMM weights packed at compile time
+        self.prepacked_bytes = 0          # constant GEMM/conv weights packed at compile time
         # the code lives as long as self.library; whoever calls these addresses holds self
         self.entry_address = library.addresses[entry_name]
         self.run = RUN_TYPE(library.addresses[run_name])
         self.kernels = [KernelInfo(k.name, k.kind, k.ops, k.loop_nest, k.vector_bits, k.lanes,
-                                   k.vectorized, k.reason, bytes_moved(k), flops(k), k.task)
+                                   k.vectorized, k.reason, bytes_moved(k), flops(k), k.task,
+                                   k.layout)
                         for k in lowered.kernels]
 
     @property
@@ -197,8 +199,10 @@ def _compile(graph: Graph, strides: tuple, target: Target, threads: int,
     input_strides = {inp.arg: s for inp, s in zip(graph.inputs, strides)}
     lowered = run_pipeline(graph, target.vector_bits, input_strides, target.masked_tails)
     t1 = time.perf_counter()
-    packed = gemm.prepack(lowered, target.vector_bits, gemm.plan_threads(threads)) \
-        if prepack else 0
+    packed = 0
+    if prepack:
+        packed += gemm.prepack(lowered, target.vector_bits, gemm.plan_threads(threads))
+        packed += conv.prepack(lowered, target.vector_bits, gemm.plan_threads(threads))
     t2 = time.perf_counter()
     mach = engine.machine(target)
     code = build_module(lowered, target.vector_bits, target.triple, mach.data_layout,

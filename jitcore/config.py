@@ -4,7 +4,7 @@ JITCORE_VECTOR_WIDTH   128 | 256 | 512: cap the vector width (never above the CP
 JITCORE_DUMP_DIR       a directory: every compile writes graph, kernels, IR and asm there
 JITCORE_CACHE_SIZE     compiled graphs kept in the in-memory LRU cache, and signatures per
                        jitted function (default 512)
-JITCORE_PREPACK        0: never prepack constant GEMM weights (default 1)
+JITCORE_PREPACK        0: never prepack constant GEMM or conv weights (default 1)
 
 A value that is not valid warns (RuntimeWarning) and the default is used: a bad setting
 never stops `import jitcore`.

@@ -14,7 +14,7 @@ def explain(compiled) -> str:
     lines.append(f"memory: {sum(k.bytes for k in compiled.kernels)} bytes moved (lower bound), "
                  f"{sum(k.flops for k in compiled.kernels)} flops")
     if compiled.prepacked_bytes:
-        lines.append(f"weights: {compiled.prepacked_bytes} bytes of constant GEMM operands "
+        lines.append(f"weights: {compiled.prepacked_bytes} bytes of constant GEMM/conv weights "
                      f"prepacked into panels at compile time (extra memory)")
     lines.append(compile_line(t))
     return "\n".join(lines)

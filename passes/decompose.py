@@ -90,6 +90,22 @@ def _layer_norm(n):
     return y
 
 
+def _batch_norm(n):
+    """(x - mean) / sqrt(var + eps) * weight + bias, the (C,) arrays along axis 1."""
+    x, (eps, has_weight, has_bias) = n.src[0], n.arg
+    shape = (1, x.shape[1]) + (1,) * (x.ndim - 2)
+
+    def channel(p):
+        return b.reshape(p, shape)
+    mean, var, *rest = (channel(p) for p in n.src[1:])
+    y = E(Op.DIV, E(Op.SUB, x, mean), E(Op.SQRT, E(Op.ADD, var, c(eps, x))))
+    if has_weight:
+        y = E(Op.MUL, y, rest.pop(0))
+    if has_bias:
+        y = E(Op.ADD, y, rest.pop(0))
+    return y
+
+
 RULES = {
     Op.RSQRT: lambda n: E(Op.DIV, c(1, n.src[0]), E(Op.SQRT, n.src[0])),
     Op.RECIPROCAL: lambda n: E(Op.DIV, c(1, n.src[0]), n.src[0]),
@@ -107,6 +123,7 @@ RULES = {
     Op.SOFTMAX: _softmax,
     Op.LOG_SOFTMAX: _log_softmax,
     Op.LAYER_NORM: _layer_norm,
+    Op.BATCH_NORM: _batch_norm,
 }
 
 

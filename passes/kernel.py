@@ -13,6 +13,8 @@ Loop order encodes the kernel's shape:
 - gemm:                 batch loops, m, k (reduce), n; the store's value is the epilogue: an
                         expression of `Acc` (the dot product at (batch, m, n)) and loads, so
                         post-ops run while the output tile is in registers (see `Gemm`).
+- conv:                 n, oc, oh, ow (the output's axes); `Conv` holds the operands, the
+                        store's value is the epilogue over `Acc` as for gemm.
 - gemv:                 a gemm whose M or N is 1 (a matrix times a vector): batch loops, k
                         (reduce), then the output axis (`Gemm.out_var`); the same epilogue.
 - pool:                 2-d pooling: the output rows (n, c, oh merged), then the output
@@ -173,6 +175,36 @@ class Pool:
         return max(self.rows.hi, default=0) * max(self.cols.hi, default=0)
 
 
+@dataclass
+class Conv:
+    """out[n, oc, oh, ow] = sum over (ci, kh, kw) of x[n, g*Cg_in + ci, ih, iw] *
+    w[oc, ci, kh, kw], with g = oc // Cg_out, ih = oh*sh + kh*dh - pad_top, iw likewise, and
+    x = 0 in the padding. `x` and `w` are loads whose offsets are linear in `x_vars` (n, c,
+    h, w of the input) and `w_vars` (o, ci, kh, kw); the kernel's loops are the output's
+    (n, oc, oh, ow) and its store's value is the epilogue over `Acc` (bias already added).
+    Computed in NCHW: vectors of output pixels along a row (or along the flattened plane),
+    a register tile of output channels x pixel vectors (see jitcore/llvm/conv.py)."""
+    x: Load
+    w: Load
+    x_vars: tuple
+    w_vars: tuple
+    out_vars: tuple      # (n, oc, oh, ow)
+    attrs: object        # jitcore.ir.conv.ConvAttrs
+    dtype: DType
+    prepacked: bool = False   # w's buffer holds the packed weights (jitcore/llvm/conv.py)
+
+    @property
+    def taps(self) -> int:
+        return self.w_vars[2].extent * self.w_vars[3].extent
+
+    @property
+    def cin_group(self) -> int:
+        return self.w_vars[1].extent
+
+    def strides(self, load: Load, variables) -> tuple:
+        return tuple(load.offset.coeff(v) for v in variables)
+
+
 # The fusion passes (fuse_outputs, fuse_rows) stop growing a kernel at this many ops: the work
 # and compile time of one kernel stay bounded however long the graph (lowering bounds what a
 # single kernel inlines the same way, passes/recompute.py).
@@ -198,9 +230,12 @@ class Kernel:
     # reads the previous step's stored output; see codegen's emit_scan)
     gemm: Gemm | None = None         # a matmul with its epilogue (kind "gemm" or "gemv")
     pool: Pool | None = None         # a pooling with its epilogue (kind "pool")
+    conv: Conv | None = None         # a convolution with its epilogue (kind "conv")
 
     @property
     def kind(self) -> str:
+        if self.conv is not None:
+            return "conv"
         if any(lp.kind == "scan" for lp in self.loops):
             return "scan"
         if self.gemm is not None:
@@ -235,6 +270,11 @@ class Kernel:
         return self.loops[-1].var if self.loops else None
 
     @property
+    def layout(self) -> str | None:
+        """The data layout a convolution kernel computes in (None for other kernels)."""
+        return "NCHW" if self.conv is not None else None
+
+    @property
     def loop_nest(self) -> str:
         """e.g. `for i0 in 0..4096 (parallel), i1 in 0..1024 (reduce, vector)`."""
         if self.parts:
@@ -255,7 +295,8 @@ class Kernel:
 
     def loads(self) -> list:
         """Every load of the kernel (a gemm's operands first)."""
-        operands = [self.gemm.a, self.gemm.b] if self.gemm is not None else []
+        operands = [self.gemm.a, self.gemm.b] if self.gemm is not None else \
+            [self.conv.x, self.conv.w] if self.conv is not None else []
         return operands + [n for n in walk(self.values()) if isinstance(n, Load)]
 
     def values(self) -> list:

@@ -152,8 +152,9 @@ def check(kernel: Kernel, vector_bits: int, masked_tails: bool = False) -> Kerne
     is still vectorized: it runs as one masked iteration."""
     lanes = lanes_for(kernel, vector_bits)
     kernel.vector_bits, kernel.lanes, kernel.tile_var = vector_bits, lanes, None
-    if kernel.gemm is not None:           # the GEMM is vector code by construction
-        kernel.lanes = max(vector_bits // kernel.gemm.dtype.bits, 1)
+    if kernel.gemm is not None or kernel.conv is not None:   # vector code by construction
+        dtype = kernel.gemm.dtype if kernel.gemm is not None else kernel.conv.dtype
+        kernel.lanes = max(vector_bits // dtype.bits, 1)
         kernel.vectorized, kernel.reason = True, None
         return kernel
     checks = CHECKS
@@ -193,6 +194,9 @@ def flops(kernel: Kernel) -> int:
         return outputs * (2 * g.k.extent + per_iter)
     if kernel.pool is not None:
         return kernel.iterations() * (per_iter + kernel.pool.window)
+    if kernel.conv is not None:
+        c = kernel.conv
+        return kernel.iterations() * (2 * c.cin_group * c.taps + per_iter)
     combine = kernel.reduction is not None or kernel.kind == "scan"   # the running add
     return kernel.iterations() * (per_iter + combine)
 

@@ -17,6 +17,8 @@ Which nodes get memory (the fusion rule of this stage):
     read only by another one is not: its sources are written straight into the outer one's
     buffer (a pad of several axes is one buffer, each region written once);
   - the array a gather (TAKE) reads lives in memory (its address depends on a run-time index);
+  - a conv2d's input and weight live in memory as a matmul's operands do, and its result is
+    fused the same way (`relu(conv2d(x, W, b) + r)` is one kernel of kind "conv");
   - a pooling's result, as a matmul's, unless elementwise ops alone read it
     (`relu(max_pool2d(x))` is one kernel); its input is read per tap, inlined unless its
     producers are costly (passes/pool.py);
@@ -43,8 +45,8 @@ from jitcore.ir.graph import Graph, Node
 from jitcore.ir.ops import ELEMENTWISE, REDUCE, Op
 from jitcore.ir.shapes import contiguous_strides, numel
 
-from .kernel import (Acc, Buffer, Compute, Const, Gather, Gemm, Kernel, Load, Loop, Reduction,
-                     Store, rebuild)
+from .kernel import (Acc, Buffer, Compute, Const, Conv, Gather, Gemm, Kernel, Load, Loop,
+                     Reduction, Store, rebuild)
 from .pool import pool_kernel, source_to_materialize
 from .recompute import VIEWS_THROUGH, recompute_materialized
 from .symbolic import Lin, Var, floordiv, lin, mod, substitute
@@ -70,6 +72,9 @@ class LoweredGraph:
 
     def buffers_of_kind(self, kind: str) -> list:
         return [b for b in self.buffers if b.kind == kind]
+
+
+CONTRACTIONS = (Op.MATMUL, Op.CONV2D)     # kernels with an accumulator and a fused epilogue
 
 
 def _strip_views(node: Node) -> Node:
@@ -131,9 +136,9 @@ def materialized_nodes(graph: Graph) -> tuple:
     nodes = graph.nodes()
     chosen = {id(o) for o in graph.outputs}
     for n in nodes:
-        if n.op == Op.MATMUL:
+        if n.op in CONTRACTIONS:
             chosen.add(id(n))
-            for s in n.src:
+            for s in n.src[:2]:
                 base = _strip_views(s)
                 if base.op not in (Op.INPUT, Op.CONST):
                     chosen.add(id(base))
@@ -162,7 +167,8 @@ def materialized_nodes(graph: Graph) -> tuple:
             users.setdefault(id(s), []).append(n)
     epilogues = {}
     for n in nodes:
-        if n.op in (Op.MATMUL, Op.POOL2D) and id(n) not in {id(o) for o in graph.outputs}:
+        if (n.op in CONTRACTIONS or n.op == Op.POOL2D) and \
+                id(n) not in {id(o) for o in graph.outputs}:
             owner = _epilogue_owner(n, users, chosen, task)
             if owner is not None and owner not in epilogues and \
                     not _waits_on_a_task(by_id[owner], chosen):
@@ -432,6 +438,8 @@ class _Lowering:
         if producer.op == Op.POOL2D:
             return pool_kernel(node, producer, out, index,
                                lambda target, acc: _KernelBuilder(self, target, acc), offset)
+        if producer.op == Op.CONV2D:
+            return self._conv_kernel(node, producer, out, index)
         if producer.op == Op.MATMUL:
             return self._gemm_kernel(node, producer, out, index)
         kb = _KernelBuilder(self, node)
@@ -486,6 +494,39 @@ class _Lowering:
                 [Loop(k, "reduce"), Loop(gemm.out_var, "parallel")]
         return Kernel(f"k{index}_matmul", loops, [Store(out, offset(out, out_idx), value)],
                       None, ops, gemm=gemm)
+
+
+    def _conv_kernel(self, node: Node, conv: Node, out: Buffer, index: int) -> Kernel:
+        """`node` computed by a convolution kernel of `conv` (node is conv, or the owner of
+        its epilogue); the conv's bias (an expression along oc) is added to Acc first."""
+        out_vars = tuple(Var(name, d) for name, d in zip(("n", "oc", "oh", "ow"), conv.shape))
+        x_vars = tuple(Var(name, d) for name, d in zip(("xn", "xc", "xh", "xw"),
+                                                       conv.src[0].shape))
+        w_vars = tuple(Var(name, d) for name, d in zip(("wo", "wc", "kh", "kw"),
+                                                       conv.src[1].shape))
+        operands = []
+        for src, variables in ((conv.src[0], x_vars), (conv.src[1], w_vars)):
+            ld = _KernelBuilder(self, conv).value(src, tuple(lin(v) for v in variables))
+            if not isinstance(ld, Load) or any(ld.offset.coeff(v) is None for v in variables):
+                raise CompileError("lowering: a conv2d operand is not a strided array")
+            operands.append(ld)
+        acc_idx = tuple(lin(v) if v.extent != 1 else lin(0) for v in out_vars)
+        inner = iter(i for i in acc_idx if i != lin(0))
+        out_idx = acc_idx if node.shape == conv.shape else \
+            tuple(lin(0) if d == 1 else next(inner) for d in node.shape)
+        kb = _KernelBuilder(self, node, (conv, acc_idx))
+        value = kb.value(node, out_idx)
+        if len(conv.src) == 3:
+            bias = kb.value(conv.src[2], (acc_idx[1],))
+            with_bias = Compute(Op.ADD, conv.dtype, (Acc(conv.dtype), bias))
+            value = rebuild(value, lambda n: with_bias if isinstance(n, Acc) else None)
+        ops = ("conv2d",) + tuple(kb.ops)
+        # ow stays the last loop even of extent 1: the epilogue's vectors run along it
+        loops = [Loop(v, "parallel") for v in out_vars[:3] if v.extent != 1] + \
+            [Loop(out_vars[3], "parallel")]
+        spec = Conv(operands[0], operands[1], x_vars, w_vars, out_vars, conv.arg, conv.dtype)
+        return Kernel(f"k{index}_conv2d", loops, [Store(out, offset(out, out_idx), value)],
+                      None, ops, conv=spec)
 
 
 def _copy_kernel(out: Buffer, extra: Buffer, index: int) -> Kernel:

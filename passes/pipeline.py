@@ -5,6 +5,7 @@ from jitcore.ir.graph import Graph
 from jitcore.ir.verifier import verify
 
 from .decompose import decompose
+from .fold_batch_norm import fold_batch_norm
 from .fuse_outputs import fuse_outputs
 from .fuse_rows import fuse_rows
 from .legality import check
@@ -18,12 +19,14 @@ from .tasks import schedule
 def run_pipeline(graph: Graph, vector_bits: int, input_strides: dict | None = None,
                  masked_tails: bool = False) -> LoweredGraph:
     """Graph -> verified primitive graph -> kernels with vectorization decisions."""
-    # stages: decompose composites, simplify (CSE, folding), move elementwise ops into the
-    # concatenations they read, split big full reductions into
+    # stages: fold batch norms into constant convs and matmuls, decompose composites,
+    # simplify (CSE, folding), move elementwise ops into the concatenations they read, split
+    # big full reductions into
     # fixed blocks, lower to loop nests, decide vectorization per kernel, merge pointwise
     # kernels that share a loop nest, fuse kernels that share rows, order the kernels and
     # forked tasks
     graph = verify(graph)
+    graph = verify(fold_batch_norm(graph))
     graph = verify(decompose(graph))
     graph = verify(simplify(graph))
     sunk = sink_into_concat(graph)

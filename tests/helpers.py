@@ -261,3 +261,50 @@ def erf64(x):
     """The error function on float64 values (math.erf, vectorized)."""
     x = np.asarray(x, np.float64)
     return np.vectorize(math.erf, otypes=[np.float64])(x) if x.size else x.copy()
+
+
+# ---- convolution reference (tests/test_conv.py, tests/test_random_graphs.py) --------------
+
+def resolve_padding(padding, kernel, dilation):
+    """(top, bottom, left, right) as torch resolves it."""
+    if padding == "valid":
+        return (0, 0, 0, 0)
+    if padding == "same":
+        out = []
+        for k, d in zip(kernel, dilation):
+            total = d * (k - 1)
+            out += [total // 2, total - total // 2]
+        return tuple(out)
+    ph, pw = (padding, padding) if isinstance(padding, int) else padding
+    return (ph, ph, pw, pw)
+
+
+def pair(v):
+    return (v, v) if isinstance(v, int) else tuple(v)
+
+
+def ref_conv2d(x, w, b=None, stride=1, padding=0, dilation=1, groups=1):
+    """(conv in float64, the same conv of |x| and |w| plus |b|: the sum of |terms|)."""
+    x, w = x.astype(np.float64), w.astype(np.float64)
+    (sh, sw), (dh, dw) = pair(stride), pair(dilation)
+    pt, pb, pl, pr = resolve_padding(padding, w.shape[2:], (dh, dw))
+    n, c, h, wd = x.shape
+    o, cg, kh, kw = w.shape
+    oh = (h + pt + pb - dh * (kh - 1) - 1) // sh + 1
+    ow = (wd + pl + pr - dw * (kw - 1) - 1) // sw + 1
+    og = o // groups
+    out, mag = (np.zeros((n, o, oh, ow)) for _ in range(2))
+    for src, wt, acc in ((x, w, out), (np.abs(x), np.abs(w), mag)):
+        xp = np.pad(src, ((0, 0), (0, 0), (pt, pb), (pl, pr)))
+        for g in range(groups):
+            for i in range(kh):
+                for j in range(kw):
+                    patch = xp[:, g * cg:(g + 1) * cg,
+                               i * dh:i * dh + sh * (oh - 1) + 1:sh,
+                               j * dw:j * dw + sw * (ow - 1) + 1:sw]
+                    acc[:, g * og:(g + 1) * og] += np.einsum(
+                        "nchw,oc->nohw", patch, wt[g * og:(g + 1) * og, :, i, j])
+    if b is not None:
+        out += b.astype(np.float64)[None, :, None, None]
+        mag += np.abs(b.astype(np.float64))[None, :, None, None]
+    return out, mag

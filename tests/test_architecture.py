@@ -32,7 +32,7 @@ FRONT_LAYERS = [
     ("target selection", {"jitcore.targetinfo"}),
     ("tracing and the op namespace",
      {"jitcore.tracer", "jitcore.indexing", "jitcore.ops", "jitcore.join_ops",
-      "jitcore.math_ops", "jitcore.pool_ops", "jitcore.numpy_compat",
+      "jitcore.math_ops", "jitcore.pool_ops", "jitcore.conv_ops", "jitcore.numpy_compat",
       "jitcore.tensor_methods"}),
     ("compile driver, caches and the thread pools",
      {"jitcore.explain", "jitcore.dump", "jitcore.diskcache", "jitcore.parallel",

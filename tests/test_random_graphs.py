@@ -10,7 +10,8 @@ reshape, expand/broadcast), pooling (max, avg and adaptive over the last two axe
 values), reductions (random axes, keepdims; argmax/argmin and prod on
 integers; argmax/argmin on floats the reference computes exactly, ties included; elementwise
 chains read by two reductions), pow with constant and tensor exponents, matmuls (2-D, batched
-with broadcast batch dims, transposed operands, 1-D: A @ v, v @ A, v @ v) and
+with broadcast batch dims, transposed operands, 1-D: A @ v, v @ A, v @ v), convolutions of
+3-D and 4-D values (constant weights; stride, padding, dilation, groups, depthwise) and
 forked tasks (a step computed by `jc.fork` and waited for at its first use). The same program
 runs through numpy (float64 for float programs, the exact integer dtypes for integer
 programs, float -> integer casts saturating as jitcore defines them: `saturating_astype`) and
@@ -30,7 +31,8 @@ from hypothesis import strategies as st
 
 import jitcore as jc
 from jitcore.llvm import graph_module
-from helpers import BOOL, F32, F64, TOL, U8, ULP, assert_close, saturating_astype
+from helpers import (BOOL, F32, F64, TOL, U8, ULP, assert_close, ref_conv2d,
+                     saturating_astype)
 from test_pooling import out_size, ref_adaptive, ref_pool
 
 DIMS = [1, 2, 3, 5, 7, 16, 17]
@@ -265,6 +267,8 @@ def step_inputs(step) -> tuple:
         return step[1:4]
     if kind in ("matmul", "concat"):
         return step[1], step[2]
+    if kind == "conv":
+        return (step[1],)
     if kind == "fork":
         return step_inputs(step[1])
     return (step[1] if kind not in ("scalar", "scalar_arg") else step[2],)
@@ -305,6 +309,8 @@ def apply_step(step, vals, reference=False, scalars=None):
         return v @ (_swap_last(w) if step[3] else w)
     if kind == "concat":
         return np.concatenate([value(vals, step[1]), value(vals, step[2])], axis=step[3])
+    if kind == "conv":
+        return _conv(step, value(vals, step[1]))
     v = value(vals, step[1])
     if kind == "pad":
         widths, mode, fill = step[2:]
@@ -360,6 +366,21 @@ def pool_step(step, v):
     else:
         out = ref_pool(v[None], kind, **opts)
     return out[0].astype(v.dtype)
+def conv_weight(step) -> np.ndarray:
+    """The constant weight of a conv step: multiples of 1/8 (exact in float32 and float64)."""
+    _, _, seed, wshape, _ = step
+    return np.random.default_rng(seed).integers(-8, 9, wshape) / 8.0
+
+
+def _conv(step, v, weight=None):
+    """conv2d of a value: numpy's float64 reference on arrays, jc.conv2d on tracers."""
+    w = conv_weight(step) if weight is None else weight
+    opts = dict(step[4])
+    if v.ndim == 3:                            # (C, H, W): one image
+        v = v[None] if _is_np(v) else jc.reshape(v, (1,) + tuple(v.shape))
+    if _is_np(v):              # float64 sums, in the value's dtype (as torch would give it)
+        return ref_conv2d(v, w, **opts)[0].astype(v.dtype)
+    return jc.conv2d(v, w.astype(v.dtype), **opts)
 
 
 @contextmanager
@@ -544,6 +565,31 @@ def _draw_matmul(draw, b):
                if b.dtype[i].kind == "f" and b.dtype[j].kind == "f"
                and _matmul_shape(b.shape[i], b.shape[j], t) is not None]
     return ("matmul", *draw(st.sampled_from(options))) if options else None
+
+
+def _draw_conv(draw, b):
+    """conv2d of a float 4-D value (or 3-D: one image) with a constant weight: random kernel
+    (up to 3x3), stride, padding ("same" included), dilation and groups (1, a divisor, or
+    depthwise)."""
+    vals = [i for i in b.numeric() if len(b.shape[i]) in (3, 4) and b.dtype[i].kind == "f"
+            and min(b.shape[i][-3:]) > 0]
+    if not vals:
+        return None
+    i = draw(st.sampled_from(vals))
+    n, c, h, w = (1,) * (4 - len(b.shape[i])) + b.shape[i]
+    groups = draw(st.sampled_from(sorted({1, c} | {g for g in (2, 3) if c % g == 0})))
+    kh, kw = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    stride = draw(st.sampled_from([1, 1, 2]))
+    padding = draw(st.sampled_from([0, 1, "same"] if stride == 1 else [0, 1]))
+    dilation = draw(st.sampled_from([1, 1, 2]))
+    pads = (0, 0) if padding == "same" else (padding, padding)
+    if padding != "same" and (h + 2 * pads[0] < dilation * (kh - 1) + 1
+                              or w + 2 * pads[1] < dilation * (kw - 1) + 1):
+        return None
+    out = groups * draw(st.integers(1, 3))
+    opts = (("stride", stride), ("padding", padding), ("dilation", dilation),
+            ("groups", groups))
+    return ("conv", i, draw(st.integers(0, 2**31 - 1)), (out, c // groups, kh, kw), opts)
 
 
 def _draw_gemv(draw, b):
@@ -757,7 +803,7 @@ def programs(draw, kind="float"):
     scalar_ops = SCALAR_OPS if floats else SCALAR_OPS + BITWISE
     choices = ["unary", "unary", "binary", "binary", "scalar", "view", "view", "reduce",
                "reductions", "fork", "join"] + (
-        ["matmul", "gemv", "cast", "argreduce", "pool"] if floats
+        ["matmul", "gemv", "cast", "argreduce", "pool", "conv"] if floats
         else ["bool", "bool", "cast"] + ["float_cast"] * (3 if float_input else 1))
     for _ in range(draw(st.integers(3, 12))):
         step_kind = draw(st.sampled_from(choices))
@@ -778,6 +824,8 @@ def programs(draw, kind="float"):
             step = _draw_gemv(draw, b)
         elif step_kind == "join":
             step = _draw_join(draw, b, floats)
+        elif step_kind == "conv":
+            step = _draw_conv(draw, b)
         elif step_kind == "argreduce":               # float argmax/argmin: exact indices
             exact = [i for i in b.exact if b.dtype[i].kind == "f"]
             step = _draw_reduce(draw, b, draw(st.sampled_from(exact)), ["argmax", "argmin"])
@@ -880,6 +928,9 @@ def _rounding_terms(step, vals, out):
         else:
             taps = math.prod(opts["kernel"])
         return pool_step(step, np.abs(vals[step[1]])) * taps
+    if kind == "conv":                               # sum|terms|, times sqrt(terms)
+        w = conv_weight(step)
+        return _conv(step, np.abs(vals[step[1]]), np.abs(w)) * math.sqrt(w[0].size)
     return np.abs(out)                               # astype: one rounding
 
 
@@ -914,6 +965,8 @@ def _propagated(step, vals, errs, out):
         e = errs[step[1]]
         return (e.sum if op == "sum" else e.mean if op == "mean" else e.max)(
             axis=axis, keepdims=keepdims)
+    if kind == "conv":                               # linear in its input: conv(|dx|, |w|)
+        return _conv(step, errs[step[1]], np.abs(conv_weight(step)))
     if kind == "matmul":                             # |da| @ |b| + |a| @ |db| + |da| @ |db|
         (a, ea), (b, eb) = ((np.abs(vals[i]), errs[i]) for i in step[1:3])
         mm = lambda x, y: x @ (_swap_last(y) if step[3] else y)        # noqa: E731

@@ -37,8 +37,8 @@ import tempfile
 import threading
 import time
 
-from .systems import INTO_NOTES, SYSTEM_MODULES, SYSTEMS
-from .workloads import BY_NAME, SUITE
+from .systems import CONV_LAYOUTS, INTO_NOTES, SYSTEM_MODULES, SYSTEMS
+from .workloads import BY_NAME, SUITE, WEIGHTS_AFTER_FIRST
 
 THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
                     "NUMBA_NUM_THREADS", "JITCORE_NUM_THREADS", "NUMEXPR_MAX_THREADS")
@@ -348,6 +348,9 @@ def print_tables(data: dict):
                         problems.append(f"  {s} {n}{label}: {cc['status']}: "
                                         f"{cc.get('error', '')}")
         print("\n".join(problems))
+    if any(n in WEIGHTS_AFTER_FIRST for n in names):
+        print("\nconvolution layouts: " + "; ".join(f"{s}: {how}" for s, how in
+                                                     CONV_LAYOUTS.items()))
     missing = sorted({r["system"] for r in runs
                       if any(c.get("status") == "missing" for c in r["results"].values())})
     if missing:

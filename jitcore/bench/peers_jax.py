@@ -31,6 +31,21 @@ def _max_pool(x):
 def _avg_pool(x):
     n, c, h, w = x.shape
     return x.reshape(n, c, h // 2, 2, w // 2, 2).mean(axis=(3, 5))
+def _conv(x, w, stride=1, padding=1, groups=1):
+    return jax.lax.conv_general_dilated(
+        x, w, (stride, stride), [(padding, padding)] * 2,
+        dimension_numbers=("NCHW", "OIHW", "NCHW"), feature_group_count=groups)
+
+
+def _bn(x, mean, var, gamma, beta):
+    def ch(a):
+        return a.reshape(1, -1, 1, 1)
+    return (x - ch(mean)) * jax.lax.rsqrt(ch(var) + F32(1e-5)) * ch(gamma) + ch(beta)
+
+
+def _resblock(x, w1, m1, v1, g1, b1, w2, m2, v2, g2, b2):
+    y = jnp.maximum(_bn(_conv(x, w1), m1, v1, g1, b1), 0)
+    return jnp.maximum(_bn(_conv(y, w2), m2, v2, g2, b2) + x, 0)
 
 
 JAX = {
@@ -52,6 +67,12 @@ JAX = {
     "avg_pool_2x2": _avg_pool,
     "global_avg_pool": lambda x: x.mean(axis=(2, 3), keepdims=True),
     "global_avg_pool_b8": lambda x: x.mean(axis=(2, 3), keepdims=True),
+    "conv3x3_64": _conv, "conv3x3_256": _conv,
+    "conv1x1_64_256": lambda x, w: _conv(x, w, padding=0),
+    "conv7x7s2_stem": lambda x, w: _conv(x, w, stride=2, padding=3),
+    "dwconv3x3_96": lambda x, w: _conv(x, w, groups=x.shape[1]),
+    "conv_bn_relu": lambda x, w, m, v, g, b: jnp.maximum(_bn(_conv(x, w), m, v, g, b), 0),
+    "resblock": _resblock,
 }
 
 

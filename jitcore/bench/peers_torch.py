@@ -82,6 +82,51 @@ def t_avg_pool(x):
 
 def t_global_pool(x):
     return torch.nn.functional.adaptive_avg_pool2d(x, 1)
+def t_conv3x3(x, w):
+    return F.conv2d(x, w, padding=1)
+
+
+def t_conv1x1(x, w):
+    return F.conv2d(x, w)
+
+
+def t_conv7x7s2(x, w):
+    return F.conv2d(x, w, stride=2, padding=3)
+
+
+def t_dwconv3x3(x, w):
+    return F.conv2d(x, w, padding=1, groups=x.shape[1])
+
+
+def t_conv_bn_relu(x, w, mean, var, gamma, beta):
+    y = F.batch_norm(F.conv2d(x, w, padding=1), mean, var, gamma, beta, False, 0.0, 1e-5)
+    return y.relu_()
+
+
+def t_resblock(x, w1, m1, v1, g1, b1, w2, m2, v2, g2, b2):
+    y = F.batch_norm(F.conv2d(x, w1, padding=1), m1, v1, g1, b1, False, 0.0, 1e-5).relu_()
+    y = F.batch_norm(F.conv2d(y, w2, padding=1), m2, v2, g2, b2, False, 0.0, 1e-5)
+    return y.add_(x).relu_()
+
+
+CONV = {"conv3x3_64": t_conv3x3, "conv1x1_64_256": t_conv1x1, "conv3x3_256": t_conv3x3,
+        "conv7x7s2_stem": t_conv7x7s2, "dwconv3x3_96": t_dwconv3x3,
+        "conv_bn_relu": t_conv_bn_relu, "resblock": t_resblock}
+
+
+class WeightsModule(torch.nn.Module):
+    """fn(x, *weights) with the weights as parameters, so that torch.compile's freezing
+    (torch._inductor.config.freezing = True) treats them as constants: it prepacks conv
+    weights for oneDNN and folds batch norms, as jitcore's constants= does."""
+
+    def __init__(self, fn, weights):
+        super().__init__()
+        self.fn = fn
+        self.weights = torch.nn.ParameterList(
+            [torch.nn.Parameter(w, requires_grad=False) for w in weights])
+
+    def forward(self, x):
+        return self.fn(x, *self.weights)
 
 
 EAGER = {"chain": t_chain, "gelu_tanh": t_gelu, "dispatch_1024": t_triad,
@@ -90,7 +135,7 @@ EAGER = {"chain": t_chain, "gelu_tanh": t_gelu, "dispatch_1024": t_triad,
          "masked_row_max": t_masked_max, "masked_row_max_causal": t_masked_max,
          "linear_gelu": t_linear_gelu, "mlp2": t_mlp, "max_pool_3x3s2": t_max_pool,
          "avg_pool_2x2": t_avg_pool, "global_avg_pool": t_global_pool,
-         "global_avg_pool_b8": t_global_pool}
+         "global_avg_pool_b8": t_global_pool, **CONV}
 HAS_OUT = {"chain", "dispatch_1024", "softmax", "row_sum", "col_sum", "broadcast3",
            "transpose_add", "masked_row_max", "masked_row_max_causal", "mlp2"}
 
@@ -144,6 +189,13 @@ def _copy_into(fn):
 
 def compiled_calls(name: str, args: tuple, out: np.ndarray):
     targs, tout = _tensors(args), torch.from_numpy(out)
+    if name in CONV:
+        import torch._inductor.config as inductor_config
+        inductor_config.freezing = True
+        module = WeightsModule(CONV[name], targs[1:]).eval()
+        natural = torch.compile(module, dynamic=False)
+        x = targs[0]
+        return (lambda: natural(x)), (lambda: tout.copy_(natural(x)))
     fn = t_fork_wait_eager if name == "fork_wait" else EAGER.get(name)
     if fn is None:
         return None

@@ -131,6 +131,30 @@ def pool64(x, kind: str, k: int, s: int, p: int):
     xp = np.pad(x, ((0, 0), (0, 0), (p, p), (p, p)), constant_values=pad)
     win = np.lib.stride_tricks.sliding_window_view(xp, (k, k), axis=(2, 3))[:, :, ::s, ::s]
     return win.max(axis=(4, 5)) if kind == "max" else win.mean(axis=(4, 5))
+# ---- convolutions (batch 1, ResNet-50 / MobileNet shapes) ---------------------------------------
+def jc_conv3x3(x, w):
+    return jc.conv2d(x, w, padding=1)
+
+
+def jc_conv1x1(x, w):
+    return jc.conv2d(x, w)
+
+
+def jc_conv7x7s2(x, w):
+    return jc.conv2d(x, w, stride=2, padding=3)
+
+
+def jc_dwconv3x3(x, w):
+    return jc.conv2d(x, w, padding=1, groups=x.shape[1])
+
+
+def jc_conv_bn_relu(x, w, mean, var, gamma, beta):
+    return jc.relu(jc.batch_norm(jc.conv2d(x, w, padding=1), mean, var, gamma, beta))
+
+
+def jc_resblock(x, w1, m1, v1, g1, b1, w2, m2, v2, g2, b2):
+    y = jc.relu(jc.batch_norm(jc.conv2d(x, w1, padding=1), m1, v1, g1, b1))
+    return jc.relu(jc.batch_norm(jc.conv2d(y, w2, padding=1), m2, v2, g2, b2) + x)
 
 
 JITCORE = {"chain": jc_chain, "gelu_tanh": jc_gelu, "dispatch_1024": jc_triad,
@@ -140,7 +164,15 @@ JITCORE = {"chain": jc_chain, "gelu_tanh": jc_gelu, "dispatch_1024": jc_triad,
            "masked_row_max_causal": jc_masked_max, "linear_gelu": jc_linear_gelu,
            "mlp2": jc_mlp, "fork_wait": jc_fork_wait, "max_pool_3x3s2": jc_max_pool,
            "avg_pool_2x2": jc_avg_pool, "global_avg_pool": jc_global_pool,
-           "global_avg_pool_b8": jc_global_pool}
+           "global_avg_pool_b8": jc_global_pool, "conv3x3_64": jc_conv3x3,
+           "conv1x1_64_256": jc_conv1x1, "conv3x3_256": jc_conv3x3,
+           "conv7x7s2_stem": jc_conv7x7s2, "dwconv3x3_96": jc_dwconv3x3,
+           "conv_bn_relu": jc_conv_bn_relu, "resblock": jc_resblock}
+# workloads whose arguments after the first are weights: every system gets them as constants
+# (jitcore: jit(constants=...), prepacked, batch norm folded; torch.compile: module parameters
+# with freezing; eager torch and JAX: arguments as usual)
+WEIGHTS_AFTER_FIRST = {"conv3x3_64", "conv1x1_64_256", "conv3x3_256", "conv7x7s2_stem",
+                       "dwconv3x3_96", "conv_bn_relu", "resblock"}
 
 
 # ---- the suite --------------------------------------------------------------------------------
@@ -269,6 +301,112 @@ SUITE = [
     Workload("global_avg_pool_b8", "adaptive_avg_pool2d(1), (8, 2048, 7, 7)",
              _nchw(8, 2048, 7, 4), _image, lambda x: x.mean(axis=(2, 3), keepdims=True),
              _pool_bytes(lambda h: 1), _pool_flops(lambda h: 1, lambda h: h * h), unit="us"),
+]
+
+
+# ---- convolution workloads --------------------------------------------------------------------
+def conv2d64(x, w, stride=1, padding=0, groups=1):
+    """A direct float64 NCHW convolution (torch.nn.functional.conv2d semantics)."""
+    n, c, h, wd = x.shape
+    o, cg, kh, kw = w.shape
+    oh, ow = (h + 2 * padding - kh) // stride + 1, (wd + 2 * padding - kw) // stride + 1
+    xp = np.pad(x, ((0, 0), (0, 0), (padding, padding), (padding, padding)))
+    og = o // groups
+    out = np.zeros((n, o, oh, ow))
+    for g in range(groups):
+        for i in range(kh):
+            for j in range(kw):
+                patch = xp[:, g * cg:(g + 1) * cg, i:i + stride * (oh - 1) + 1:stride,
+                           j:j + stride * (ow - 1) + 1:stride]
+                out[:, g * og:(g + 1) * og] += np.einsum("nchw,oc->nohw", patch,
+                                                         w[g * og:(g + 1) * og, :, i, j])
+    return out
+
+
+def batch_norm64(x, mean, var, gamma, beta, eps=1e-5):
+    def ch(a):
+        return a.reshape(1, -1, 1, 1)
+    return (x - ch(mean)) / np.sqrt(ch(var) + eps) * ch(gamma) + ch(beta)
+
+
+def _conv_shapes(c, o, hw, k, tiny_c, tiny_o, tiny_hw):
+    return lambda t: ({"c": tiny_c, "o": tiny_o, "hw": tiny_hw, "k": k} if t
+                      else {"c": c, "o": o, "hw": hw, "k": k})
+
+
+def _conv_inputs(groups=False):
+    def make(s, rng):
+        fan_in = (1 if groups else s["c"]) * s["k"] ** 2
+        w = randn(rng, s["o"], 1 if groups else s["c"], s["k"], s["k"]) * F32(
+            1 / math.sqrt(fan_in))
+        return randn(rng, 1, s["c"], s["hw"], s["hw"]), w
+    return make
+
+
+def _bn_arrays(rng, c):
+    return (randn(rng, c) * F32(0.1), (rng.random(c, dtype=F32) + F32(0.5)),
+            randn(rng, c) * F32(0.5) + F32(1), randn(rng, c) * F32(0.1))
+
+
+def _conv_bn_inputs(s, rng):
+    x, w = _conv_inputs()(s, rng)
+    return (x, w) + _bn_arrays(rng, s["o"])
+
+
+def _resblock_inputs(s, rng):
+    x, w1 = _conv_inputs()(s, rng)
+    w2 = randn(rng, s["o"], s["o"], 3, 3) * F32(1 / math.sqrt(9 * s["o"]))
+    return (x, w1) + _bn_arrays(rng, s["o"]) + (w2,) + _bn_arrays(rng, s["o"])
+
+
+def _conv_flops(stride=1, groups=False, convs=1):
+    def count(s):
+        out = -(-s["hw"] // stride)
+        per_out = 2 * (1 if groups else s["c"]) * s["k"] ** 2
+        return convs * s["o"] * out * out * per_out
+    return count
+
+
+def _conv_bytes(stride=1, groups=False):
+    def count(s):
+        out = -(-s["hw"] // stride)
+        weights = s["o"] * (1 if groups else s["c"]) * s["k"] ** 2
+        return 4 * (s["c"] * s["hw"] ** 2 + weights + s["o"] * out * out)
+    return count
+
+
+def _resblock64(x, w1, m1, v1, g1, b1, w2, m2, v2, g2, b2):
+    y = np.maximum(batch_norm64(conv2d64(x, w1, padding=1), m1, v1, g1, b1), 0)
+    return np.maximum(batch_norm64(conv2d64(y, w2, padding=1), m2, v2, g2, b2) + x, 0)
+
+
+CONV_TOL = dict(rtol=1e-3, atol=1e-3, gemm=True)
+SUITE += [
+    Workload("conv3x3_64", "conv 3x3 64->64 at 56x56, pad 1 (ResNet-50 layer1)",
+             _conv_shapes(64, 64, 56, 3, 8, 8, 12), _conv_inputs(),
+             lambda x, w: conv2d64(x, w, padding=1), _conv_bytes(), _conv_flops(), **CONV_TOL),
+    Workload("conv1x1_64_256", "conv 1x1 64->256 at 56x56 (ResNet-50 layer1)",
+             _conv_shapes(64, 256, 56, 1, 8, 16, 12), _conv_inputs(),
+             lambda x, w: conv2d64(x, w), _conv_bytes(), _conv_flops(), **CONV_TOL),
+    Workload("conv3x3_256", "conv 3x3 256->256 at 14x14, pad 1 (ResNet-50 layer3)",
+             _conv_shapes(256, 256, 14, 3, 16, 16, 7), _conv_inputs(),
+             lambda x, w: conv2d64(x, w, padding=1), _conv_bytes(), _conv_flops(), **CONV_TOL),
+    Workload("conv7x7s2_stem", "conv 7x7 stride 2 3->64 at 224x224, pad 3 (ResNet stem)",
+             _conv_shapes(3, 64, 224, 7, 3, 8, 20), _conv_inputs(),
+             lambda x, w: conv2d64(x, w, stride=2, padding=3), _conv_bytes(2),
+             _conv_flops(2), **CONV_TOL),
+    Workload("dwconv3x3_96", "depthwise conv 3x3, 96 channels at 112x112, pad 1",
+             _conv_shapes(96, 96, 112, 3, 8, 8, 12), _conv_inputs(groups=True),
+             lambda x, w: conv2d64(x, w, padding=1, groups=x.shape[1]),
+             _conv_bytes(groups=True), _conv_flops(groups=True), **CONV_TOL),
+    Workload("conv_bn_relu", "relu(batch_norm(conv 3x3 64->64 at 56x56)), constants folded",
+             _conv_shapes(64, 64, 56, 3, 8, 8, 12), _conv_bn_inputs,
+             lambda x, w, m, v, g, b: np.maximum(batch_norm64(conv2d64(x, w, padding=1),
+                                                              m, v, g, b), 0),
+             _conv_bytes(), _conv_flops(), **CONV_TOL),
+    Workload("resblock", "ResNet basic block 64ch 56x56: conv-bn-relu-conv-bn + x, relu",
+             _conv_shapes(64, 64, 56, 3, 8, 8, 12), _resblock_inputs, _resblock64,
+             _conv_bytes(), _conv_flops(convs=2), **CONV_TOL),
 ]
 
 BY_NAME = {w.name: w for w in SUITE}

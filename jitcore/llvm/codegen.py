@@ -1,7 +1,7 @@
 """One kernel -> one LLVM function `void k(i64 start, i64 stop, i8** bufs)` that runs
 iterations [start, stop) of the kernel's range loop (so the parallel runtime can hand out any
 sub-range). `KernelEmitter` emits the loop nests, elementwise bodies, register tiles and
-reductions itself, and hands GEMM, GEMV and arg-reduction kernels to their own emitters.
+reductions itself, and hands GEMM, GEMV, conv and arg-reduction kernels to their own emitters.
 `graph_module.py` gives each kernel a module of its own and adds the graph's run function.
 """
 from __future__ import annotations
@@ -16,6 +16,7 @@ from jitcore.runtime import kernel_type
 
 from . import irutil as u
 from .argreduce import ArgReduce
+from .conv import ConvEmitter
 from .gemm import GemmEmitter
 from .gemv import GemvEmitter
 from .opemit import cast, emit
@@ -309,6 +310,8 @@ class KernelEmitter:
             return
         if k.kind == "gemm":
             GemmEmitter(self, self.gemm_plan).emit()
+        elif k.kind == "conv":
+            ConvEmitter(self, self.conv_plan).emit()
         elif k.kind == "gemv":
             GemvEmitter(self, self.gemv_plan).emit()
         elif k.kind == "pool":

@@ -30,6 +30,7 @@ from jitcore.runtime import emit_parallel_for, emit_spawn, emit_wait, kernel_typ
 
 from . import irutil as u
 from .codegen import KernelEmitter, streams_by_rows
+from .conv import plan as conv_plan
 from .entry import OK, OUT_OF_MEMORY, emit_entry
 from .gemm import plan as gemm_plan
 from .gemm import plan_threads
@@ -146,6 +147,9 @@ def _emit_kernel(kernel: Kernel, vector_bits: int, triple: str, data_layout: str
     if kernel.kind == "gemm":        # work items of the GEMM, one per call at most
         ke.gemm_plan = gemm_plan(kernel, vector_bits, plan_threads(threads))
         extent, chunk = ke.gemm_plan.items, 1
+    elif kernel.kind == "conv":      # work items: image x pixel tile x channel blocks
+        ke.conv_plan = conv_plan(kernel, vector_bits, plan_threads(threads))
+        extent, chunk = ke.conv_plan.items, 1
     elif kernel.kind == "gemv":      # work items: blocks of outputs
         ke.gemv_plan = gemv_plan(kernel, vector_bits, plan_threads(threads))
         extent, chunk = ke.gemv_plan.items, grain(kernel, ke.gemv_plan.items)

@@ -1,0 +1,559 @@
+"""Convolution kernels (kind "conv"): a direct convolution in NCHW on a register tile of
+output channels x vectors of output pixels, with the fused epilogue of the GEMM family.
+
+For each output channel block of MR channels and each tile of NV pixel vectors
+
+    acc[r][j] = sum over taps (kh, kw), then over input channels c of the group, of
+                w[oc0 + r, c, kh, kw] (a broadcast)  *  x[n, c, pixels of vector j shifted
+                by the tap] (a vector load, masked where the tap reads the padding)
+
+which is the GEMM micro-kernel of gemm.py with A = the weights (rows = output channels,
+broadcast) and B = the shifted input rows (the implicit im2col matrix, never built). Pixel
+vectors run along a flattened output plane when the tap shift is the same for every pixel
+(stride 1 and an output as wide as the input, as in a "same" conv or any 1x1 conv: no lane
+is wasted at row ends) and along output rows otherwise (a stride-s row is read as s vectors
+and a shuffle, other strides as a gather). So the
+input is read and the output written in NCHW in place, with no layout conversion, and the
+epilogue runs on vectors along the output's contiguous axis (a per-channel bias or folded
+batch norm is a broadcast); a depthwise conv is the same kernel with MR = 1 and wider
+pixel tiles.
+
+Per work item (image n, pixel tile, chunk of channel blocks) the tap offsets and masks of
+the tile are computed once into a small table. When the tile's input rows of all channels
+exceed half of L1, the channels are summed in passes of `cc` (each pass walks every block
+of the item over rows that stay in L1; the blocks' partial sums wait in a stack buffer).
+Each element's sum runs in one fixed order (passes, taps, channels) whatever the thread
+count, so results are bitwise identical for any number of threads. Constant weights are prepacked at compile time into
+[group x channel block][tap][C_in / groups][MR] so the MR broadcasts of one step are
+adjacent (`prepack`); otherwise they are read through their strides.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+from llvmlite import ir
+
+from jitcore.ir.graph import ConstArray
+from jitcore.ir.ops import TRANSCENDENTAL
+from jitcore.passes.kernel import Buffer, Compute, Kernel, Load, walk
+from jitcore.passes.symbolic import lin
+
+from . import irutil as u
+from .epilogue import Epilogue
+from .gemm import cache_sizes
+
+MAX_NV = 8              # pixel vectors per tile
+MAX_MR = 12             # output channels per tile (more: one broadcast load per FMA)
+MAX_DEINTERLEAVE = 4    # a stride up to this reads whole vectors and shuffles (else gathers)
+MAX_PARTIAL_BYTES = 16 * 1024   # partial sums of one item's channel blocks between passes
+L1_BYTES = cache_sizes()[1]
+MAX_TABLE = 4096        # tap x vector entries of the per-item offset/mask table
+SHORT_EPILOGUE = 3      # epilogue ops up to this are unrolled over the register tile
+
+
+@dataclass(frozen=True)
+class ConvPlan:
+    lanes: int
+    mr: int             # output channels per register tile
+    nv: int             # pixel vectors per tile
+    flat: bool          # pixel vectors along the flattened output plane (else along rows)
+    n_vec: int          # pixel vectors per output plane
+    vpr: int            # vectors per output row (row mode)
+    n_tiles: int        # the last one may have vectors past the plane (masked off)
+    ocb: int            # channel blocks per group
+    blocks: int         # groups * ocb
+    chunk_blocks: int   # channel blocks per work item
+    chunks: int
+    batch: int
+    table: bool         # the per-item tap table fits (else offsets are computed per block)
+    cc: int             # input channels per pass (the tile's input rows of cc channels
+                        # stay in L1 while every channel block of the item uses them)
+
+    @property
+    def items(self) -> int:
+        return self.batch * self.n_tiles * self.chunks
+
+
+def _extents(variables) -> tuple:
+    return tuple(v.extent for v in variables)
+
+
+def flat_ok(kernel: Kernel) -> bool:
+    """Whether pixel vectors can run along the flattened output plane: one tap shift for
+    every pixel (stride 1, the output as wide as the input, input rows adjacent in memory)
+    and every epilogue access linear in the flat pixel index."""
+    c = kernel.conv
+    _, _, oh, ow = c.out_vars
+    _, _, xh, xw = c.x_vars
+    if c.attrs.stride != (1, 1) or ow.extent != xw.extent or ow.extent < 2:
+        return False
+    xs = c.strides(c.x, c.x_vars)
+    if xs[3] != 1 or (oh.extent > 1 and xs[2] != xw.extent):
+        return False
+    accesses = [ld.offset for ld in kernel.loads()[2:]] + [kernel.stores[0].offset]
+    return oh.extent == 1 or all(a.coeff(oh) == ow.extent * a.coeff(ow) for a in accesses)
+
+
+def _choose_tile(cout_g: int, n_vec: int, regs: int) -> tuple:
+    """(MR, NV): the register tile with the least cost per useful FMA: FMAs or loads per
+    step (two of each per cycle), times the channel rows and pixel vectors wasted at the
+    edges (the last tile of a plane computes NV vectors, whether they exist or not)."""
+    best = None
+    for nv in range(1, min(MAX_NV, max(n_vec, 1)) + 1):
+        for mr in range(1, max(min(cout_g, MAX_MR), 1) + 1):
+            if mr * nv + nv + 1 > regs:
+                break
+            waste = -(-cout_g // mr) * mr / max(cout_g, 1) * \
+                (-(-n_vec // nv) * nv / max(n_vec, 1))
+            # (1 + 2 / tile): loop and address overhead per step, spread over the tile;
+            # (1 + 4 / mr): the input vectors each step loads (from L2 when the tile's rows
+            # of all channels exceed L1) are shared by mr channels (measured: 3x3 256->256 at
+            # 14x14 runs 2x faster with 12x2 than with 8x3 or 6x4)
+            cost = max(mr * nv, mr + nv) / (mr * nv) * waste * (1 + 2 / (mr * nv)) * \
+                (1 + 4 / mr)
+            key = (round(cost, 6), -mr * nv, -mr)
+            if best is None or key < best[0]:
+                best = (key, mr, nv)
+    return best[1], best[2]
+
+
+def plan(kernel: Kernel, vector_bits: int, threads: int) -> ConvPlan:
+    c = kernel.conv
+    n, o, oh, ow = _extents(c.out_vars)
+    lanes = max(vector_bits // c.dtype.bits, 1)
+    groups = c.attrs.groups
+    cout_g = o // groups
+    flat = flat_ok(kernel)
+    vpr = -(-ow // lanes)
+    n_vec = -(-(oh * ow) // lanes) if flat else oh * vpr
+    mr, nv = _choose_tile(cout_g, n_vec, 32 if vector_bits >= 512 else 16)
+    n_tiles = -(-n_vec // nv)
+    ocb = -(-cout_g // mr)
+    blocks = groups * ocb
+    cc = _channels_per_pass(kernel, lanes, nv, flat)
+    chunks = 1
+    if threads > 1 and 0 < n * n_tiles < 4 * threads:        # too few items: split channels
+        chunks = min(max(blocks, 1), -(-4 * threads // (n * n_tiles)))
+    if cc < c.cin_group:          # partial sums of the item's blocks live in a stack buffer
+        per_block = mr * nv * lanes * c.dtype.itemsize
+        chunks = max(chunks, -(-blocks * per_block // MAX_PARTIAL_BYTES))
+    chunk_blocks = max(-(-blocks // chunks), 1)
+    chunks = max(-(-blocks // chunk_blocks), 1)
+    return ConvPlan(lanes, mr, nv, flat, n_vec, vpr, n_tiles, ocb, blocks,
+                    chunk_blocks, chunks, n, c.taps * nv <= MAX_TABLE, cc)
+
+
+def _channels_per_pass(kernel: Kernel, lanes: int, nv: int, flat: bool) -> int:
+    """Input channels whose rows under one pixel tile (all taps) fit half of L1."""
+    c = kernel.conv
+    _, _, h, w = _extents(c.x_vars)
+    kh, kw = _extents(c.w_vars[2:])
+    sw, (dh, dw) = c.attrs.stride[1], c.attrs.dilation
+    if flat:                          # one span of the flattened plane
+        span = nv * lanes + (kh - 1) * dh * w + (kw - 1) * dw
+    else:                             # up to nv rows of kh taps each, sw * lanes wide
+        rows = min(nv, _extents(c.out_vars)[2]) * kh
+        span = rows * min(w, sw * lanes + (kw - 1) * dw)
+    per_channel = span * c.dtype.itemsize + 64 * nv      # + a line at each vector's edge
+    cc = max(L1_BYTES // 2 // per_channel, 8)
+    return c.cin_group if cc >= c.cin_group else cc
+
+
+# ---- weight prepacking --------------------------------------------------------------------
+
+def packed_weights(dense: np.ndarray, groups: int, mr: int) -> np.ndarray:
+    """OIHW weights -> [groups * blocks][KH * KW][C_in / groups][MR], zero rows past C_out."""
+    o, cg, kh, kw = dense.shape
+    cout_g = o // groups
+    ocb = -(-cout_g // mr)
+    out = np.zeros((groups, ocb * mr, cg, kh * kw), dtype=dense.dtype)
+    out[:, :cout_g] = dense.reshape(groups, cout_g, cg, kh * kw)
+    out = out.reshape(groups, ocb, mr, cg, kh * kw).transpose(0, 1, 4, 3, 2)
+    return np.ascontiguousarray(out).ravel()
+
+
+def _dense_weights(flat: np.ndarray, load: Load, variables) -> np.ndarray:
+    """The (O, C_in/groups, KH, KW) array a load reads: flat[const + sum of coeff * index]."""
+    shape = _extents(variables)
+    idx = np.full(shape, load.offset.const, dtype=np.int64)
+    for axis, v in enumerate(variables):
+        ar = np.arange(v.extent).reshape([-1 if a == axis else 1 for a in range(4)])
+        idx = idx + load.offset.coeff(v) * ar
+    return flat.ravel()[idx] if flat.size else np.zeros(shape, flat.dtype)
+
+
+def prepack(lowered, vector_bits: int, threads: int) -> int:
+    """Pack constant conv weights for the kernels (in place in `lowered`, as gemm.prepack
+    does for GEMM operands). Returns the bytes packed."""
+    packed_bytes = 0
+    const_bufs = lowered.buffers_of_kind("const")
+    for kernel in lowered.kernels:
+        c = kernel.conv
+        if c is None or c.w.buffer.kind != "const":
+            continue
+        slot = c.w.buffer.slot
+        if sum(ld.buffer.slot == slot for k in lowered.kernels for ld in k.loads()) != 1:
+            continue
+        p = plan(kernel, vector_bits, threads)
+        index = const_bufs.index(c.w.buffer)
+        dense = _dense_weights(lowered.consts[index].array, c.w, c.w_vars)
+        panels = packed_weights(dense, c.attrs.groups, p.mr)
+        lowered.consts[index] = ConstArray(panels)
+        new = Buffer(c.w.buffer.name, "const", c.w.buffer.dtype, panels.shape, (1,), slot)
+        lowered.buffers[slot] = new
+        const_bufs[index] = new
+        kernel.conv = replace(c, w=Load(new, lin(0)), prepacked=True)
+        packed_bytes += panels.nbytes
+    return packed_bytes
+
+
+# ---- code ---------------------------------------------------------------------------------
+
+def opaque(b: ir.IRBuilder, value: int):
+    """An i64 constant the optimizer cannot see through (an empty inline asm): loop bounds
+    made of it are not fully unrolled, which keeps compile time and code size small (the
+    tap and channel loops of a conv would otherwise be unrolled into thousands of FMAs)."""
+    fnty = ir.FunctionType(u.I64, [u.I64])
+    return b.call(ir.InlineAsm(fnty, "", "=r,0", side_effect=False), [u.I64(value)])
+
+
+def _vec_const(ty, values):
+    return ir.Constant(ty, [ir.Constant(ty.element, v) for v in values])
+
+
+class ConvEmitter:
+    """Emits the body of one conv kernel through its KernelEmitter `ke`."""
+
+    def __init__(self, ke, p: ConvPlan):
+        self.ke, self.p, self.b = ke, p, ke.b
+        c = self.c = ke.kernel.conv
+        self.elem = u.value_type(c.dtype)
+        self.vty = ir.VectorType(self.elem, p.lanes)
+        self.addr_vty = ir.VectorType(u.I64, p.lanes)
+        self.epilogue = Epilogue(ke, c.out_vars[3], p.lanes)
+        self.xs = c.strides(c.x, c.x_vars)                       # n, c, h, w
+        self.ws = None if c.prepacked else c.strides(c.w, c.w_vars)
+        _, _, self.h, self.w = _extents(c.x_vars)
+        _, self.cout, self.oh, self.ow = _extents(c.out_vars)
+        self.kh, self.kw = _extents(c.w_vars[2:])
+        # pixel and tap coordinates per lane: i32 lanes (half the instructions of i64, so
+        # less code and compile time) unless an image is too large for them
+        reach = (max(self.oh * self.ow, self.h, self.w) + p.lanes) * \
+            max(c.attrs.stride + c.attrs.dilation) + sum(c.attrs.padding) + \
+            max(self.kh, self.kw) * max(c.attrs.dilation)
+        self.lane_int = u.I32 if reach < 2**30 else u.I64
+        self.ivty = ir.VectorType(self.lane_int, p.lanes)
+        self.mask_int = ir.IntType(p.lanes)
+        self.iota = _vec_const(self.ivty, range(p.lanes))
+        self.cin_g = c.cin_group
+        self.cout_g = self.cout // c.attrs.groups
+        # a tap's input vector is contiguous (masked load), or every s-th element of s
+        # contiguous vectors (a stride-s conv of a row: s loads and a shuffle), else a gather
+        self.lane_step = 1 if p.flat else c.attrs.stride[1] * self.xs[3]
+        self.contiguous = self.lane_step == 1
+        self.deinterleave = not self.contiguous and self.xs[3] == 1 and \
+            self.lane_step <= MAX_DEINTERLEAVE
+        # a short epilogue (a store, a bias, relu) runs on each accumulator in place,
+        # unrolled (with AVX-512 masks: one masked version); a longer one (gelu, a
+        # residual...) once, in a loop over the tile spilled to the stack
+        ops = [n for n in walk([ke.kernel.stores[0].value]) if isinstance(n, Compute)]
+        self.unrolled_epilogue = ke.masked_tail and self.epilogue.vector and \
+            len(ops) <= SHORT_EPILOGUE and not any(n.op in TRANSCENDENTAL for n in ops)
+
+    def emit(self):
+        b, p, ke = self.b, self.p, self.ke
+        self.accs = [[u.alloca_once(b, self.vty, name=f"acc{r}_{j}") for j in range(p.nv)]
+                     for r in range(p.mr)]
+        self.ctile = u.alloca_once(b, ir.ArrayType(self.vty, p.mr * p.nv), name="ctile")
+        self.ctile.align = 64
+        self.passes = p.cc < self.cin_g
+        if self.passes:
+            self.partial = u.alloca_once(
+                b, ir.ArrayType(self.vty, p.chunk_blocks * p.mr * p.nv), name="partial")
+            self.partial.align = 64
+        self.epi = {name: u.alloca_once(b, ir.ArrayType(u.I64, p.nv), name=f"epi_{name}")
+                    for name in ("oh", "ow", "count")}
+        if p.table:
+            entries = max(self.c.taps * p.nv, 1)
+            self.tab_off = u.alloca_once(b, ir.ArrayType(u.I64, entries), name="tap_off")
+            self.tab_mask = u.alloca_once(b, ir.ArrayType(self.mask_int, entries),
+                                          name="tap_mask")
+        with b.goto_entry_block():    # the loop bounds, hidden from the full unroller
+            self.n_kh, self.n_kw, self.n_ci, self.n_mr, self.n_cc = (
+                opaque(b, v) for v in (self.kh, self.kw, self.cin_g, p.mr, p.cc))
+            self.n_nv = opaque(b, p.nv)
+        per_image = p.n_tiles * p.chunks
+        with u.for_range(b, ke.start, ke.stop, 1, name="item") as t:
+            n = b.sdiv(t, u.I64(per_image))
+            rem = b.srem(t, u.I64(per_image))
+            tile, chunk = b.sdiv(rem, u.I64(p.chunks)), b.srem(rem, u.I64(p.chunks))
+            self.item(n, tile, chunk)
+
+    def lane(self, value):
+        """An i64 as a lane coordinate."""
+        return value if self.lane_int is u.I64 else self.b.trunc(value, self.lane_int)
+
+    def wide(self, value):
+        return value if self.lane_int is u.I64 else self.b.sext(value, u.I64)
+
+    # -- pixels of a tile -------------------------------------------------------------------
+    def pixels(self, tile) -> list:
+        """Per vector j of the tile: (lane oh, lane ow, valid lanes), and the epilogue's
+        (oh, ow, count) stored in the epi arrays."""
+        b, p = self.b, self.p
+        out = []
+        for j in range(p.nv):
+            v = b.add(b.mul(tile, u.I64(p.nv)), u.I64(j))
+            if p.flat:
+                q0 = b.mul(v, u.I64(p.lanes))
+                count = u.imin(b, u.I64(p.lanes), b.sub(u.I64(self.oh * self.ow), q0))
+                q = b.add(u.splat(b, self.lane(q0), p.lanes), self.iota)
+                lane_oh = b.udiv(q, u.const(self.ivty, self.ow))
+                lane_ow = b.urem(q, u.const(self.ivty, self.ow))
+                epi_oh, epi_ow = u.I64(0), q0
+            else:
+                oh = b.sdiv(v, u.I64(p.vpr))
+                ow0 = b.mul(b.srem(v, u.I64(p.vpr)), u.I64(p.lanes))
+                count = u.imin(b, u.I64(p.lanes), b.sub(u.I64(self.ow), ow0))
+                lane_oh = u.splat(b, self.lane(oh), p.lanes)
+                lane_ow = b.add(u.splat(b, self.lane(ow0), p.lanes), self.iota)
+                epi_oh, epi_ow = oh, ow0
+            count = b.select(b.icmp_signed("<", v, u.I64(p.n_vec)), count, u.I64(0))
+            valid = b.icmp_signed("<", self.iota, u.splat(b, self.lane(count), p.lanes))
+            for name, value in (("oh", epi_oh), ("ow", epi_ow), ("count", count)):
+                b.store(value, b.gep(self.epi[name], [u.I64(0), u.I64(j)]))
+            out.append((lane_oh, lane_ow, valid))
+        return out
+
+    def tap(self, pixels, kh, kw) -> list:
+        """Per pixel vector: (input offset of lane 0 within a channel plane, lane mask) of
+        tap (kh, kw); masked lanes read the padding (zero) or lie past the output's end."""
+        b, c = self.b, self.c
+        (sh, sw), (pt, _, pl, _), (dh, dw) = c.attrs.stride, c.attrs.padding, c.attrs.dilation
+        dy = b.sub(b.mul(kh, u.I64(dh)), u.I64(pt))
+        dx = b.sub(b.mul(kw, u.I64(dw)), u.I64(pl))
+        out = []
+        for lane_oh, lane_ow, valid in pixels:
+            ih = b.add(b.mul(lane_oh, u.const(self.ivty, sh)),
+                       u.splat(b, self.lane(dy), self.p.lanes))
+            iw = b.add(b.mul(lane_ow, u.const(self.ivty, sw)),
+                       u.splat(b, self.lane(dx), self.p.lanes))
+            inside = b.and_(b.icmp_unsigned("<", ih, u.const(self.ivty, self.h)),
+                            b.icmp_unsigned("<", iw, u.const(self.ivty, self.w)))
+            mask = b.and_(valid, inside)
+            ih0 = self.wide(b.extract_element(ih, u.I32(0)))
+            iw0 = self.wide(b.extract_element(iw, u.I32(0)))
+            off = b.add(b.mul(ih0, u.I64(self.xs[2])), b.mul(iw0, u.I64(self.xs[3])))
+            out.append((off, mask))
+        return out
+
+    def fill_table(self, pixels):
+        b = self.b
+        with u.for_range(b, u.I64(0), self.n_kh, 1, name="tkh") as kh:
+            with u.for_range(b, u.I64(0), self.n_kw, 1, name="tkw") as kw:
+                base = b.mul(b.add(b.mul(kh, u.I64(self.kw)), kw), u.I64(self.p.nv))
+                for j, (off, mask) in enumerate(self.tap(pixels, kh, kw)):
+                    at = b.add(base, u.I64(j))
+                    b.store(off, b.gep(self.tab_off, [u.I64(0), at]))
+                    b.store(b.bitcast(mask, self.mask_int),
+                            b.gep(self.tab_mask, [u.I64(0), at]))
+
+    def table_tap(self, kh, kw) -> list:
+        b = self.b
+        base = b.mul(b.add(b.mul(kh, u.I64(self.kw)), kw), u.I64(self.p.nv))
+        out = []
+        for j in range(self.p.nv):
+            at = b.add(base, u.I64(j))
+            off = b.load(b.gep(self.tab_off, [u.I64(0), at]))
+            bits = b.load(b.gep(self.tab_mask, [u.I64(0), at]))
+            out.append((off, b.bitcast(bits, ir.VectorType(ir.IntType(1), self.p.lanes))))
+        return out
+
+    # -- one work item ------------------------------------------------------------------------
+    def item(self, n, tile, chunk):
+        b, p = self.b, self.p
+        pixels = self.pixels(tile)
+        if p.table:
+            self.fill_table(pixels)
+        x_image = b.add(u.I64(self.c.x.offset.const), b.mul(n, u.I64(self.xs[0])))
+        lo = b.mul(chunk, u.I64(p.chunk_blocks))
+        hi = u.imin(b, b.add(lo, u.I64(p.chunk_blocks)), u.I64(p.blocks))
+        if not self.passes:
+            self.blocks(pixels, x_image, n, lo, hi, u.I64(0), self.n_ci, None, None)
+            return
+        # passes over cc input channels at a time; the blocks' sums wait in `partial`
+        with u.for_range(b, u.I64(0), self.n_ci, p.cc, name="cc", partial=True) as c0:
+            count = u.imin(b, self.n_cc, b.sub(self.n_ci, c0))
+            first = b.icmp_signed("==", c0, u.I64(0))
+            last = b.icmp_signed(">=", b.add(c0, count), self.n_ci)
+            self.blocks(pixels, x_image, n, lo, hi, c0, count, first, last)
+
+    def blocks(self, pixels, x_image, n, lo, hi, c0, count, first, last):
+        """Channel blocks lo..hi of the item over input channels c0..c0+count: start from
+        zero (first pass) or the partial sums; end with the epilogue (last pass) or by
+        saving the partial sums."""
+        b, p = self.b, self.p
+        with u.for_range(b, lo, hi, 1, name="blk") as blk:
+            g = b.sdiv(blk, u.I64(p.ocb))
+            ob = b.srem(blk, u.I64(p.ocb))
+            oc0 = b.mul(ob, u.I64(p.mr))
+            saved = None
+            if first is not None:
+                saved = b.gep(b.bitcast(self.partial, self.vty.as_pointer()),
+                              [b.mul(b.sub(blk, lo), u.I64(p.mr * p.nv))])
+            self.start_sums(saved, first)
+            x_group = b.add(x_image, b.mul(b.add(b.mul(g, u.I64(self.cin_g)), c0),
+                                           u.I64(self.xs[1])))
+            with u.for_range(b, u.I64(0), self.n_kh, 1, name="kh") as kh:
+                with u.for_range(b, u.I64(0), self.n_kw, 1, name="kw") as kw:
+                    taps = self.table_tap(kh, kw) if p.table else \
+                        self.tap(pixels, kh, kw)
+                    self.micro(taps, x_group, blk, g, oc0, kh, kw, c0, count)
+            if last is None:
+                self.store_tile(n, g, oc0)
+            else:
+                with b.if_else(last) as (then, otherwise):
+                    with then:
+                        self.store_tile(n, g, oc0)
+                    with otherwise:
+                        for r in range(p.mr):
+                            for j in range(p.nv):
+                                b.store(b.load(self.accs[r][j]),
+                                        b.gep(saved, [u.I64(p.nv * r + j)]), align=64)
+
+    def start_sums(self, saved, first):
+        b, p = self.b, self.p
+        zero = u.const(self.vty, 0)
+        if first is None:
+            for row in self.accs:
+                for acc in row:
+                    b.store(zero, acc)
+            return
+        with b.if_else(first) as (then, otherwise):
+            with then:
+                for row in self.accs:
+                    for acc in row:
+                        b.store(zero, acc)
+            with otherwise:
+                for r in range(p.mr):
+                    for j in range(p.nv):
+                        b.store(b.load(b.gep(saved, [u.I64(p.nv * r + j)]), align=64),
+                                self.accs[r][j])
+
+    def weight_rows(self, blk, g, oc0, kh, kw) -> tuple:
+        """Per tile row r: the offset of its weight at channel 0 of this tap; and the step
+        per input channel."""
+        b, p, c = self.b, self.p, self.c
+        if c.prepacked:
+            tap = b.add(b.mul(kh, u.I64(self.kw)), kw)
+            base = b.mul(b.add(b.mul(blk, u.I64(c.taps)), tap), u.I64(self.cin_g * p.mr))
+            return [b.add(base, u.I64(r)) for r in range(p.mr)], p.mr
+        so, sc, skh, skw = self.ws
+        common = b.add(u.I64(c.w.offset.const),
+                       b.add(b.mul(kh, u.I64(skh)), b.mul(kw, u.I64(skw))))
+        rows = []
+        for r in range(p.mr):          # rows past the group's channels read its last, unused
+            oc = u.imin(b, b.add(oc0, u.I64(r)), u.I64(self.cout_g - 1))
+            oc = b.add(oc, b.mul(g, u.I64(self.cout_g)))
+            rows.append(b.add(common, b.mul(oc, u.I64(so))))
+        return rows, sc
+
+    def micro(self, taps, x_group, blk, g, oc0, kh, kw, c0, count):
+        """accs += the tap's products over input channels c0..c0+count of the group."""
+        b, p, ke = self.b, self.p, self.ke
+        rows, w_step = self.weight_rows(blk, g, oc0, kh, kw)
+        rows = [b.add(r, b.mul(c0, u.I64(w_step))) for r in rows]
+        x_base = ke.base_ptr(self.c.x.buffer)
+        w_base = ke.base_ptr(self.c.w.buffer)
+        starts = [b.add(x_group, off) for off, _ in taps]
+        with u.for_range(b, u.I64(0), count, 1, name="ci") as ci:
+            x_ci = b.mul(ci, u.I64(self.xs[1]))
+            xv = [self.load_x(x_base, b.add(start, x_ci), mask)
+                  for start, (_, mask) in zip(starts, taps)]
+            w_ci = b.mul(ci, u.I64(w_step))
+            for r in range(p.mr):
+                w = b.load(b.gep(w_base, [b.add(rows[r], w_ci)]))
+                wv = u.splat(b, w, p.lanes)
+                for j in range(p.nv):
+                    acc = self.accs[r][j]
+                    b.store(u.intrinsic(b, "fmuladd", [wv, xv[j], b.load(acc)]), acc)
+
+    def load_x(self, base, offset, mask):
+        b = self.b
+        ptr = b.gep(base, [offset])
+        if self.contiguous:
+            return u.masked_load(b, b.bitcast(ptr, self.vty.as_pointer()), mask, self.vty)
+        if self.deinterleave:
+            return self.load_every(ptr, mask)
+        # strided along the row: a gather at lane_step elements apart
+        step = self.lane_step * self.c.dtype.itemsize
+        addr = b.add(u.splat(b, b.ptrtoint(ptr, u.I64), self.p.lanes),
+                     _vec_const(self.addr_vty, [i * step for i in range(self.p.lanes)]))
+        ptrs = b.inttoptr(addr, ir.VectorType(self.elem.as_pointer(), self.p.lanes))
+        fnty = ir.FunctionType(self.vty, [ptrs.type, u.I32, mask.type, self.vty])
+        fn = u.declare_intrinsic(b.module, "masked.gather", [self.vty, ptrs.type], fnty)
+        return b.call(fn, [ptrs, u.I32(self.c.dtype.itemsize), mask, u.const(self.vty, 0)])
+
+    def load_every(self, ptr, mask):
+        """lanes elements s apart from ptr: one masked load of s * lanes contiguous elements
+        (only the wanted ones enabled, so nothing outside the row is read) and a shuffle."""
+        b, s, lanes = self.b, self.lane_step, self.p.lanes
+        wide = s * lanes
+        i32s = ir.VectorType(u.I32, wide)
+        spread = b.shuffle_vector(mask, mask, _vec_const(i32s, [e // s for e in range(wide)]))
+        every = _vec_const(ir.VectorType(ir.IntType(1), wide),
+                           [int(e % s == 0) for e in range(wide)])
+        wty = ir.VectorType(self.elem, wide)
+        data = u.masked_load(b, b.bitcast(ptr, wty.as_pointer()), b.and_(spread, every), wty)
+        return b.shuffle_vector(data, data, _vec_const(ir.VectorType(u.I32, lanes),
+                                                       [i * s for i in range(lanes)]))
+
+    # -- the epilogue -------------------------------------------------------------------------
+    def store_tile(self, n, g, oc0):
+        """Rows oc0.. of the block (those inside the group), vectors j < nv: the epilogue
+        on each vector, masked to its valid lanes (vectors past the plane have none)."""
+        b, p, ke = self.b, self.p, self.ke
+        n_var, oc_var, oh_var, ow_var = self.c.out_vars
+        nrow = u.imin(b, self.n_mr, b.sub(u.I64(self.cout_g), oc0))
+        oc_base = b.add(b.mul(g, u.I64(self.cout_g)), oc0)
+        ke.env[n_var] = n
+        if self.unrolled_epilogue:
+            for j in range(p.nv):
+                ke.env[oh_var] = b.load(b.gep(self.epi["oh"], [u.I64(0), u.I64(j)]))
+                ke.env[ow_var] = b.load(b.gep(self.epi["ow"], [u.I64(0), u.I64(j)]))
+                count = b.load(b.gep(self.epi["count"], [u.I64(0), u.I64(j)]))
+                with b.if_then(b.icmp_signed(">", count, u.I64(0))):
+                    for r in range(p.mr):
+                        with b.if_then(b.icmp_signed("<", u.I64(r), nrow)):
+                            ke.env[oc_var] = b.add(oc_base, u.I64(r))
+                            self.epilogue.emit(b.load(self.accs[r][j]), count)
+            return
+        tile = b.bitcast(self.ctile, self.vty.as_pointer())
+        for r in range(p.mr):
+            for j in range(p.nv):
+                b.store(b.load(self.accs[r][j]), b.gep(tile, [u.I64(p.nv * r + j)]),
+                        align=64)
+        with u.for_range(b, u.I64(0), nrow, 1, name="r") as r:
+            ke.env[oc_var] = b.add(oc_base, r)
+            with u.for_range(b, u.I64(0), self.n_nv, 1, name="j") as j:
+                ke.env[oh_var] = b.load(b.gep(self.epi["oh"], [u.I64(0), j]))
+                ke.env[ow_var] = b.load(b.gep(self.epi["ow"], [u.I64(0), j]))
+                count = b.load(b.gep(self.epi["count"], [u.I64(0), j]))
+                acc = b.load(b.gep(tile, [b.add(b.mul(r, u.I64(p.nv)), j)]), align=64)
+                self.finish(acc, count)
+
+    def finish(self, acc, count):
+        """The epilogue on one vector with `count` valid lanes (none: nothing)."""
+        b = self.b
+        if self.ke.masked_tail:        # masks cost nothing: one masked epilogue
+            with b.if_then(b.icmp_signed(">", count, u.I64(0))):
+                self.epilogue.emit(acc, count)
+            return
+        whole = b.icmp_signed("==", count, u.I64(self.p.lanes))
+        with b.if_else(whole) as (then, otherwise):
+            with then:
+                self.epilogue.emit(acc, None)
+            with otherwise:
+                with b.if_then(b.icmp_signed(">", count, u.I64(0))):
+                    self.epilogue.emit(acc, count)
