@@ -37,6 +37,7 @@ FRONT_LAYERS = [
       "jitcore.compiler"}),
     ("call path", {"jitcore.signature", "jitcore.callpath", "jitcore.dispatch"}),
     ("public API", {"jitcore.api", "jitcore.futures", "jitcore.eager", "jitcore"}),
+    ("PyTorch front (optional: `import jitcore` never imports it)", {"jitcore.torch"}),
     ("CLI and benchmark suite", {"jitcore.__main__", "jitcore.bench"}),
 ]
 
