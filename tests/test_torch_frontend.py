@@ -332,3 +332,37 @@ def test_import_jitcore_does_not_import_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "False"
+
+
+class Buffered(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+        self.register_buffer("shift", torch.arange(8.0))
+
+    def forward(self, x):
+        return torch.relu(self.lin(x) + self.shift)
+
+
+def test_torch_compile_backend_binds_parameters_and_buffers_as_constants():
+    from jitcore.torch import backend
+    m, x = Buffered().eval(), torch.randn(4, 8)
+    torch._dynamo.reset()
+    seen = []
+    original = backend.CompiledModule
+
+    class Spy(original):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            seen.append(self)
+    backend.CompiledModule = Spy
+    try:
+        compiled = torch.compile(m, backend="jitcore")
+        with torch.inference_mode():
+            assert_matches(compiled(x), eager(m, x))
+    finally:
+        backend.CompiledModule = original
+        torch._dynamo.reset()
+    assert len(seen) == 1
+    assert len(seen[0]._constant_inputs) == 3          # weight, bias, shift
+    assert len(seen[0]._program.signature) == 1        # x is the only run-time input
