@@ -9,7 +9,9 @@ Each system and thread count runs in child processes of its own (jitcore/bench/m
 pinned to as many cores as threads, as the kernel suite's: a cold child (empty JITCORE and
 TORCHINDUCTOR cache directories) times the first call, compile included; the timing child,
 whose caches the cold child filled, times the warm first call and then the calls. Per model and
-thread count: latency (median), speedup over eager, the normwise relative error against eager
+thread count: latency (median), speedup over eager, CPU time per call (median x CPU seconds
+per wall second of the timed loop: on a loaded machine the scheduler's share distorts wall
+times, less so CPU times), the normwise relative error against eager
 (a system above 1e-4 is 'wrong'), cold and warm first calls, jitcore's fallback node count.
 """
 from __future__ import annotations
@@ -85,6 +87,17 @@ def speedup(data: dict, system: str, threads: int, name: str):
     return base["median_s"] / c["median_s"]
 
 
+def cpu_s(c: dict):
+    return c["median_s"] * c["cpu_per_wall"] if "cpu_per_wall" in c else None
+
+
+def cpu_speedup(data: dict, system: str, threads: int, name: str):
+    c, base = (_cell(data["runs"], s, threads, name) for s in (system, "torch"))
+    if c.get("status") != "ok" or base.get("status") != "ok" or not cpu_s(c):
+        return None
+    return cpu_s(base) / cpu_s(c)
+
+
 def geomean(values: list):
     values = [v for v in values if v]
     return math.exp(sum(map(math.log, values)) / len(values)) if values else None
@@ -97,16 +110,18 @@ def print_tables(data: dict, systems: list) -> None:
         head = f"{'model':14s}" + "".join(f"{s:>22s}" for s in systems)
         for title, text in [
                 ("latency, median ms (speedup over torch eager)", _latency),
+                ("CPU ms per call (median x CPU-s per wall-s: what a loaded machine's "
+                 "scheduler does not distort), speedup over eager's", _cpu),
                 ("first call (compile + run), s: cold cache / warm cache", _first),
                 ("relative error vs eager (normwise); jitcore: fallback nodes", _error)]:
             print(f"\n{title}\n{head}\n{'-' * len(head)}")
             for n in names:
                 print(f"{n:14s}" + "".join(
                     f"{text(data, s, threads, n):>22s}" for s in systems))
-        line = "geomean speedup over eager:" + "".join(
-            f"  {s} {g:.2f}x" for s in systems
-            if (g := geomean([speedup(data, s, threads, n) for n in names])) is not None)
-        print(line)
+        for label, fn in (("latency", speedup), ("CPU time", cpu_speedup)):
+            print(f"geomean speedup over eager ({label}):" + "".join(
+                f"  {s} {g:.2f}x" for s in systems
+                if (g := geomean([fn(data, s, threads, n) for n in names])) is not None))
         for s in systems:
             for n in names:
                 c = _cell(data["runs"], s, threads, n)
@@ -122,6 +137,14 @@ def _latency(data, s, threads, n) -> str:
     sp = speedup(data, s, threads, n)
     return fmt_seconds(c["median_s"]) + (f" ({sp:.2f}x)" if sp else "") + \
         ("" if c["status"] == "ok" else " WRONG")
+
+
+def _cpu(data, s, threads, n) -> str:
+    c = _cell(data["runs"], s, threads, n)
+    if not cpu_s(c):
+        return c.get("status", "?")
+    sp = cpu_speedup(data, s, threads, n)
+    return fmt_seconds(cpu_s(c)) + (f" ({sp:.2f}x)" if sp else "")
 
 
 def _first(data, s, threads, n) -> str:
@@ -196,13 +219,18 @@ def parse(argv) -> argparse.Namespace:
     return opts
 
 
-def main(argv=None) -> int:
-    opts = parse(argv)
-    data = run(opts.names, opts.systems_list, opts.threads_list, opts)
+def report(data: dict, systems: list) -> None:
+    """Print the tables of a saved run: `python -m jitcore.bench.model_suite RUN.json`."""
     m = data["machine"]
     print(f"{m['brand']} ({m['cpu']}), {m['isa']}, {m['cpus']} cpus; {data['date']}; "
           + ", ".join(f"{k} {v}" for k, v in data["versions"].items()))
-    print_tables(data, opts.systems_list)
+    print_tables(data, systems)
+
+
+def main(argv=None) -> int:
+    opts = parse(argv)
+    data = run(opts.names, opts.systems_list, opts.threads_list, opts)
+    report(data, opts.systems_list)
     if opts.json:
         with open(opts.json, "w") as f:
             json.dump(data, f, indent=1)
@@ -212,3 +240,9 @@ def main(argv=None) -> int:
     bad = [c for r in data["runs"] if r["system"] == "jitcore" for c in r["results"].values()
            if c.get("status") != "ok"]
     return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    with open(sys.argv[1]) as f:
+        saved = json.load(f)
+    report(saved, [s for s in SYSTEMS if any(r["system"] == s for r in saved["runs"])])
