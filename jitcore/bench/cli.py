@@ -439,9 +439,6 @@ def parse(argv) -> argparse.Namespace:
 
 
 def main(argv=None) -> int:
-    if argv and "--models" in argv:
-        from .model_suite import main as models_main
-        return models_main([a for a in argv if a != "--models"])
     opts = parse(argv)
     data = run_suite(opts.names, opts.systems_list, opts.threads_list, opts)
     m = data["machine"]
