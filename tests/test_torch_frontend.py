@@ -366,3 +366,18 @@ def test_torch_compile_backend_binds_parameters_and_buffers_as_constants():
     assert len(seen) == 1
     assert len(seen[0]._constant_inputs) == 3          # weight, bias, shift
     assert len(seen[0]._program.signature) == 1        # x is the only run-time input
+
+
+class ViewsAroundFallback(torch.nn.Module):
+    def forward(self, x):
+        y = torch.flip(x.view(2, 6).t(), dims=[0])      # views, then an op jitcore lacks
+        return torch.exp(y) * 2.0
+
+
+def test_a_part_of_views_alone_stays_in_torch():
+    x = torch.randn(3, 4)
+    c = jt.compile(ViewsAroundFallback(), x)
+    assert len(c._program.parts) == 1                    # exp * 2; the views run in torch
+    assert [f[1] for f in c.fallbacks] == ["aten.flip.default"]
+    assert "views left in torch" in c.explain()
+    assert_matches(c(x), eager(ViewsAroundFallback(), x))

@@ -26,7 +26,7 @@ class Program:
                           if isinstance(p.meta.get("val"), torch.Tensor) else None
                           for p in exported.inputs]
         self.parts = partition(self.gm, name)
-        self.fallbacks = fallback_nodes(self.gm)
+        self.fallbacks, self.views_in_torch = fallback_nodes(self.gm)
         self.seconds = {"export": t1 - t0, "partition": time.perf_counter() - t1}
 
     def part_modules(self) -> list:
@@ -128,6 +128,8 @@ class CompiledModule:
         if p.fallbacks:
             lines.append("fallback nodes (run in torch):")
             lines += [f"  {n}: {op}: {why}" for n, op, why in p.fallbacks]
+        if p.views_in_torch:
+            lines.append(f"views left in torch (no data moved): {', '.join(p.views_in_torch)}")
         for name, part, ex in self._examples():
             lines.append(f"\n== {name} ==")
             lines.append(part.explain(*ex))

@@ -170,6 +170,14 @@ def why_unsupported(node: torch.fx.Node) -> str | None:
     return entry.check(node) if entry.check else None
 
 
+# ops that move no data in torch (views): a part made of these alone is not worth a call
+VIEW_OPS = ("aten.view.default", "aten._unsafe_view.default", "aten.reshape.default",
+            "aten.permute.default", "aten.transpose.int", "aten.t.default",
+            "aten.expand.default", "aten.unsqueeze.default", "aten.squeeze.dim",
+            "aten.squeeze.dims", "aten.squeeze.default", "aten.select.int",
+            "aten.slice.Tensor", "aten.alias.default", str(operator.getitem))
+
+
 class _Support(OperatorSupportBase):
     def is_node_supported(self, submodules, node) -> bool:
         return why_unsupported(node) is None
@@ -179,7 +187,8 @@ def partition(gm: torch.fx.GraphModule, name: str = "model") -> list:
     """Replace every maximal supported region by one PartModule (one jitcore graph).
     Returns the part names."""
     partitioner = CapabilityBasedPartitioner(gm, _Support(), allows_single_node_partition=True)
-    proposed = partitioner.propose_partitions()
+    proposed = [p for p in partitioner.propose_partitions()
+                if any(str(n.target) not in VIEW_OPS for n in p.nodes)]
     if not proposed:
         return []
     fused = partitioner.fuse_partitions(proposed, prefix=PART_PREFIX)
@@ -209,10 +218,16 @@ def partition(gm: torch.fx.GraphModule, name: str = "model") -> list:
     return parts
 
 
-def fallback_nodes(gm: torch.fx.GraphModule) -> list:
-    """(node name, op, why) for every node left to torch."""
-    out = []
+def fallback_nodes(gm: torch.fx.GraphModule) -> tuple:
+    """(fallbacks, views): (node name, op, why) for every node jitcore cannot compile, left
+    to torch; and the names of supported views left in torch because no part computes near
+    them (a view costs torch nothing; a part of views alone would cost a call)."""
+    fallbacks, views = [], []
     for node in gm.graph.nodes:
         if node.op == "call_function" and node.target is not operator.getitem:
-            out.append((node.name, str(node.target), why_unsupported(node) or "?"))
-    return out
+            why = why_unsupported(node)
+            if why is None:
+                views.append(node.name)
+            else:
+                fallbacks.append((node.name, str(node.target), why))
+    return fallbacks, views
