@@ -174,20 +174,22 @@ def plot(data: dict, path: str, systems: list) -> str:
         return "matplotlib is not installed: no plot (pip install matplotlib)"
     threads_list = sorted({r["threads"] for r in data["runs"]})
     names = data["models"]
-    fig, axes = plt.subplots(len(threads_list), 1, figsize=(10, 3.5 * len(threads_list)),
+    fig, axes = plt.subplots(len(threads_list), 2, figsize=(14, 3.5 * len(threads_list)),
                              squeeze=False)
     shown = [s for s in systems if s != "torch"]
     width = 0.8 / max(len(shown), 1)
-    for ax, threads in zip(axes[:, 0], threads_list):
-        for i, s in enumerate(shown):
-            ax.bar([j + i * width for j in range(len(names))],
-                   [speedup(data, s, threads, n) or 0 for n in names], width, label=s)
-        ax.axhline(1.0, color="black", linewidth=0.8)
-        ax.set_xticks([j + 0.4 - width / 2 for j in range(len(names))])
-        ax.set_xticklabels(names)
-        ax.set_ylabel("speedup over torch eager")
-        ax.set_title(f"{threads} thread(s) - {data['machine']['brand']}, {data['date'][:10]}")
-        ax.legend(fontsize=8)
+    for row, threads in zip(axes, threads_list):
+        for ax, (label, fn) in zip(row, (("latency", speedup), ("CPU time", cpu_speedup))):
+            for i, s in enumerate(shown):
+                ax.bar([j + i * width for j in range(len(names))],
+                       [fn(data, s, threads, n) or 0 for n in names], width, label=s)
+            ax.axhline(1.0, color="black", linewidth=0.8)
+            ax.set_xticks([j + 0.4 - width / 2 for j in range(len(names))])
+            ax.set_xticklabels(names)
+            ax.set_ylabel(f"speedup over eager ({label})")
+            ax.set_title(f"{threads} thread(s), {label} - {data['machine']['brand']}, "
+                         f"{data['date'][:10]}", fontsize=9)
+            ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     return f"plot written to {path}"
@@ -220,7 +222,8 @@ def parse(argv) -> argparse.Namespace:
 
 
 def report(data: dict, systems: list) -> None:
-    """Print the tables of a saved run: `python -m jitcore.bench.model_suite RUN.json`."""
+    """Print the tables of a saved run: `python -m jitcore.bench.model_suite RUN.json
+    [PLOT.png]`."""
     m = data["machine"]
     print(f"{m['brand']} ({m['cpu']}), {m['isa']}, {m['cpus']} cpus; {data['date']}; "
           + ", ".join(f"{k} {v}" for k, v in data["versions"].items()))
@@ -245,4 +248,7 @@ def main(argv=None) -> int:
 if __name__ == "__main__":
     with open(sys.argv[1]) as f:
         saved = json.load(f)
-    report(saved, [s for s in SYSTEMS if any(r["system"] == s for r in saved["runs"])])
+    present = [s for s in SYSTEMS if any(r["system"] == s for r in saved["runs"])]
+    report(saved, present)
+    if len(sys.argv) > 2:
+        print(plot(saved, sys.argv[2], present))
