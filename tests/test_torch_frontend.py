@@ -109,7 +109,11 @@ class AllOps(torch.nn.Module):
                 torch.minimum(a, b), a == b, a < b, a >= b, a != 1, torch.where(a > b, a, b),
                 a.sum(dim=1), a.sum(dim=(0, 2), keepdim=True), a.amax(dim=-1), a.amin(dim=0),
                 a.permute(2, 0, 1), a.transpose(0, 1).reshape(-1), a[:, 1], a[1:, :, ::2],
-                a.unsqueeze(1).expand(2, 3, 3, 5), f / 3, torch.clamp(f, -0.5, 0.5)]
+                a.unsqueeze(1).expand(2, 3, 3, 5), f / 3, torch.clamp(f, -0.5, 0.5),
+                a.sum(), a.argmax(dim=1), a.argmin(dim=-1), torch.any(a > 0, dim=1),
+                torch.div(a, 3, rounding_mode="floor"), torch.logical_and(a > 0, b > 0),
+                torch.logical_or(a > 0, b > 0), a.split([1, 2], dim=1)[1] * 2,
+                torch.ones_like(a) + a, torch.zeros_like(a) - a]
         if a.dtype.is_floating_point:
             outs += [a / b, a ** 2, torch.exp(a), torch.tanh(a), torch.relu(a),
                      torch.sigmoid(a), torch.rsqrt(a.abs() + 1), torch.sqrt(a.abs()),
@@ -118,9 +122,11 @@ class AllOps(torch.nn.Module):
                      torch.nn.functional.leaky_relu(a, 0.2), torch.erf(a), torch.sin(a),
                      torch.softmax(a, -1), torch.log_softmax(a, 1), a.mean(dim=(1, 2)),
                      torch.nn.functional.layer_norm(a, (3, 5)), a.var(dim=1), a.neg(),
-                     torch.bmm(a, b.transpose(1, 2)), a.floor(), a.to(torch.int64)]
+                     torch.bmm(a, b.transpose(1, 2)), a.floor(), a.to(torch.int64),
+                     torch.nn.functional.hardsigmoid(a), a.mean(), a.ceil(), a.cos(),
+                     torch.reciprocal(a.abs() + 1), torch.nn.functional.gelu(a, approximate="tanh")]
         else:
-            outs += [a // 2, a % 3, a & b, a | b, ~a, a.to(torch.float32) / 2]
+            outs += [a // 2, a % 3, a & b, a | b, a ^ b, ~a, a.to(torch.float32) / 2]
         return tuple(outs)
 
 
@@ -151,6 +157,18 @@ class Masks(torch.nn.Module):
         p = torch.softmax(s, dim=-1)
         dead = torch.logical_not((s != float("-inf")).any(dim=-1, keepdim=True))
         return torch.where(dead, torch.zeros_like(p), p), (x > 0) & causal
+
+
+class BigFull(torch.nn.Module):
+    def forward(self, x):
+        return x + torch.full((1100, 1024), 2.0)        # too large to fold: a lowered full
+
+
+def test_a_constant_too_large_to_fold_is_computed():
+    x = torch.randn(1024)
+    c = jt.compile(BigFull(), x)
+    assert c.fallbacks == [] and c._program.folded == 0
+    assert_matches(c(x), eager(BigFull(), x))
 
 
 def test_constant_mask_building_is_folded():
@@ -381,3 +399,26 @@ def test_a_part_of_views_alone_stays_in_torch():
     assert [f[1] for f in c.fallbacks] == ["aten.flip.default"]
     assert "views left in torch" in c.explain()
     assert_matches(c(x), eager(ViewsAroundFallback(), x))
+
+
+class Attention(torch.nn.Module):
+    def __init__(self, causal, mask):
+        super().__init__()
+        self.causal, self.mask = causal, mask
+
+    def forward(self, q, k, v):
+        return torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, attn_mask=self.mask, is_causal=self.causal)
+
+
+@pytest.mark.parametrize("causal,mask", [(False, None), (True, None), (False, "bool"),
+                                         (False, "float")])
+def test_scaled_dot_product_attention(causal, mask):
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, 2, 8, 16, generator=g) for _ in range(3))
+    masks = {None: None, "bool": torch.rand(8, 8, generator=g) > 0.3,
+             "float": torch.randn(8, 8, generator=g)}
+    m = Attention(causal, masks[mask])
+    c = jt.compile(m, q, k, v)
+    assert c.fallbacks == []
+    assert_matches(c(q, k, v), eager(m, q, k, v))

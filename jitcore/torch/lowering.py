@@ -320,24 +320,6 @@ def _addmm(out, bias, a, b, beta=1, alpha=1):
     return y + (bias if beta == 1 else bias * beta)
 
 
-def _sdpa_check(node):
-    users = [u for u in node.users if u.target is not operator.getitem or u.args[1] != 0]
-    return "uses the logsumexp result" if users else None
-
-
-@lower(aten._scaled_dot_product_flash_attention_for_cpu.default, check=_sdpa_check)
-def _sdpa(out, q, k, v, dropout_p=0.0, is_causal=False, attn_mask=None, scale=None):
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    s = jc.matmul(q * scale, jc.transpose(k, tuple(range(k.ndim - 2)) + (k.ndim - 1, k.ndim - 2)))
-    if is_causal:
-        L, S = s.shape[-2], s.shape[-1]
-        s = jc.where(np.tril(np.ones((L, S), bool)), s, -np.inf)
-    if attn_mask is not None:
-        s = jc.where(attn_mask, s, -np.inf) if attn_mask.dtype == np.bool_ else s + attn_mask
-    o = jc.matmul(jc.softmax(s, axis=-1), v)
-    return o, None
-
-
 # ---- reductions and row-wise composites --------------------------------------------------------
 def _reduce(jc_fn):
     def fn(out, x, dims=None, keepdim=False, dtype=None):
