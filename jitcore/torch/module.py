@@ -25,6 +25,10 @@ class Program:
         self.signature = [(tuple(p.meta["val"].shape), p.meta["val"].dtype)
                           if isinstance(p.meta.get("val"), torch.Tensor) else None
                           for p in exported.inputs]
+        # plain positional tensors in, one tensor out: the call skips pytree (~15 us)
+        n = pytree.tree_flatten((tuple(args), kwargs))[1].num_leaves
+        self.flat_args = self.in_spec == pytree.tree_flatten((tuple(range(n)), {}))[1]
+        self.single_out = self.out_spec.is_leaf()
         self.parts = partition(self.gm, name)
         self.fallbacks, self.views_in_torch = fallback_nodes(self.gm)
         self.seconds = {"export": t1 - t0, "partition": time.perf_counter() - t1}
@@ -66,7 +70,11 @@ class CompiledModule:
     def _flat(self, args: tuple, program: Program) -> list:
         """The call's tensors in the order of the graph's inputs (those bound as constants,
         the torch.compile backend's parameters, left out)."""
-        flat, spec = pytree.tree_flatten((tuple(args), {}))
+        if program.flat_args and len(args) == program.in_spec.num_leaves and \
+                all(isinstance(a, torch.Tensor) for a in args):
+            flat, spec = list(args), program.in_spec
+        else:
+            flat, spec = pytree.tree_flatten((tuple(args), {}))
         if spec != program.in_spec:
             raise TypeError(f"jitcore.torch: the call's argument structure {spec} is not the "
                             f"example inputs' {program.in_spec}")
@@ -95,7 +103,8 @@ class CompiledModule:
     def __call__(self, *args):
         program, flat = self._program_for(args)
         out = program(flat)
-        return pytree.tree_unflatten(list(out), program.out_spec)
+        return out[0] if program.single_out else pytree.tree_unflatten(list(out),
+                                                                      program.out_spec)
 
     # -- looking inside -------------------------------------------------------------------------
     @property
