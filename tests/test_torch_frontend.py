@@ -113,7 +113,8 @@ class AllOps(torch.nn.Module):
                 a.sum(), a.argmax(dim=1), a.argmin(dim=-1), torch.any(a > 0, dim=1),
                 torch.div(a, 3, rounding_mode="floor"), torch.logical_and(a > 0, b > 0),
                 torch.logical_or(a > 0, b > 0), a.split([1, 2], dim=1)[1] * 2,
-                torch.ones_like(a) + a, torch.zeros_like(a) - a]
+                torch.ones_like(a) + a, torch.zeros_like(a) - a, torch.add(a, b, alpha=2),
+                torch.sub(a, b, alpha=3)]
         if a.dtype.is_floating_point:
             outs += [a / b, a ** 2, torch.exp(a), torch.tanh(a), torch.relu(a),
                      torch.sigmoid(a), torch.rsqrt(a.abs() + 1), torch.sqrt(a.abs()),
@@ -141,6 +142,32 @@ def test_lowering_family_matches_eager(dtype):
     c = jt.compile(m, a, b)
     assert c.fallbacks == [], c.explain()
     assert_matches(c(a, b), eager(m, a, b))
+
+
+UFUNCS = [("log1p", torch.log1p), ("expm1", torch.expm1), ("sign", torch.sign),
+          ("log2", torch.log2), ("exp2", torch.exp2), ("tan", torch.tan), ("arctan", torch.atan),
+          ("round", torch.round), ("trunc", torch.trunc)]
+
+
+class Ufunc(torch.nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x):
+        return self.fn(x.abs() + 0.1) * self.fn(x.abs() * 3.0 + 0.3)    # in every domain
+
+
+@pytest.mark.parametrize("name,fn", UFUNCS, ids=[u[0] for u in UFUNCS])
+def test_ufuncs_of_the_tracing_branch(name, fn):
+    x = torch.randn(4, 9, generator=torch.Generator().manual_seed(4))
+    c = jt.compile(Ufunc(fn), x)
+    ops = {f[1] for f in c.fallbacks}
+    if getattr(jc, name, None) is None:               # compiled once jitcore has the op
+        assert len(ops) == 1 and "needs jc." + name in c.explain()
+    else:
+        assert ops == set()
+    assert_matches(c(x), eager(Ufunc(fn), x))
 
 
 class Masks(torch.nn.Module):

@@ -125,12 +125,6 @@ def _sub(out, a, b, alpha=1):
     return jc.sub(as_dtype(a, dtype), as_dtype(b if alpha == 1 else b * alpha, dtype))
 
 
-@lower(aten.rsub.Scalar)
-def _rsub(out, a, b, alpha=1):
-    dtype = np_dtype(out)
-    return jc.sub(b, as_dtype(a if alpha == 1 else a * alpha, dtype))
-
-
 def _div_mode_check(node):
     mode = node.kwargs.get("rounding_mode")
     return None if mode in (None, "floor") else f"rounding_mode={mode!r}"
