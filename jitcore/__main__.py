@@ -1,5 +1,6 @@
 """Command line: `python -m jitcore demo`, `python -m jitcore info` and
-`python -m jitcore bench [options]` (see jitcore/bench/cli.py)."""
+`python -m jitcore bench [options]` (see jitcore/bench/cli.py), `python -m jitcore bench
+--models [options]` (whole PyTorch models: jitcore/bench/model_suite.py)."""
 from __future__ import annotations
 
 import argparse
@@ -84,6 +85,9 @@ def info() -> int:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["bench"] and "--models" in argv:
+        from .bench.model_suite import main as models
+        return models([a for a in argv[1:] if a != "--models"])
     if argv[:1] == ["bench"]:
         from .bench.cli import main as bench
         return bench(argv[1:])

@@ -41,6 +41,7 @@ FRONT_LAYERS = [
                    "jitcore.foreign", "jitcore.arguments"}),
     ("public API", {"jitcore.api", "jitcore.futures", "jitcore.eager", "jitcore.pickling",
                     "jitcore"}),
+    ("PyTorch front (optional: `import jitcore` never imports it)", {"jitcore.torch"}),
     ("CLI and benchmark suite", {"jitcore.__main__", "jitcore.bench"}),
 ]
 

@@ -3,6 +3,7 @@
     python -m jitcore bench [--only chain,softmax] [--threads 1,2] [--systems jitcore,numpy]
                             [--runs R] [--repeat N] [--no-cold] [--json PATH] [--plot PATH]
                             [--tiny]
+    python -m jitcore bench --models [...]     whole PyTorch models (jitcore/bench/model_suite.py)
 
 For every run, thread count and system (jitcore and numpy always; numexpr, numba, torch,
 torch.compile and jax when installed) one child process runs the selected workloads, pinned
@@ -106,12 +107,21 @@ def child_env(threads: int, cache_dir: str) -> dict:
 
 def run_child(system: str, threads: int, names: list, opts, progress: Progress,
               cache_dir: str, first_calls_only: bool = False, data_dir=None) -> dict:
-    cores = cores_for(threads)
     cmd = [sys.executable, "-m", "jitcore.bench.child", "--system", system,
            "--threads", str(threads), "--workloads", ",".join(names),
            "--repeat", str(opts.repeat)] + (["--tiny"] if opts.tiny else []) + \
         (["--data-dir", data_dir] if data_dir else []) + \
         (["--first-calls-only"] if first_calls_only else [])
+    label = f"{system} @ {threads}{' cold' * first_calls_only}"
+    return spawn_child(cmd, threads, names, progress, cache_dir, label)
+
+
+def spawn_child(cmd: list, threads: int, names: list, progress: Progress, cache_dir: str,
+                label: str) -> dict:
+    """Run one child pinned to `threads` cores with the thread variables and cache
+    directories set; count its progress lines; return its final JSON report (every name
+    failed, with the child's last stderr line, when it printed none)."""
+    cores = cores_for(threads)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=child_env(threads, cache_dir),
                             preexec_fn=None if cores is None else
@@ -124,11 +134,13 @@ def run_child(system: str, threads: int, names: list, opts, progress: Progress,
     drain.start()                                  # a chatty child must not block on stderr
     try:
         for line in proc.stdout:
-            msg = json.loads(line)
+            try:
+                msg = json.loads(line)
+            except ValueError:                     # a library printing on stdout
+                continue
             if "progress" in msg:
                 progress.done += 1
-                progress.show(f"{system} @ {threads}{' cold' * first_calls_only}: "
-                              f"{msg['progress']}")
+                progress.show(f"{label}: {msg['progress']}")
             else:
                 report = msg
         proc.wait()

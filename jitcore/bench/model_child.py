@@ -1,0 +1,133 @@
+"""One system at one thread count running the model benchmark, in its own process:
+`python -m jitcore.bench.model_child --system S --threads N --models a,b`.
+
+Started by jitcore.bench.model_suite pinned to N cores with every library's thread variables
+set (as the kernel suite's children). Per model: eager torch's output is the reference (this
+process computes it); the first call (compile + first run) is timed, its output checked
+(normwise relative error against eager), then calls are timed. Prints one JSON line per model
+(progress) and a final JSON report.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+import traceback
+import warnings
+
+from .child import time_calls
+
+warnings.filterwarnings("ignore")
+SYSTEMS = ("jitcore", "torch", "torch.compile", "onnxruntime")
+SYSTEM_MODULES = {"jitcore": "torch", "torch": "torch", "torch.compile": "torch",
+                  "onnxruntime": "onnxruntime"}
+
+
+def rel_error(got, want) -> float:
+    import torch
+    got = torch.as_tensor(got).double()
+    want = want.double()
+    return float((got - want).norm() / max(float(want.norm()), 1e-30))
+
+
+def _jitcore(module, inputs, threads):
+    import jitcore as jc
+    import jitcore.torch as jt
+    jc.set_num_threads(threads)
+    m = jt.compile(module, *inputs)
+    info = {"fallbacks": len(m.fallbacks), "fallback_ops": sorted({f[1] for f in m.fallbacks}),
+            "parts": len(m._program.parts)}
+    return (lambda: m(*inputs)), info
+
+
+def _torch(module, inputs, threads):
+    return (lambda: module(*inputs)), {}
+
+
+def _torch_compile(module, inputs, threads):
+    import torch
+    torch._inductor.config.freezing = True
+    m = torch.compile(module)
+    return (lambda: m(*inputs)), {}
+
+
+def _onnxruntime(module, inputs, threads):
+    import onnxruntime as ort
+    import torch
+    path = os.path.join(tempfile.mkdtemp(prefix="jc-onnx-"), "model.onnx")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(module, tuple(inputs), path, dynamo=True, external_data=True)
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
+    sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+    feeds = {i.name: x.numpy() for i, x in zip(sess.get_inputs(), inputs)}
+    return (lambda: sess.run(None, feeds)[0]), {}
+
+
+BUILD = {"jitcore": _jitcore, "torch": _torch, "torch.compile": _torch_compile,
+         "onnxruntime": _onnxruntime}
+
+
+def setup(system: str, threads: int):
+    """Pools sized, one inference_mode for the whole process, one-time setup (export,
+    dynamo, the ONNX exporter) taken out of the first model's compile with a tiny module."""
+    import torch
+    torch.set_num_threads(threads)
+    torch.set_num_interop_threads(threads)
+    torch.inference_mode().__enter__()
+    tiny = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()).eval()
+    x = torch.randn(2, 8)
+    call, _ = BUILD[system](tiny, (x,), threads)
+    call()
+
+
+def run_model(system: str, name: str, threads: int, tiny: bool, repeat: int,
+              first_only: bool) -> dict:
+    import torch
+    from .models import build
+    try:
+        module, inputs = build(name, tiny)
+        want = module(*inputs)
+        t0 = time.perf_counter()
+        call, info = BUILD[system](module, inputs, threads)
+        got = call()
+        first = time.perf_counter() - t0
+        err = rel_error(got, want)
+    except Exception as e:                       # a system that fails is reported
+        return {"status": "failed", "error": f"{type(e).__name__}: {e}".splitlines()[0][:300],
+                "trace": traceback.format_exc(limit=4)[-1000:]}
+    cell = {"status": "ok" if err <= 1e-4 else "wrong", "first_call_s": first,
+            "rel_error": err, **info}
+    if first_only:
+        return cell
+    cell.update(time_calls(call, repeat, budget_s=3.0))
+    del torch
+    return cell
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m jitcore.bench.model_child")
+    ap.add_argument("--system", required=True, choices=SYSTEMS)
+    ap.add_argument("--threads", type=int, required=True)
+    ap.add_argument("--models", required=True)
+    ap.add_argument("--repeat", type=int, default=9)
+    ap.add_argument("--tiny", action="store_true")
+    ap.add_argument("--first-calls-only", action="store_true")
+    opts = ap.parse_args(argv)
+    setup(opts.system, opts.threads)
+    results = {}
+    for name in opts.models.split(","):
+        results[name] = run_model(opts.system, name, opts.threads, opts.tiny, opts.repeat,
+                                  opts.first_calls_only)
+        print(json.dumps({"progress": name}), flush=True)
+    print(json.dumps({"system": opts.system, "threads": opts.threads, "results": results}),
+          flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,488 @@
+"""ATen -> jitcore: one small function per core ATen op, in the table LOWERINGS.
+
+Each lowering takes the node's arguments with its tensor arguments already jitcore Tracers
+(Python scalars, lists and None stay as they are) and returns a Tracer, or a tuple of them for
+ops with several results (native_layer_norm, split_with_sizes). `out` is the node's result as
+torch computed it at export time (a FakeTensor, or a tuple of them): shapes and dtypes to match.
+
+An entry names the jitcore ops it needs (`needs=("conv2d",)`): while one of them does not exist in
+this jitcore (`getattr(jc, name, None) is None`), the op counts as unsupported and runs in torch.
+An entry may also have a `check(node)`: arguments the lowering does not handle (a transposed
+convolution, say) make that node unsupported.
+"""
+from __future__ import annotations
+
+import math
+import operator
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import torch
+
+import jitcore as jc
+from jitcore.ir import build as b
+from jitcore.ir.errors import ShapeError
+from jitcore.tracer import Tracer, wrap
+
+aten = torch.ops.aten
+
+TORCH_TO_NUMPY = {torch.float32: np.float32, torch.float64: np.float64, torch.int32: np.int32,
+                  torch.int64: np.int64, torch.uint8: np.uint8, torch.bool: np.bool_}
+
+
+@dataclass(frozen=True)
+class Lowering:
+    fn: Callable
+    needs: tuple = ()                   # jitcore ops the lowering calls that may be missing
+    check: Callable | None = None      # node -> None if handled, else why not (a string)
+
+
+LOWERINGS: dict = {}
+
+
+def lower(*targets, needs=(), check=None):
+    def register(fn):
+        for t in targets:
+            LOWERINGS[t] = Lowering(fn, tuple(needs), check)
+        return fn
+    return register
+
+
+def missing_ops(entry: Lowering) -> list:
+    """The jitcore ops this lowering needs that this jitcore does not have (yet)."""
+    return [n for n in entry.needs if getattr(jc, n, None) is None]
+
+
+# ---- helpers -----------------------------------------------------------------------------------
+def np_dtype(t) -> np.dtype:
+    return np.dtype(TORCH_TO_NUMPY[t.dtype])
+
+
+def as_dtype(x, dtype):
+    """x (a Tracer or a Python scalar) in `dtype`: torch computes an op in its result dtype."""
+    if isinstance(x, Tracer) and x.dtype != dtype:
+        return jc.astype(x, dtype)
+    return x
+
+
+def _axis(dim, ndim):
+    return dim + ndim if dim < 0 else dim
+
+
+def _axes(dims, ndim):
+    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
+        return None                                     # torch: all axes
+    dims = dims if isinstance(dims, (list, tuple)) else [dims]
+    return tuple(_axis(d, ndim) for d in dims)
+
+
+# ---- elementwise -------------------------------------------------------------------------------
+def _binary(jc_fn, compute_in_result=True):
+    """A binary op computed, as torch does, in the result dtype (comparisons: in the dtype
+    their operands promote to)."""
+    def fn(out, a, b, **kw):
+        if compute_in_result:
+            dtype = np_dtype(out)
+        else:
+            metas = [x for x in (a, b) if isinstance(x, Tracer)]
+            dtype = np.result_type(*[m.dtype for m in metas])
+        return jc_fn(as_dtype(a, dtype), as_dtype(b, dtype))
+    return fn
+
+
+for _targets, _fn, _in_result in [
+        ((aten.mul.Tensor, aten.mul.Scalar), jc.mul, True),
+        ((aten.div.Tensor, aten.div.Scalar), jc.div, True),
+        ((aten.pow.Tensor_Scalar, aten.pow.Tensor_Tensor, aten.pow.Scalar), jc.pow, True),
+        ((aten.maximum.default,), jc.maximum, True),
+        ((aten.minimum.default,), jc.minimum, True),
+        ((aten.remainder.Tensor, aten.remainder.Scalar), jc.remainder, True),
+        ((aten.floor_divide.default,), jc.floor_divide, True),
+        ((aten.eq.Tensor, aten.eq.Scalar), jc.equal, False),
+        ((aten.ne.Tensor, aten.ne.Scalar), jc.not_equal, False),
+        ((aten.lt.Tensor, aten.lt.Scalar), jc.less, False),
+        ((aten.le.Tensor, aten.le.Scalar), jc.less_equal, False),
+        ((aten.gt.Tensor, aten.gt.Scalar), jc.greater, False),
+        ((aten.ge.Tensor, aten.ge.Scalar), jc.greater_equal, False),
+        ((aten.logical_and.default,), jc.logical_and, False),
+        ((aten.logical_or.default,), jc.logical_or, False),
+        ((aten.bitwise_and.Tensor, aten.bitwise_and.Scalar), jc.bitwise_and, True),
+        ((aten.bitwise_or.Tensor, aten.bitwise_or.Scalar), jc.bitwise_or, True),
+        ((aten.bitwise_xor.Tensor, aten.bitwise_xor.Scalar), jc.bitwise_xor, True)]:
+    lower(*_targets)(_binary(_fn, _in_result))
+
+
+@lower(aten.add.Tensor, aten.add.Scalar)
+def _add(out, a, b, alpha=1):
+    dtype = np_dtype(out)
+    return jc.add(as_dtype(a, dtype), as_dtype(b if alpha == 1 else b * alpha, dtype))
+
+
+@lower(aten.sub.Tensor, aten.sub.Scalar)
+def _sub(out, a, b, alpha=1):
+    dtype = np_dtype(out)
+    return jc.sub(as_dtype(a, dtype), as_dtype(b if alpha == 1 else b * alpha, dtype))
+
+
+def _div_mode_check(node):
+    mode = node.kwargs.get("rounding_mode")
+    return None if mode in (None, "floor") else f"rounding_mode={mode!r}"
+
+
+@lower(aten.div.Tensor_mode, aten.div.Scalar_mode, check=_div_mode_check)
+def _div_mode(out, a, b, rounding_mode=None):
+    dtype = np_dtype(out)
+    a, b = as_dtype(a, dtype), as_dtype(b, dtype)
+    if rounding_mode == "floor":
+        return jc.floor_divide(a, b)
+    return jc.div(a, b)
+
+
+def _unary(jc_fn):
+    def fn(out, x):
+        return as_dtype(jc_fn(as_dtype(x, np_dtype(out))), np_dtype(out))
+    return fn
+
+
+for _target, _name in [
+        (aten.exp.default, "exp"), (aten.log.default, "log"), (aten.sqrt.default, "sqrt"),
+        (aten.rsqrt.default, "rsqrt"), (aten.abs.default, "abs"), (aten.neg.default, "neg"),
+        (aten.tanh.default, "tanh"), (aten.sigmoid.default, "sigmoid"),
+        (aten.relu.default, "relu"), (aten.erf.default, "erf"), (aten.sin.default, "sin"),
+        (aten.cos.default, "cos"), (aten.floor.default, "floor"), (aten.ceil.default, "ceil"),
+        (aten.reciprocal.default, "reciprocal"), (aten.silu.default, "silu"),
+        (aten.hardswish.default, "hardswish"), (aten.hardsigmoid.default, "hardsigmoid"),
+        (aten.bitwise_not.default, "invert"),
+        # ufuncs of the tracing issue: compiled once jitcore has them
+        (aten.log1p.default, "log1p"), (aten.expm1.default, "expm1"), (aten.sign.default, "sign"),
+        (aten.log2.default, "log2"), (aten.exp2.default, "exp2"), (aten.tan.default, "tan"),
+        (aten.atan.default, "arctan"), (aten.round.default, "round"),
+        (aten.trunc.default, "trunc")]:
+    lower(_target, needs=(_name,))(
+        lambda out, x, _n=_name: _unary(getattr(jc, _n))(out, x))
+
+
+@lower(aten.logical_not.default)
+def _logical_not(out, x):
+    return jc.logical_not(x)
+
+
+@lower(aten.gelu.default)
+def _gelu(out, x, approximate="none"):
+    return jc.gelu(x, approximate=approximate)
+
+
+@lower(aten.leaky_relu.default)
+def _leaky_relu(out, x, negative_slope=0.01):
+    return jc.leaky_relu(x, negative_slope)
+
+
+@lower(aten.hardtanh.default)
+def _hardtanh(out, x, min_val=-1.0, max_val=1.0):
+    return jc.hardtanh(x, min_val, max_val)
+
+
+@lower(aten.clamp.default, aten.clamp.Tensor)
+def _clamp(out, x, min=None, max=None):             # noqa: A002 (torch's names)
+    dtype = np_dtype(out)
+    x = as_dtype(x, dtype)
+    if min is not None:
+        x = jc.maximum(x, as_dtype(min, dtype))
+    if max is not None:
+        x = jc.minimum(x, as_dtype(max, dtype))
+    return x
+
+
+@lower(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar)
+def _where(out, cond, a, b):
+    dtype = np_dtype(out)
+    return jc.where(cond, as_dtype(a, dtype), as_dtype(b, dtype))
+
+
+@lower(aten._to_copy.default)
+def _to_copy(out, x, **kw):
+    return as_dtype(x, np_dtype(out))
+
+
+@lower(aten.clone.default, aten.alias.default, aten.lift_fresh_copy.default,
+       aten.detach.default)
+def _identity(out, x, **kw):
+    return x
+
+
+@lower(aten.full_like.default)
+def _full_like(out, x, fill_value, **kw):
+    return full(out, fill_value)
+
+
+def full(out, value):
+    """A tensor of torch's result shape and dtype filled with `value` (a broadcast scalar)."""
+    dtype = np_dtype(out)
+    return jc.broadcast_to(wrap(b.const(value, dtype)), tuple(out.shape))
+
+
+LOWERINGS[aten.zeros_like.default] = Lowering(lambda out, x, **kw: full(out, 0))
+LOWERINGS[aten.ones_like.default] = Lowering(lambda out, x, **kw: full(out, 1))
+LOWERINGS[aten.full.default] = Lowering(lambda out, size, value, **kw: full(out, value))
+LOWERINGS[aten.scalar_tensor.default] = Lowering(lambda out, value, **kw: full(out, value))
+
+
+# ---- views and shapes --------------------------------------------------------------------------
+@lower(aten.view.default, aten._unsafe_view.default, aten.reshape.default)
+def _view(out, x, shape):
+    return jc.reshape(x, tuple(out.shape))
+
+
+@lower(aten.permute.default)
+def _permute(out, x, dims):
+    return jc.transpose(x, tuple(_axis(d, x.ndim) for d in dims))
+
+
+@lower(aten.transpose.int)
+def _transpose(out, x, d0, d1):
+    axes = list(range(x.ndim))
+    d0, d1 = _axis(d0, x.ndim), _axis(d1, x.ndim)
+    axes[d0], axes[d1] = axes[d1], axes[d0]
+    return jc.transpose(x, tuple(axes))
+
+
+@lower(aten.t.default)
+def _t(out, x):
+    return jc.transpose(x) if x.ndim == 2 else x
+
+
+@lower(aten.expand.default)
+def _expand(out, x, size, implicit=False):
+    return jc.broadcast_to(x, tuple(out.shape))
+
+
+@lower(aten.unsqueeze.default, aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default)
+def _reshape_to_out(out, x, *args):
+    return jc.reshape(x, tuple(out.shape))
+
+
+@lower(aten.select.int)
+def _select(out, x, dim, index):
+    idx = [slice(None)] * x.ndim
+    idx[_axis(dim, x.ndim)] = index
+    return x[tuple(idx)]
+
+
+@lower(aten.slice.Tensor)
+def _slice(out, x, dim=0, start=None, end=None, step=1):
+    idx = [slice(None)] * x.ndim
+    size = x.shape[_axis(dim, x.ndim)]
+    start = 0 if start is None else start
+    end = size if end is None else end          # python slicing clamps huge ends as torch
+    idx[_axis(dim, x.ndim)] = slice(start, end, step)
+    return x[tuple(idx)]
+
+
+@lower(aten.split_with_sizes.default, aten.split.Tensor)
+def _split(out, x, sizes, dim=0):
+    axis = _axis(dim, x.ndim)
+    if isinstance(sizes, int):                         # split.Tensor: chunks of `sizes`
+        sizes = [t.shape[axis] for t in out]
+    parts, start = [], 0
+    for s in sizes:
+        idx = [slice(None)] * x.ndim
+        idx[axis] = slice(start, start + s)
+        parts.append(x[tuple(idx)])
+        start += s
+    return tuple(parts)
+
+
+@lower(aten.cat.default, needs=("concatenate",))
+def _cat(out, xs, dim=0):
+    dtype = np_dtype(out)
+    xs = [as_dtype(x, dtype) for x in xs if x.shape != (0,)]    # torch skips empty 1-d
+    return jc.concatenate(xs, axis=_axis(dim, out.dim()))
+
+
+# ---- contractions ------------------------------------------------------------------------------
+@lower(aten.mm.default, aten.bmm.default)
+def _mm(out, a, b):
+    return jc.matmul(a, b)
+
+
+@lower(aten.addmm.default)
+def _addmm(out, bias, a, b, beta=1, alpha=1):
+    y = jc.matmul(a, b)
+    if alpha != 1:
+        y = y * alpha
+    return y + (bias if beta == 1 else bias * beta)
+
+
+# ---- reductions and row-wise composites --------------------------------------------------------
+def _reduce(jc_fn):
+    def fn(out, x, dims=None, keepdim=False, dtype=None):
+        want = np_dtype(out)
+        x = as_dtype(x, want) if want.kind == "f" or dtype is not None else x
+        return as_dtype(jc_fn(x, axis=_axes(dims, x.ndim), keepdims=keepdim), want)
+    return fn
+
+
+lower(aten.sum.dim_IntList)(_reduce(jc.sum))
+lower(aten.mean.dim)(_reduce(jc.mean))
+lower(aten.amax.default)(_reduce(jc.max))
+lower(aten.amin.default)(_reduce(jc.min))
+
+
+lower(aten.sum.default)(lambda out, x, dtype=None: _reduce(jc.sum)(out, x, dtype=dtype))
+lower(aten.mean.default)(lambda out, x, dtype=None: _reduce(jc.mean)(out, x, dtype=dtype))
+
+
+@lower(aten.any.dim, aten.any.dims, aten.any.default)
+def _any(out, x, dims=None, keepdim=False):
+    flag = jc.not_equal(x, 0) if x.dtype != np.bool_ else x
+    return jc.max(flag, axis=_axes(dims, x.ndim), keepdims=keepdim)
+
+
+def _arg(jc_fn):
+    def fn(out, x, dim=None, keepdim=False):
+        return as_dtype(jc_fn(x, axis=dim, keepdims=keepdim), np.int64)
+    return fn
+
+
+lower(aten.argmax.default)(_arg(jc.argmax))
+lower(aten.argmin.default)(_arg(jc.argmin))
+
+
+@lower(aten.var.correction)
+def _var(out, x, dims=None, correction=None, keepdim=False):
+    axes = _axes(dims, x.ndim)
+    n = math.prod(x.shape) if axes is None else math.prod(x.shape[a] for a in axes)
+    d = x - jc.mean(x, axis=axes, keepdims=True)
+    c = 1 if correction is None else correction
+    return jc.sum(d * d, axis=axes, keepdims=keepdim) / (n - c)
+
+
+@lower(aten._softmax.default)
+def _softmax(out, x, dim, half_to_float=False):
+    return jc.softmax(x, axis=dim)
+
+
+@lower(aten._log_softmax.default)
+def _log_softmax(out, x, dim, half_to_float=False):
+    return jc.log_softmax(x, axis=dim)
+
+
+@lower(aten.native_layer_norm.default)
+def _layer_norm(out, x, normalized_shape, weight, bias, eps):
+    k = len(normalized_shape)
+    lead, inner = x.shape[:x.ndim - k], math.prod(normalized_shape)
+    flat = jc.reshape(x, lead + (inner,))
+    w = None if weight is None else jc.reshape(weight, (inner,))
+    b_ = None if bias is None else jc.reshape(bias, (inner,))
+    y = jc.reshape(jc.layer_norm(flat, w, b_, eps=eps), x.shape)
+    # mean and 1/std, as torch returns them (usually unused: dead in the jitcore graph)
+    mean = jc.mean(flat, axis=-1, keepdims=True)
+    d = flat - mean
+    rstd = jc.rsqrt(jc.mean(d * d, axis=-1, keepdims=True) + eps)
+    keep = lead + (1,) * k
+    return y, jc.reshape(mean, keep), jc.reshape(rstd, keep)
+
+
+# ---- indexing ----------------------------------------------------------------------------------
+@lower(aten.embedding.default, needs=("take",))
+def _embedding(out, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    return jc.take(weight, indices, axis=0)
+
+
+def _index_check(node):
+    indices = node.args[1]
+    used = [i for i in indices if i is not None]
+    return None if len(used) == 1 else "more than one index tensor"
+
+
+@lower(aten.index.Tensor, needs=("take",), check=_index_check)
+def _index(out, x, indices):
+    axis = next(k for k, i in enumerate(indices) if i is not None)
+    return jc.take(x, indices[axis], axis=axis)
+
+
+@lower(aten.cumsum.default, needs=("cumsum",))
+def _cumsum(out, x, dim, dtype=None):
+    return as_dtype(jc.cumsum(as_dtype(x, np_dtype(out)), axis=_axis(dim, x.ndim)),
+                    np_dtype(out))
+
+
+@lower(aten.constant_pad_nd.default, needs=("pad",))
+def _pad(out, x, pad, value=0):
+    widths = [(0, 0)] * x.ndim
+    for k in range(len(pad) // 2):                    # torch: last axis first
+        widths[x.ndim - 1 - k] = (pad[2 * k], pad[2 * k + 1])
+    return jc.pad(x, widths, constant_values=value)
+
+
+# ---- convolution, pooling, batch norm ----------------------------------------------------------
+def _conv_check(node):
+    transposed = node.args[6]
+    ndim = len(node.args[3])
+    if transposed:
+        return "transposed convolution"
+    return None if ndim in (1, 2) else f"{ndim}-d convolution"
+
+
+@lower(aten.convolution.default, needs=("conv2d", "conv1d"), check=_conv_check)
+def _convolution(out, x, weight, bias, stride, padding, dilation, transposed, output_padding,
+                 groups):
+    conv = jc.conv2d if len(stride) == 2 else jc.conv1d
+    unpack = (lambda v: tuple(v)) if len(stride) == 2 else (lambda v: v[0])
+    return conv(x, weight, bias, stride=unpack(stride), padding=unpack(padding),
+                dilation=unpack(dilation), groups=groups)
+
+
+@lower(aten._native_batch_norm_legit_no_training.default, needs=("batch_norm",))
+def _batch_norm(out, x, weight, bias, running_mean, running_var, momentum, eps):
+    y = jc.batch_norm(x, running_mean, running_var, weight, bias, eps=eps)
+    return y, None, None
+
+
+def _pool_indices_unused(node):
+    users = [u for u in node.users if u.target is not operator.getitem or u.args[1] != 0]
+    return "uses the pooling indices" if users else None
+
+
+@lower(aten.max_pool2d_with_indices.default, needs=("max_pool2d",), check=_pool_indices_unused)
+def _max_pool2d(out, x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    return (jc.max_pool2d(x, tuple(kernel_size), tuple(stride) or None, padding, dilation,
+                          ceil_mode), None)
+
+
+def _avg_pool_check(node):
+    return None if len(node.args) < 7 or node.args[6] is None else "divisor_override"
+
+
+@lower(aten.avg_pool2d.default, needs=("avg_pool2d",), check=_avg_pool_check)
+def _avg_pool2d(out, x, kernel_size, stride=(), padding=0, ceil_mode=False,
+                count_include_pad=True, divisor_override=None):
+    return jc.avg_pool2d(x, tuple(kernel_size), tuple(stride) or None, padding, ceil_mode,
+                         count_include_pad)
+
+
+@lower(aten._adaptive_avg_pool2d.default, needs=("adaptive_avg_pool2d",))
+def _adaptive_avg_pool2d(out, x, output_size):
+    return jc.adaptive_avg_pool2d(x, tuple(output_size))
+
+
+@lower(operator.getitem)
+def _getitem(out, values, index):
+    return values[index]
+
+
+def expected(out) -> tuple:
+    """(shape, numpy dtype) of a FakeTensor result, for the checks after each lowering."""
+    return tuple(out.shape), np_dtype(out)
+
+
+def fit_to(value, out, what: str):
+    """The lowering's result cast to torch's result dtype; its shape must be torch's."""
+    if value is None or out is None or not isinstance(out, torch.Tensor):
+        return value
+    shape, dtype = expected(out)
+    if tuple(value.shape) != shape:
+        raise ShapeError(f"jitcore.torch: lowering of {what} gave shape {tuple(value.shape)}, "
+                         f"torch has {shape}")
+    return as_dtype(value, dtype)
