@@ -110,8 +110,10 @@ def test_invalid_env_value_warns_and_falls_back():
     """As torch does: a bad value is named in a RuntimeWarning and the next setting is used;
     import jitcore never fails for it."""
     code = "import jitcore as jc; print(jc.get_num_threads())"
+    env = {k: v for k, v in os.environ.items()        # (another test's MKL_NUM_THREADS
+           if k not in ("JITCORE_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS")}  # would win)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         env=dict(os.environ, JITCORE_NUM_THREADS="lots", OMP_NUM_THREADS="3"))
+                         env=dict(env, JITCORE_NUM_THREADS="lots", OMP_NUM_THREADS="3"))
     assert out.returncode == 0 and out.stdout.strip() == "3", out.stderr
     assert "RuntimeWarning" in out.stderr and "JITCORE_NUM_THREADS" in out.stderr
 
