@@ -38,18 +38,27 @@ def const_array(node: Node):
     return arr.reshape(shape)
 
 
-def _folded(bn: Node, conv: Node):
-    """The conv node with bn folded in, or None when an array is not constant."""
-    weight = const_array(conv.src[1])
-    bias = const_array(conv.src[2]) if len(conv.src) == 3 else np.zeros(conv.shape[1])
+def _scale_shift(bn: Node):
+    """(mean, scale, beta) in float64 of a batch norm whose arrays are all constant (it
+    computes (x - mean) * scale + beta), else None."""
     params = [const_array(p) for p in bn.src[1:]]
-    if weight is None or bias is None or any(p is None for p in params):
+    if any(p is None for p in params):
         return None
     eps, has_weight, has_bias = bn.arg
     mean, var, *rest = (p.astype(np.float64) for p in params)
     gamma = rest.pop(0) if has_weight else 1.0
     beta = rest.pop(0) if has_bias else 0.0
-    scale = gamma / np.sqrt(var + eps)
+    return mean, gamma / np.sqrt(var + eps), beta
+
+
+def _folded(bn: Node, conv: Node):
+    """The conv node with bn folded in, or None when an array is not constant."""
+    weight = const_array(conv.src[1])
+    bias = const_array(conv.src[2]) if len(conv.src) == 3 else np.zeros(conv.shape[1])
+    found = _scale_shift(bn)
+    if weight is None or bias is None or found is None:
+        return None
+    mean, scale, beta = found
     dtype = conv.dtype.np
     new_w = (weight.astype(np.float64) * scale[:, None, None, None]).astype(dtype)
     new_b = ((bias.astype(np.float64) - mean) * scale + beta).astype(dtype)
@@ -103,14 +112,10 @@ def _folded_matmul_bn(bn: Node, private):
         x = m
     if x.ndim != 2 or not private(x) or _matmul_weight(x) is None:
         return None
-    params = [const_array(p) for p in bn.src[1:]]
-    if any(p is None for p in params):
+    found = _scale_shift(bn)
+    if found is None:
         return None
-    eps, has_weight, has_bias = bn.arg
-    mean, var, *rest = (p.astype(np.float64) for p in params)
-    gamma = rest.pop(0) if has_weight else 1.0
-    beta = rest.pop(0) if has_bias else 0.0
-    scale = gamma / np.sqrt(var + eps)
+    mean, scale, beta = found
     shift = ((0.0 if bias is None else bias.astype(np.float64)) - mean) * scale + beta
     shift = b.const_array(np.asarray(shift, dtype=bn.dtype.np).reshape(bn.shape[1]))
     return b.elementwise(Op.ADD, _scaled_matmul(x, scale), shift)
