@@ -141,12 +141,17 @@ class KernelEmitter:
         self.b.store(value, ptr, align=1)
 
     # -- expressions ------------------------------------------------------------------------
-    def value(self, root, lanes: int, memo: dict):
-        """Emit the expression `root` (sources first, each node once per memo)."""
+    def value(self, root, lanes: int, memo: dict, load=None):
+        """Emit the expression `root` (sources first, each node once per memo; nodes already
+        in memo, such as a contraction's `Acc`, are taken from it). `load(node, lanes)`,
+        when given, emits every load in place of the kernel's own (a pooling's per-tap
+        reads)."""
         for node in walk([root]):
             if id(node) in memo:
                 continue
-            if isinstance(node, Gather):
+            if load is not None and isinstance(node, Load):
+                out = load(node, lanes)
+            elif isinstance(node, Gather):
                 out = self.gather(node, lanes, memo)
             elif isinstance(node, Load):
                 out = self.load(node, lanes)

@@ -21,7 +21,7 @@ from llvmlite import ir
 
 from jitcore.ir.dtypes import bool_ as dt_bool
 from jitcore.ir.ops import Op
-from jitcore.passes.kernel import Acc, Const, Load, walk
+from jitcore.passes.kernel import Acc, Load, walk
 
 from . import irutil as u
 from .opemit import emit
@@ -88,20 +88,9 @@ class PoolEmitter:
         return b.and_(low, b.icmp_signed("<", cols, u.const(cols.type, p.cols.size)))
 
     def value(self, root, lanes: int, acc=None):
-        memo = {}
-        for node in walk([root]):
-            if isinstance(node, Load):
-                out = self._load(node, lanes)
-            elif isinstance(node, Const):
-                out = u.const(u.value_type(node.dtype, lanes), node.value)
-            elif isinstance(node, Acc):
-                out = acc
-            else:
-                args = [memo[id(s)] for s in node.src]
-                in_dtype = node.src[-1].dtype if node.src else node.dtype
-                out = emit(self.b, node.op, node.dtype, in_dtype, args, node.arg)
-            memo[id(node)] = out
-        return memo[id(root)]
+        """`root` with its loads read at the current tap and `Acc` = acc."""
+        memo = {id(n): acc for n in walk([root]) if isinstance(n, Acc)}
+        return self.ke.value(root, lanes, memo, load=self._load)
 
     # -- the kernel -----------------------------------------------------------------------------
     def emit(self):

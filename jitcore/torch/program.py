@@ -77,10 +77,12 @@ def export_graph(module: torch.nn.Module, args: tuple, kwargs: dict | None = Non
     return Exported(gm, ep.call_spec.in_spec, ep.call_spec.out_spec, user)
 
 
-def _to_constant(gm: torch.fx.GraphModule, node: torch.fx.Node, value) -> torch.fx.Node:
+def _to_constant(gm: torch.fx.GraphModule, node: torch.fx.Node, value,
+                 prefix: str = "_jc_const_") -> torch.fx.Node:
+    """Replace `node` by a get_attr of a buffer holding `value`."""
     if not isinstance(value, torch.Tensor):
         raise TypeError(f"jitcore.torch: constant {node.name} is a {type(value).__name__}")
-    name = f"_jc_const_{node.name}"
+    name = prefix + node.name
     gm.register_buffer(name, value.detach(), persistent=False)
     with gm.graph.inserting_before(node):
         attr = gm.graph.get_attr(name)
@@ -118,14 +120,8 @@ def fold_constants(gm: torch.fx.GraphModule) -> int:
         grown = _numel(value) - sum(_numel(values[i]) for i in node.all_input_nodes)
         if grown > FOLD_GROWTH_LIMIT:
             continue
-        name = f"_jc_folded_{node.name}"
-        gm.register_buffer(name, value.contiguous(), persistent=False)
-        with gm.graph.inserting_before(node):
-            attr = gm.graph.get_attr(name)
-        attr.meta = dict(node.meta)
-        node.replace_all_uses_with(attr)
-        gm.graph.erase_node(node)
-        values[attr] = getattr(gm, name)
+        attr = _to_constant(gm, node, value.contiguous(), prefix="_jc_folded_")
+        values[attr] = getattr(gm, attr.target)
         folded += 1
     gm.graph.eliminate_dead_code()
     drop_unused_constants(gm)
