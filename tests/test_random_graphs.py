@@ -372,15 +372,36 @@ def conv_weight(step) -> np.ndarray:
     return np.random.default_rng(seed).integers(-8, 9, wshape) / 8.0
 
 
-def _conv(step, v, weight=None):
-    """conv2d of a value: numpy's float64 reference on arrays, jc.conv2d on tracers."""
-    w = conv_weight(step) if weight is None else weight
-    opts = dict(step[4])
+def conv_batch_norm(step):
+    """(mean, var, gamma, beta) of the batch norm after a conv step, or None: multiples of
+    1/4 (exact in float32), var > 0."""
+    if not dict(step[4]).get("bn"):
+        return None
+    rng, c = np.random.default_rng(step[2] + 1), step[3][0]
+    return (rng.integers(-4, 5, c) / 4, rng.integers(1, 9, c) / 4,
+            rng.integers(-4, 5, c) / 4, rng.integers(-4, 5, c) / 4)
+
+
+def _conv(step, v, absolute=False, bias=True):
+    """conv2d of a value (then a batch norm with constant arrays, which jitcore folds into
+    the weights): numpy's float64 reference on arrays, jc.conv2d on tracers. absolute: with
+    |weights| and |shift| (the bounds' sums of |terms|); bias=False: without the shift."""
+    w, bn = conv_weight(step), conv_batch_norm(step)
+    opts = {k: v_ for k, v_ in step[4] if k != "bn"}
     if v.ndim == 3:                            # (C, H, W): one image
         v = v[None] if _is_np(v) else jc.reshape(v, (1,) + tuple(v.shape))
-    if _is_np(v):              # float64 sums, in the value's dtype (as torch would give it)
-        return ref_conv2d(v, w, **opts)[0].astype(v.dtype)
-    return jc.conv2d(v, w.astype(v.dtype), **opts)
+    if not _is_np(v):
+        y = jc.conv2d(v, w.astype(v.dtype), **opts)
+        return y if bn is None else jc.batch_norm(y, *(a.astype(v.dtype) for a in bn))
+    shift = None
+    if bn is not None:                         # (x - mean) * scale + beta, folded
+        mean, var, gamma, beta = bn
+        scale = gamma / np.sqrt(var + 1e-5)
+        w, shift = w * scale[:, None, None, None], beta - mean * scale
+    if absolute:
+        w, shift = np.abs(w), None if shift is None else np.abs(shift)
+    # float64 sums, in the value's dtype (as torch would give it)
+    return ref_conv2d(v, w, shift if bias else None, **opts)[0].astype(v.dtype)
 
 
 @contextmanager
@@ -570,7 +591,7 @@ def _draw_matmul(draw, b):
 def _draw_conv(draw, b):
     """conv2d of a float 4-D value (or 3-D: one image) with a constant weight: random kernel
     (up to 3x3), stride, padding ("same" included), dilation and groups (1, a divisor, or
-    depthwise)."""
+    depthwise), and half the time a batch norm with constant arrays (folded into the conv)."""
     vals = [i for i in b.numeric() if len(b.shape[i]) in (3, 4) and b.dtype[i].kind == "f"
             and min(b.shape[i][-3:]) > 0]
     if not vals:
@@ -588,7 +609,7 @@ def _draw_conv(draw, b):
         return None
     out = groups * draw(st.integers(1, 3))
     opts = (("stride", stride), ("padding", padding), ("dilation", dilation),
-            ("groups", groups))
+            ("groups", groups), ("bn", draw(st.booleans())))   # a batch norm after it
     return ("conv", i, draw(st.integers(0, 2**31 - 1)), (out, c // groups, kh, kw), opts)
 
 
@@ -929,8 +950,8 @@ def _rounding_terms(step, vals, out):
             taps = math.prod(opts["kernel"])
         return pool_step(step, np.abs(vals[step[1]])) * taps
     if kind == "conv":                               # sum|terms|, times sqrt(terms)
-        w = conv_weight(step)
-        return _conv(step, np.abs(vals[step[1]]), np.abs(w)) * math.sqrt(w[0].size)
+        return _conv(step, np.abs(vals[step[1]]), absolute=True) * \
+            math.sqrt(conv_weight(step)[0].size)
     return np.abs(out)                               # astype: one rounding
 
 
@@ -966,7 +987,7 @@ def _propagated(step, vals, errs, out):
         return (e.sum if op == "sum" else e.mean if op == "mean" else e.max)(
             axis=axis, keepdims=keepdims)
     if kind == "conv":                               # linear in its input: conv(|dx|, |w|)
-        return _conv(step, errs[step[1]], np.abs(conv_weight(step)))
+        return _conv(step, errs[step[1]], absolute=True, bias=False)
     if kind == "matmul":                             # |da| @ |b| + |a| @ |db| + |da| @ |db|
         (a, ea), (b, eb) = ((np.abs(vals[i]), errs[i]) for i in step[1:3])
         mm = lambda x, y: x @ (_swap_last(y) if step[3] else y)        # noqa: E731
