@@ -63,10 +63,10 @@ BOOL_REDUCE = ["sum", "max", "min"]
 COMPARE = ["less", "less_equal", "greater", "greater_equal", "equal", "not_equal"]
 NO_IDENTITY = {"max", "min", "argmax", "argmin"}   # an empty reduced axis raises in numpy
 EXACT_KINDS = {"transpose", "slice", "reshape", "broadcast_to", "astype",
-               "concat", "pad", "take", "clip"}
+               "concat", "split", "pad", "take", "clip"}
 # indexing and joining steps (a small share of the draws): values moved, not computed,
 # except cumsum (a running sum) and clip (maximum/minimum)
-JOIN_KINDS = ["concat", "pad", "take", "clip", "cumsum"]
+JOIN_KINDS = ["concat", "stack", "split", "pad", "take", "clip", "cumsum"]
 EXACT_OPS = {"neg", "abs", "relu", "hardtanh", "relu6", "maximum", "minimum", "where_max",
              "fmax", "copysign"}
 ROW_OPS = {"softmax", "log_softmax", "layer_norm"}  # along the last axis (not of 0-d values)
@@ -307,8 +307,9 @@ def apply_step(step, vals, reference=False, scalars=None):
     if kind == "matmul":                       # v @ w or v @ w^T (last two axes swapped)
         v, w = value(vals, step[1]), value(vals, step[2])
         return v @ (_swap_last(w) if step[3] else w)
-    if kind == "concat":
-        return np.concatenate([value(vals, step[1]), value(vals, step[2])], axis=step[3])
+    if kind == "concat":                       # concatenate, or stack when step[4]
+        join = np.stack if step[4] else np.concatenate
+        return join([value(vals, step[1]), value(vals, step[2])], axis=step[3])
     if kind == "conv":
         return _conv(step, value(vals, step[1]))
     v = value(vals, step[1])
@@ -318,6 +319,9 @@ def apply_step(step, vals, reference=False, scalars=None):
                                                if mode == "constant" else {}))
     if kind == "take":
         return np.take(v, np.array(step[3], np.int64), axis=step[2])
+    if kind == "split":
+        axis, cut, part = step[2:]
+        return np.split(v, [cut], axis=axis)[part]
     if kind == "clip":
         return np.clip(v, *step[2:])
     if kind == "cumsum":
@@ -772,13 +776,20 @@ def _draw_join(draw, b, floats: bool):
         idx = draw(st.lists(st.integers(-n, n - 1), min_size=math.prod(count),
                             max_size=math.prod(count)))
         return ("take", i, axis, np.array(idx, np.int64).reshape(count).tolist())
-    if kind == "concat":
-        fits = [j for j in b.numeric() if len(b.shape[j]) == len(s) and all(
-            a == c for k, (a, c) in enumerate(zip(b.shape[j], s)) if k != axis % len(s))]
+    if kind in ("concat", "stack"):
+        stack = kind == "stack"
+        fits = [j for j in b.numeric() if b.shape[j] == s] if stack else \
+            [j for j in b.numeric() if len(b.shape[j]) == len(s) and all(
+                a == c for k, (a, c) in enumerate(zip(b.shape[j], s)) if k != axis % len(s))]
         j = draw(st.sampled_from(fits))
         if _size(s) + _size(b.shape[j]) > MAX_SIZE:
             return None
-        return ("concat", i, j, axis)
+        if stack:                                    # a new axis: -ndim-1 .. ndim
+            axis = draw(st.integers(-len(s) - 1, len(s)))
+        return ("concat", i, j, axis, stack)
+    if kind == "split":                              # one piece of a split at `cut`
+        cut = draw(st.integers(0, n))
+        return ("split", i, axis, cut, draw(st.integers(0, 1)))
     mode = draw(st.sampled_from(["constant", "constant", "edge", "reflect"]))
     if 0 in s and mode != "constant":
         return None
@@ -915,7 +926,7 @@ def _unary_terms(name, v, out):
 def _rounding_terms(step, vals, out):
     kind = step[0]
     if kind in ("transpose", "slice", "reshape", "broadcast_to", "not", "compare", "logic",
-                "where", "concat", "pad", "take", "clip"):
+                "where", "concat", "split", "pad", "take", "clip"):
         return np.zeros(out.shape)                   # no arithmetic
     if kind == "cumsum":                             # n additions in order: n * sum|v|
         v, axis = vals[step[1]], step[2]
@@ -974,8 +985,8 @@ def _propagated(step, vals, errs, out):
     if kind == "where":                              # the bound of the value it picks
         c, x, y = step[1:4]
         return np.asarray(np.where(vals[c], errs[x], errs[y]), dtype=np.float64)
-    if kind in ("transpose", "slice", "reshape", "broadcast_to", "astype", "concat", "take",
-                "cumsum", "pool"):
+    if kind in ("transpose", "slice", "reshape", "broadcast_to", "astype", "concat", "split",
+                "take", "cumsum", "pool"):
         # (errs >= 0: a running sum bounds them; a pool of the bounds: the largest in a max's
         # window, an average's average)
         return np.asarray(apply_step(step, errs, True), dtype=np.float64)
