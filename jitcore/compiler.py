@@ -96,12 +96,14 @@ def cache_info() -> dict:
     """Compiles and cache hits so far, the compiled graphs held now, the disk cache's hits,
     misses and rejected (corrupt or foreign) entries, the kernels whose LLVM IR was generated
     or reused and the LLVM modules compiled or reused (an equal kernel already built in this
-    process is linked, not generated or compiled again), and
+    process is linked, not generated or compiled again), `code_cache_bytes`: what the
+    process-wide caches of kernel IR and of built objects hold now (each bounded), and
     `compile_seconds`: the seconds all
     compiles of this process spent per stage (STAGES, and their total)."""
     with _CACHE_LOCK:
         return {**STATS, "size": len(_CACHE), "max_size": config.get().cache_size,
                 **diskcache.STATS, "disk_dir": diskcache.directory(), **engine.STATS, **graph_module.STATS,
+                "code_cache_bytes": engine.OBJECTS.bytes + graph_module.emitted_bytes(),
                 "compile_seconds": dict(COMPILE_SECONDS)}
 
 

@@ -13,10 +13,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 # Bounds (measured on 2-core Zen 5, llvmlite 0.50 / LLVM 22; see the README's memory section):
-# calls allocate nothing that stays; a compile leaves ~10-20 KB that LLVM never returns (an
-# empty JITDylib per linked library: llvmlite cannot remove one), so 1,000 compiles < 40 MB.
+# calls allocate nothing that stays; besides what the bounded code caches hold (kernel IR and
+# objects, reported and bounded separately) a compile leaves ~15-20 KB that LLVM never returns
+# (an empty JITDylib per linked library: llvmlite cannot remove one), so 1,000 compiles < 40 MB.
 CALLS_GROWTH_MB = 2.0
 PER_COMPILE_KB = 40.0        # before the pass-manager fix: ~110 KB per compile
+CODE_CACHES_MB = 16 + 64     # graph_module._EMITTED_MAX_BYTES + engine.ObjectCache's bound
 
 
 def run_memory(*args: str, cache_size: int) -> dict:
@@ -32,6 +34,7 @@ def test_calls_and_distinct_compiles_stay_within_the_rss_bound():
     r = run_memory("--calls", "100000", "--compiles", "250", "--shapes", "40", cache_size=32)
     assert r["rss_after_calls_mb"] - r["rss_start_mb"] < CALLS_GROWTH_MB, r
     assert r["per_compile_kb"] < PER_COMPILE_KB, r
+    assert 0 < r["code_cache_growth_mb"] <= CODE_CACHES_MB, r
     assert r["cache"]["size"] <= 32 and r["cache"]["max_size"] == 32
     # a live function called with 40 shapes keeps at most the LRU's worth of compiled graphs
     assert r["live_compiled_graphs"] <= 32 + 1, r

@@ -128,6 +128,11 @@ def emit_kernel(kernel: Kernel, vector_bits: int, triple: str, data_layout: str,
     return dataclasses.replace(seen, buffer_slots=tuple(slots[k] for k in seen.buffer_slots))
 
 
+def emitted_bytes() -> int:
+    """Bytes of kernel IR text held by the per-process memo (bounded by _EMITTED_MAX_BYTES)."""
+    return _emitted_bytes
+
+
 def _remember(key, code: KernelCode) -> None:
     global _emitted_bytes
     with _EMITTED_LOCK:
