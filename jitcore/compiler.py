@@ -199,7 +199,8 @@ def _compile(graph: Graph, strides: tuple, target: Target, threads: int,
              prepack: bool, front_seconds: dict) -> CompiledGraph:
     t0 = time.perf_counter()
     input_strides = {inp.arg: s for inp, s in zip(graph.inputs, strides)}
-    lowered = run_pipeline(graph, target.vector_bits, input_strides, target.masked_tails)
+    lowered = run_pipeline(graph, target.vector_bits, input_strides, target.masked_tails,
+                           verify_stages=config.get().verify)
     t1 = time.perf_counter()
     packed = 0
     if prepack:

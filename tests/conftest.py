@@ -20,6 +20,7 @@ configuration.set_hypothesis_home_dir(
     os.path.join(tempfile.gettempdir(), f"jitcore-tests-hypothesis-{os.getuid()}"))
 
 os.environ["JITCORE_CACHE_DIR"] = tempfile.mkdtemp(prefix="jitcore-tests-cache-")
+os.environ.setdefault("JITCORE_VERIFY", "1")      # every pass's output is type-checked in tests
 
 CHECKOUT_ROOT = str(Path(__file__).resolve().parents[1])
 

@@ -236,3 +236,18 @@ def test_reduction_over_extent_one_axes_is_not_merged_as_pointwise():
     total = b.reduce(Op.SUM, x, (0,))
     ks = _kernels([total, b.elementwise(Op.NEG, x)], [x])
     assert len(ks) == 2 and ks[0].reduction is not None
+
+
+def test_stage_verification_is_on_in_the_suite_and_catches_a_malformed_graph():
+    """JITCORE_VERIFY=1 (set by conftest) type-checks every stage; with it off the driver trusts
+    the passes. A node that claims the wrong shape is caught only with verification on."""
+    import pytest
+    from jitcore import config
+    from jitcore.ir.errors import CompileError
+    from jitcore.ir.graph import Node
+    assert config.get().verify
+    x = b.input_node("x", (4,), dt.float32)
+    bad = Node(Op.ADD, dt.float32, (5,), (x, x))          # x + x claims 5 elements
+    g = Graph("bad", [x], [bad])
+    with pytest.raises(CompileError, match="claims"):
+        run_pipeline(g, 512, verify_stages=True)

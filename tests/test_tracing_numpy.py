@@ -464,6 +464,7 @@ def test_bad_thread_env_values_warn_and_fall_back():
     ("JITCORE_CACHE_SIZE", "many", "cache_size", 512),
     ("JITCORE_CACHE_SIZE", "0", "cache_size", 512),
     ("JITCORE_PREPACK", "yes", "prepack", True),
+    ("JITCORE_VERIFY", "on", "verify", False),
 ])
 def test_bad_config_env_values_warn_and_fall_back(monkeypatch, name, raw, field, default):
     monkeypatch.setenv(name, raw)
