@@ -5,6 +5,9 @@ JITCORE_DUMP_DIR       a directory: every compile writes graph, kernels, IR and 
 JITCORE_CACHE_SIZE     compiled graphs kept in the in-memory LRU cache, and signatures per
                        jitted function (default 512)
 JITCORE_PREPACK        0: never prepack constant GEMM or conv weights (default 1)
+JITCORE_STREAM_STORES  bytes: elementwise kernels writing at least this much contiguous
+                       output use non-temporal stores; 0: never (default: from the cache
+                       sizes, see jitcore/llvm/target.py)
 
 A value that is not valid warns (RuntimeWarning) and the default is used: a bad setting
 never stops `import jitcore`.
@@ -23,6 +26,7 @@ class Config:
     dump_dir: str | None
     cache_size: int
     prepack: bool
+    stream_stores: int | None = None
 
 
 def _int_env(name: str, default, allowed=None, minimum=None):
@@ -50,7 +54,8 @@ def from_env() -> Config:
     return Config(vector_width=_int_env("JITCORE_VECTOR_WIDTH", None, allowed=(128, 256, 512)),
                   dump_dir=os.environ.get("JITCORE_DUMP_DIR") or None,
                   cache_size=_int_env("JITCORE_CACHE_SIZE", 512, minimum=1),
-                  prepack=bool(_int_env("JITCORE_PREPACK", 1, allowed=(0, 1))))
+                  prepack=bool(_int_env("JITCORE_PREPACK", 1, allowed=(0, 1))),
+                  stream_stores=_int_env("JITCORE_STREAM_STORES", None, minimum=0))
 
 
 _current = from_env()
