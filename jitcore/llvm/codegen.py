@@ -50,6 +50,7 @@ STREAM_ROWS = 4        # ...this many rows per pass over the output
 CHEAP_BODY = 6         # ...when the reduced expression costs at most this (see _compute_cost);
                        # a costlier body is throughput-bound and unrolling would only bloat it
 STREAM_UNROLL = 1      # vectors per trip of a streaming (non-temporal) loop
+TILE_BLOCK = 4         # tiles along the tile loop per column step of a transposing kernel
 def streams_by_rows(kernel: Kernel) -> bool:
     """A column reduction with no outer loop accumulates into its output row by row."""
     return kernel.kind == "reduce_vertical" and kernel.range_loop is kernel.loops[-1] \
@@ -86,7 +87,8 @@ class KernelEmitter:
         # outputs written with non-temporal stores (streaming.py), where `self.streaming` says
         # the stores at hand are aligned; `self.streamed_any`: the kernel needs a store fence
         self.streamed = streamed_slots(kernel, stream_bytes)
-        self.streaming, self.streamed_any = False, False
+        # (None, "aligned": every vector store is, "checked": each is tested)
+        self.streaming, self.streamed_any = None, False
 
     # -- memory ---------------------------------------------------------------------------
     def base_ptr(self, buf):
@@ -147,8 +149,21 @@ class KernelEmitter:
                 return u.masked_store(self.b, value, ptr, self.mask)
             if self.streaming and buf.slot in self.streamed:
                 self.streamed_any = True
-                return store_nontemporal(self.b, value, ptr)
+                if self.streaming == "aligned":
+                    return store_nontemporal(self.b, value, ptr)
+                return self.store_if_aligned(value, ptr)
         self.b.store(value, ptr, align=1)
+
+    def store_if_aligned(self, value, ptr):
+        """A streaming store where `ptr` is aligned to the vector's size, else a plain one."""
+        b, size = self.b, value.type.count * u.memory_type_bytes(value.type.element)
+        address = b.ptrtoint(ptr, u.I64)
+        aligned = b.icmp_unsigned("==", b.and_(address, u.I64(size - 1)), u.I64(0))
+        with b.if_else(aligned, likely=True) as (then, otherwise):
+            with then:
+                store_nontemporal(b, value, ptr)
+            with otherwise:
+                b.store(value, ptr, align=1)
 
     # -- expressions ------------------------------------------------------------------------
     def value(self, root, lanes: int, memo: dict, load=None):
@@ -331,9 +346,9 @@ class KernelEmitter:
         with b.if_else(aligned, likely=True) as (then, otherwise):
             with then:
                 self.vector_tail(lp, self.emit_point, lo, mid)
-                self.streaming = True
+                self.streaming = "aligned"
                 self.vector_loop(lp, self.emit_point, first, STREAM_UNROLL, bounds=(mid, hi))
-                self.streaming = False
+                self.streaming = None
             with otherwise:
                 self.vector_loop(lp, self.emit_point, first)
 
@@ -449,18 +464,29 @@ class KernelEmitter:
             return self.loop(lp, lambda: self.tile_nest(i + 1, scalar), first)
         lanes = k.lanes
         lo, hi = (self.start, self.stop) if first else (u.I64(0), u.I64(lp.var.extent))
-        full_end = self.b.add(lo, self.b.mul(self.b.sdiv(self.b.sub(hi, lo), u.I64(lanes)),
-                                             u.I64(lanes)))
-        with u.for_range(self.b, lo, full_end, lanes, name=lp.var.name + "tile") as t0:
+        start = lo
+        if i + 1 == len(loops) - 1 and TILE_BLOCK > 1:
+            # blocks of TILE_BLOCK tiles per column step: the transposed source is read in
+            # runs of TILE_BLOCK lines per row (fewer pages per line read)
+            span = lanes * TILE_BLOCK
+            start = self.b.add(lo, self.b.mul(self.b.sdiv(self.b.sub(hi, lo), u.I64(span)),
+                                              u.I64(span)))
+            with u.for_range(self.b, lo, start, span, name=lp.var.name + "block") as t0:
+                self.env[lp.var] = t0
+                self.tile_row(loops[i + 1], TILE_BLOCK)
+        full_end = self.b.add(start, self.b.mul(self.b.sdiv(self.b.sub(hi, start),
+                                                            u.I64(lanes)), u.I64(lanes)))
+        with u.for_range(self.b, start, full_end, lanes, name=lp.var.name + "tile") as t0:
             self.env[lp.var] = t0
             self.tile_nest(i + 1, False)
         with u.for_range(self.b, full_end, hi, 1, name=lp.var.name + "rest") as t:
             self.env[lp.var] = t
             self.tile_nest(i + 1, True)
 
-    def tile_row(self, vloop):
-        """The tiles of one row of tiles, t0 = env[tile var], along the vector loop; the
-        columns left over run scalar."""
+    def tile_row(self, vloop, tiles: int = 1):
+        """The tiles of `tiles` rows of tiles from t0 = env[tile var], along the vector loop
+        (all rows' tiles at one column, then the next column); the columns left over run
+        scalar."""
         k, b = self.kernel, self.b
         t, v, lanes = k.tile_var, vloop.var, k.lanes
         t0 = self.env[t]
@@ -470,9 +496,11 @@ class KernelEmitter:
             u.memory_type(ld.dtype), lanes), lanes), name="tile") for ld in strided}
         full = v.extent // lanes * lanes
         with u.for_range(b, u.I64(0), u.I64(full), lanes, name=v.name + "t") as v0:
-            self.tile(strided, stack, t0, v0)
+            for row in range(tiles):
+                self.tile(strided, stack, b.add(t0, u.I64(row * lanes)) if row else t0, v0)
         if full < v.extent:
-            with u.for_range(b, t0, b.add(t0, u.I64(lanes)), 1, name=t.name + "rest") as tt, \
+            with u.for_range(b, t0, b.add(t0, u.I64(lanes * tiles)), 1,
+                             name=t.name + "rest") as tt, \
                     u.for_range(b, u.I64(full), u.I64(v.extent), 1, name=v.name + "rest") as j:
                 self.env[t], self.env[v] = tt, j
                 self.emit_point()
@@ -500,8 +528,11 @@ class KernelEmitter:
                 if ld.dtype.name == "bool":
                     col = b.icmp_unsigned("!=", col, u.const(col.type, 0))
                 memo[id(ld)] = col
+            # transposed outputs are written a vector per row: streamed where it is aligned
+            self.streaming = "checked"
             for st in k.stores:
                 self.store(st.buffer, st.offset, self.value(st.value, lanes, memo), lanes)
+            self.streaming = None
 
     def emit_point(self, lanes: int = 1, part: int = 0):
         memo = {}

@@ -17,6 +17,8 @@ from llvmlite import ir
 
 from jitcore.passes.kernel import Kernel
 
+from .irutil import memory_type_bytes
+
 
 def streamed_slots(kernel: Kernel, threshold: int) -> frozenset:
     """The buffer slots a kernel writes with streaming stores: those of a vectorized
@@ -39,10 +41,9 @@ def streamed_slots(kernel: Kernel, threshold: int) -> frozenset:
 def store_nontemporal(b: ir.IRBuilder, value, ptr):
     """A vector store of `value` at `ptr` (aligned to the vector's size) that bypasses the
     caches (LLVM's !nontemporal: movntps/vmovntdq on x86, stnp on AArch64)."""
-    module = b.module
-    size = value.type.count * _element_bytes(value.type.element)
+    size = value.type.count * memory_type_bytes(value.type.element)
     inst = b.store(value, ptr, align=size)
-    node = module.add_metadata([ir.Constant(ir.IntType(32), 1)])
+    node = b.module.add_metadata([ir.Constant(ir.IntType(32), 1)])
     inst.set_metadata("nontemporal", node)       # (add_metadata gives one node per module)
     return inst
 
@@ -58,8 +59,3 @@ def store_fence(b: ir.IRBuilder):
     else:
         b.fence("seq_cst")
 
-
-def _element_bytes(ty: ir.Type) -> int:
-    if isinstance(ty, ir.IntType):
-        return max(1, ty.width // 8)
-    return {ir.HalfType: 2, ir.FloatType: 4, ir.DoubleType: 8}[type(ty)]
