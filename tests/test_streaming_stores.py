@@ -172,10 +172,10 @@ def test_broadcast_rows(dtype, threads):
 @pytest.mark.parametrize("threads", THREADS)
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES + [np.int32, np.uint8], ids=dtype_id)
 def test_transposed_adds(dtype, threads):
-    """a + b.T through register tiles: blocks of tiles, leftover tiles, rows and columns;
-    output rows aligned (stream) or not (normal stores)."""
+    """a + b.T through register tiles: blocks of tiles (both ways), leftover tiles, rows and
+    columns; output rows aligned (stream) or not (normal stores)."""
     f = jit_at(lambda a, b: a + b.T, LOW, threads)
-    for rows, cols in ((64, 64), (67, 45), (130, 97), (16 * 9, 48)):
+    for rows, cols in ((64, 64), (67, 45), (130, 97), (16 * 9, 48), (300, 270), (256, 128)):
         a, = inputs(dtype, rows * cols, seed=rows, count=1)
         b, = inputs(dtype, rows * cols, seed=cols, count=1)
         a, b = a.reshape(rows, cols), b.reshape(cols, rows)

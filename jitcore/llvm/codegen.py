@@ -50,7 +50,8 @@ STREAM_ROWS = 4        # ...this many rows per pass over the output
 CHEAP_BODY = 6         # ...when the reduced expression costs at most this (see _compute_cost);
                        # a costlier body is throughput-bound and unrolling would only bloat it
 STREAM_UNROLL = 1      # vectors per trip of a streaming (non-temporal) loop
-TILE_BLOCK = 4         # tiles along the tile loop per column step of a transposing kernel
+TILE_BLOCK = 8         # tiles along the tile loop per column step of a transposing kernel
+TILE_COLUMNS = 8       # ...and columns of tiles per block (tile_block)
 def streams_by_rows(kernel: Kernel) -> bool:
     """A column reduction with no outer loop accumulates into its output row by row."""
     return kernel.kind == "reduce_vertical" and kernel.range_loop is kernel.loops[-1] \
@@ -484,20 +485,26 @@ class KernelEmitter:
             self.tile_nest(i + 1, True)
 
     def tile_row(self, vloop, tiles: int = 1):
-        """The tiles of `tiles` rows of tiles from t0 = env[tile var], along the vector loop
-        (all rows' tiles at one column, then the next column); the columns left over run
-        scalar."""
+        """The tiles of `tiles` rows of tiles from t0 = env[tile var], along the vector loop,
+        in blocks of TILE_COLUMNS columns of tiles when tiles > 1 (see tile_block); the
+        columns left over run scalar."""
         k, b = self.kernel, self.b
         t, v, lanes = k.tile_var, vloop.var, k.lanes
         t0 = self.env[t]
+        cols = TILE_COLUMNS if tiles > 1 else 1
         strided = [n for n in walk([s.value for s in k.stores])
                    if isinstance(n, Load) and n.offset.coeff(v) not in (0, 1)]
         stack = {id(ld): u.alloca_once(b, ir.ArrayType(ir.VectorType(
-            u.memory_type(ld.dtype), lanes), lanes), name="tile") for ld in strided}
+            u.memory_type(ld.dtype), lanes), lanes * tiles * cols), name="tile")
+            for ld in strided}
         full = v.extent // lanes * lanes
-        with u.for_range(b, u.I64(0), u.I64(full), lanes, name=v.name + "t") as v0:
-            for row in range(tiles):
-                self.tile(strided, stack, b.add(t0, u.I64(row * lanes)) if row else t0, v0)
+        blocks = v.extent // (lanes * cols) * (lanes * cols)
+        if blocks:
+            with u.for_range(b, u.I64(0), u.I64(blocks), lanes * cols, name=v.name + "b") as v0:
+                self.tile_block(strided, stack, t0, v0, tiles, cols)
+        if blocks < full:
+            with u.for_range(b, u.I64(blocks), u.I64(full), lanes, name=v.name + "t") as v0:
+                self.tile_block(strided, stack, t0, v0, tiles, 1)
         if full < v.extent:
             with u.for_range(b, t0, b.add(t0, u.I64(lanes * tiles)), 1,
                              name=t.name + "rest") as tt, \
@@ -505,26 +512,42 @@ class KernelEmitter:
                 self.env[t], self.env[v] = tt, j
                 self.emit_point()
 
-    def tile(self, strided: list, stack: dict, t0, v0):
-        """One lanes x lanes tile at (t0, v0): each strided load reads `lanes` vectors along
-        the tile loop, transposes them in registers and parks them in its stack tile; the body
-        then runs once per tile row as a vector along the vector loop."""
+    def tile_block(self, strided: list, stack: dict, t0, v0, tiles: int, cols: int):
+        """`tiles` x `cols` tiles of lanes x lanes from (t0, v0), in two passes: each strided
+        load's tiles are read (`lanes` vectors along the tile loop each), transposed in
+        registers and parked in its stack block; then the body runs once per row of the
+        block, a vector per column of tiles. The transposed source is so read in runs of
+        `tiles` lines per row, the other operands and the output in runs of `cols` lines."""
         k, b = self.kernel, self.b
         t, v, lanes = k.tile_var, k.vector_var, k.lanes
-        for ld in strided:
-            vty = ir.VectorType(u.memory_type(ld.dtype), lanes)
-            rows = []
-            for r in range(lanes):
-                self.env[t], self.env[v] = t0, b.add(v0, u.I64(r))
-                ptr = b.gep(self.base_ptr(ld.buffer), [self.index(ld.offset)])
-                rows.append(b.load(b.bitcast(ptr, vty.as_pointer()), align=1))
-            for c, col in enumerate(u.transpose(b, rows)):
-                b.store(col, b.gep(stack[id(ld)], [u.I64(0), u.I64(c)]))
-        with u.for_range(b, u.I64(0), u.I64(lanes), 1, name="c") as c:
-            self.env[t], self.env[v] = b.add(t0, c), v0
+
+        def transpose(tt0, vv0, first):
+            for ld in strided:
+                vty = ir.VectorType(u.memory_type(ld.dtype), lanes)
+                rows = []
+                for r in range(lanes):
+                    self.env[t], self.env[v] = tt0, b.add(vv0, u.I64(r))
+                    ptr = b.gep(self.base_ptr(ld.buffer), [self.index(ld.offset)])
+                    rows.append(b.load(b.bitcast(ptr, vty.as_pointer()), align=1))
+                for c, col in enumerate(u.transpose(b, rows)):
+                    at = b.add(first, u.I64(c)) if c else first
+                    b.store(col, b.gep(stack[id(ld)], [u.I64(0), at]))
+
+        if tiles * cols == 1:
+            transpose(t0, v0, u.I64(0))
+        else:                      # tile (r, j) at vectors (j * tiles + r) * lanes + column
+            with u.for_range(b, u.I64(0), u.I64(cols), 1, name="tj") as j, \
+                    u.for_range(b, u.I64(0), u.I64(tiles), 1, name="tr") as r:
+                transpose(b.add(t0, b.mul(r, u.I64(lanes))), b.add(v0, b.mul(j, u.I64(lanes))),
+                          b.mul(b.add(b.mul(j, u.I64(tiles)), r), u.I64(lanes)))
+
+        def row(c, j):
+            self.env[t] = b.add(t0, c)
+            self.env[v] = v0 if j is None else b.add(v0, b.mul(j, u.I64(lanes)))
+            at = c if j is None else b.add(b.mul(j, u.I64(tiles * lanes)), c)
             memo = {}
             for ld in strided:
-                col = b.load(b.gep(stack[id(ld)], [u.I64(0), c]))
+                col = b.load(b.gep(stack[id(ld)], [u.I64(0), at]))
                 if ld.dtype.name == "bool":
                     col = b.icmp_unsigned("!=", col, u.const(col.type, 0))
                 memo[id(ld)] = col
@@ -533,6 +556,13 @@ class KernelEmitter:
             for st in k.stores:
                 self.store(st.buffer, st.offset, self.value(st.value, lanes, memo), lanes)
             self.streaming = None
+
+        with u.for_range(b, u.I64(0), u.I64(lanes * tiles), 1, name="c") as c:
+            if cols == 1:
+                row(c, None)
+            else:
+                with u.for_range(b, u.I64(0), u.I64(cols), 1, name="cj") as j:
+                    row(c, j)
 
     def emit_point(self, lanes: int = 1, part: int = 0):
         memo = {}
