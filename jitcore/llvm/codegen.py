@@ -49,7 +49,8 @@ STREAM_MIN = 64        # a column reduction this wide accumulates into its outpu
 STREAM_ROWS = 4        # ...this many rows per pass over the output
 CHEAP_BODY = 6         # ...when the reduced expression costs at most this (see _compute_cost);
                        # a costlier body is throughput-bound and unrolling would only bloat it
-STREAM_UNROLL = 1      # vectors per trip of a streaming (non-temporal) loop
+STREAM_UNROLL = 1      # vectors per trip of a streaming (non-temporal) loop (2 and 4: within
+                       # noise on chain and broadcast3)
 TILE_BLOCK = 8         # tiles along the tile loop per column step of a transposing kernel
 TILE_COLUMNS = 8       # ...and columns of tiles per block (tile_block)
 def streams_by_rows(kernel: Kernel) -> bool:
@@ -86,10 +87,9 @@ class KernelEmitter:
         # tails: one masked vector iteration (AVX-512 masks every element size) or scalar code
         self.masked_tail, self.mask = masked_tail, None
         # outputs written with non-temporal stores (streaming.py), where `self.streaming` says
-        # the stores at hand are aligned; `self.streamed_any`: the kernel needs a store fence
+        # the vector stores at hand are aligned; `self.streamed_any`: the kernel needs a fence
         self.streamed = streamed_slots(kernel, stream_bytes)
-        # (None, "aligned": every vector store is, "checked": each is tested)
-        self.streaming, self.streamed_any = None, False
+        self.streaming, self.streamed_any = False, False
 
     # -- memory ---------------------------------------------------------------------------
     def base_ptr(self, buf):
@@ -150,21 +150,8 @@ class KernelEmitter:
                 return u.masked_store(self.b, value, ptr, self.mask)
             if self.streaming and buf.slot in self.streamed:
                 self.streamed_any = True
-                if self.streaming == "aligned":
-                    return store_nontemporal(self.b, value, ptr)
-                return self.store_if_aligned(value, ptr)
+                return store_nontemporal(self.b, value, ptr)
         self.b.store(value, ptr, align=1)
-
-    def store_if_aligned(self, value, ptr):
-        """A streaming store where `ptr` is aligned to the vector's size, else a plain one."""
-        b, size = self.b, value.type.count * u.memory_type_bytes(value.type.element)
-        address = b.ptrtoint(ptr, u.I64)
-        aligned = b.icmp_unsigned("==", b.and_(address, u.I64(size - 1)), u.I64(0))
-        with b.if_else(aligned, likely=True) as (then, otherwise):
-            with then:
-                store_nontemporal(b, value, ptr)
-            with otherwise:
-                b.store(value, ptr, align=1)
 
     # -- expressions ------------------------------------------------------------------------
     def value(self, root, lanes: int, memo: dict, load=None):
@@ -347,9 +334,9 @@ class KernelEmitter:
         with b.if_else(aligned, likely=True) as (then, otherwise):
             with then:
                 self.vector_tail(lp, self.emit_point, lo, mid)
-                self.streaming = "aligned"
+                self.streaming = True
                 self.vector_loop(lp, self.emit_point, first, STREAM_UNROLL, bounds=(mid, hi))
-                self.streaming = None
+                self.streaming = False
             with otherwise:
                 self.vector_loop(lp, self.emit_point, first)
 
@@ -551,11 +538,8 @@ class KernelEmitter:
                 if ld.dtype.name == "bool":
                     col = b.icmp_unsigned("!=", col, u.const(col.type, 0))
                 memo[id(ld)] = col
-            # transposed outputs are written a vector per row: streamed where it is aligned
-            self.streaming = "checked"
             for st in k.stores:
                 self.store(st.buffer, st.offset, self.value(st.value, lanes, memo), lanes)
-            self.streaming = None
 
         with u.for_range(b, u.I64(0), u.I64(lanes * tiles), 1, name="c") as c:
             if cols == 1:
