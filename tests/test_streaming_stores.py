@@ -102,6 +102,21 @@ def test_unaligned_views(dtype, threads):
         assert (buf[:out_off] == 99).all() and (buf[out_off + n:] == 99).all()
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=dtype_id)
+def test_parallel_chunks_each_peel(dtype):
+    """2 threads over an output of several MB: every chunk starts at its own alignment and
+    peels on its own (chunk boundaries are not vector-aligned for odd offsets)."""
+    n = (1 << 18) + 13
+    f = jit_at(fma, LOW, 2)
+    a, b, c = inputs(dtype, n, pad=8)
+    for off in (0, 1, 5):
+        buf = np.full(n + 8, 7, dtype)
+        f(a[off:off + n], b[:n], c[8 - off:8 - off + n], out=buf[off:off + n])
+        check_fma(buf[off:off + n], dtype, a[off:off + n], b[:n], c[8 - off:8 - off + n],
+                  msg=f"offset {off}")
+        assert (buf[:off] == 7).all() and (buf[off + n:] == 7).all()
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32], ids=dtype_id)
 def test_output_not_aligned_to_its_element(dtype):
     """An output at an odd byte address (from a byte buffer) cannot be vector-aligned: the
