@@ -209,7 +209,8 @@ def _compile(graph: Graph, strides: tuple, target: Target, threads: int,
     t2 = time.perf_counter()
     mach = engine.machine(target)
     code = build_module(lowered, target.vector_bits, target.triple, mach.data_layout,
-                        target.masked_tails, threads, diskcache.KernelIR(target.key()))
+                        target.masked_tails, threads, diskcache.KernelIR(target.key()),
+                        target.stream_bytes)
     t3 = time.perf_counter()
     text = code.text
     # the process-wide runtime (built by the first graph that needs it) is not this graph's cost

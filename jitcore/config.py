@@ -7,6 +7,9 @@ JITCORE_CACHE_SIZE     compiled graphs kept in the in-memory LRU cache, and sign
 JITCORE_PREPACK        0: never prepack constant GEMM or conv weights (default 1)
 JITCORE_VERIFY         1: check the graph's typing after every pass (a debugging aid, on in
                        the test suite; default 0: passes are trusted, compiles are faster)
+JITCORE_STREAM_STORES  bytes: elementwise kernels writing at least this much contiguous
+                       output use non-temporal stores; 0: never (default: from the cache
+                       sizes, see jitcore/llvm/target.py)
 
 A value that is not valid warns (RuntimeWarning) and the default is used: a bad setting
 never stops `import jitcore`.
@@ -26,6 +29,7 @@ class Config:
     cache_size: int
     prepack: bool
     verify: bool = False
+    stream_stores: int | None = None
 
 
 def _int_env(name: str, default, allowed=None, minimum=None):
@@ -54,7 +58,8 @@ def from_env() -> Config:
                   dump_dir=os.environ.get("JITCORE_DUMP_DIR") or None,
                   cache_size=_int_env("JITCORE_CACHE_SIZE", 512, minimum=1),
                   prepack=bool(_int_env("JITCORE_PREPACK", 1, allowed=(0, 1))),
-                  verify=bool(_int_env("JITCORE_VERIFY", 0, allowed=(0, 1))))
+                  verify=bool(_int_env("JITCORE_VERIFY", 0, allowed=(0, 1))),
+                  stream_stores=_int_env("JITCORE_STREAM_STORES", None, minimum=0))
 
 
 _current = from_env()

@@ -1,4 +1,5 @@
-"""Target selection: the host CPU at the vector width asked for, and `jc.target_info()`."""
+"""Target selection: the host CPU at the vector width asked for (and the streaming-store
+threshold of JITCORE_STREAM_STORES), and `jc.target_info()`."""
 from __future__ import annotations
 
 import platform
@@ -11,7 +12,9 @@ def select_target(vector_width=None) -> Target:
     """The host target at the requested width (argument, else JITCORE_VECTOR_WIDTH, else max)."""
     target = host_target()
     bits = vector_width if vector_width is not None else config.get().vector_width
-    return target.with_vector_bits(bits) if bits is not None else target
+    target = target.with_vector_bits(bits) if bits is not None else target
+    stream = config.get().stream_stores
+    return target.with_stream_bytes(stream) if stream is not None else target
 
 
 def target_info(vector_width=None) -> dict:
@@ -28,4 +31,5 @@ def target_info(vector_width=None) -> dict:
         "max_vector_bits": t.max_vector_bits,
         "vector_bits": t.vector_bits,
         "lanes": {"float32": t.vector_bits // 32, "float64": t.vector_bits // 64},
+        "stream_store_bytes": t.stream_bytes,
     }

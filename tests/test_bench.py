@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jitcore.bench import child, cli, markdown
+from jitcore.bench import child, cli, markdown, roofline
 from jitcore.bench.workloads import BY_NAME, SUITE
 
 REPO = str(Path(__file__).resolve().parents[1])
@@ -60,6 +60,63 @@ def test_tiny_suite_runs_every_workload(tiny_suite):
         assert title in stdout
     for name in ("chain", "softmax", "mlp2", "fork_wait", "masked_row_max_causal"):
         assert name in stdout
+
+
+MEMORY_BOUND = [w.name for w in SUITE if w.memory_bound]
+
+
+def test_streaming_roofline_in_json_and_tables(tiny_suite):
+    """Every memory-bound workload has GB/s and its share of the copy bandwidth measured in
+    the same run (jitcore's child, same thread count), natural use and compute only, for
+    every system that ran it; the printed tables and the markdown show them."""
+    data, stdout = tiny_suite
+    assert {"chain", "broadcast3", "transpose_add", "softmax", "row_sum"} <= set(MEMORY_BOUND)
+    assert not BY_NAME["linear_gelu"].memory_bound and not BY_NAME["dispatch_1024"].memory_bound
+    for run in data["runs"]:
+        jit = next(r for r in data["runs"] if r["system"] == "jitcore"
+                   and r["threads"] == run["threads"])
+        copy = jit["bandwidth_gbs"]["copy"]
+        assert run["copy_gbs"] == copy
+        for name, c in run["results"].items():
+            for col in (c, c.get("compute_only", {})):
+                if name in MEMORY_BOUND and col.get("status") == "ok":
+                    gbs = c["bytes"] / col["median_s"] / 1e9
+                    assert col["gbs"] == pytest.approx(gbs), (run["system"], name)
+                    assert col["copy_fraction"] == pytest.approx(gbs / copy)
+                elif name not in MEMORY_BOUND:
+                    assert "copy_fraction" not in col, (run["system"], name)
+    assert "streaming roofline" in stdout and "% copy" in stdout and "triad" in stdout
+    lines = stdout.splitlines()
+    at = lines.index(next(line for line in lines if line.startswith("streaming roofline")))
+    rows = {line.split()[0] for line in lines[at + 3:at + 3 + len(MEMORY_BOUND)]}
+    assert rows == set(MEMORY_BOUND)
+    text = markdown.tables(data)
+    assert "streaming roofline" in text
+    chain_rows = [line for line in text.splitlines() if line.startswith("| chain | ")]
+    jit_cell = chain_rows[1].strip("|").split("|")[1]          # the roofline table's row
+    assert "%) / " in jit_cell and jit_cell.strip().endswith("%)"), chain_rows
+
+
+def test_roofline_fractions_of_the_same_thread_count():
+    def run(system, threads, median, copy=None, status="ok"):
+        cell = {"status": status, "median_s": median, "bytes": 4e9,
+                "compute_only": {"status": "ok", "median_s": median / 2}}
+        entry = {"system": system, "threads": threads,
+                 "results": {"chain": cell, "linear_gelu": dict(cell)}}
+        if copy:
+            entry["bandwidth_gbs"] = {"copy": copy, "triad": copy / 2}
+        return entry
+    runs = [run("jitcore", 1, 1.0, copy=8.0), run("numpy", 1, 2.0),
+            run("jitcore", 2, 0.5, copy=16.0), run("numpy", 2, 4.0, status="wrong")]
+    roofline.add_roofline(runs)
+    one, numpy_one, two, numpy_two = (r["results"]["chain"] for r in runs)
+    assert one["gbs"] == 4.0 and one["copy_fraction"] == 0.5
+    assert one["compute_only"]["gbs"] == 8.0 and one["compute_only"]["copy_fraction"] == 1.0
+    assert numpy_one["copy_fraction"] == 0.25                # jitcore's copy at 1 thread
+    assert two["copy_fraction"] == 0.5 and "gbs" not in numpy_two
+    assert "copy_fraction" not in runs[0]["results"]["linear_gelu"]      # compute-bound
+    assert roofline.roofline_text(one) == "4.0 (50%)"
+    assert cli.roofline_cell(one) == "4.0 (50%) / 8.0 (100%)"
 
 
 def test_markdown_tables_have_both_columns(tiny_suite):

@@ -20,7 +20,7 @@ def _tiled(kernel) -> bool:
 
 @pytest.mark.parametrize("width", WIDTHS, ids=lambda w: f"w{w}")
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=dtype_id)
-@pytest.mark.parametrize("shape", [(16, 16), (33, 47), (64, 100), (130, 17)])
+@pytest.mark.parametrize("shape", [(16, 16), (33, 47), (64, 100), (130, 17), (300, 270)])
 def test_transpose_add_every_dtype_and_edge(dtype, shape, width):
     rng = rng_for("tile", dtype.name, *shape)
     a = make(shape, dtype, rng=rng)

@@ -38,6 +38,7 @@ import tempfile
 import threading
 import time
 
+from .roofline import add_roofline, roofline_text
 from .systems import CONV_LAYOUTS, INTO_NOTES, SYSTEM_MODULES, SYSTEMS
 from .workloads import BY_NAME, SUITE, WEIGHTS_AFTER_FIRST
 
@@ -192,6 +193,7 @@ def run_suite(names: list, systems: list, threads_list: list, opts) -> dict:
             reports = [x for x in raw if x["system"] == system and x["threads"] == threads]
             merged.append(merge_runs(system, threads, names, reports,
                                      colds.get((system, threads))))
+    add_roofline(merged)
     return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "machine": machine(), "versions": versions(), "tiny": opts.tiny, "runs_count": runs,
             "compute_only_means": {s: INTO_NOTES[s] for s in systems},
@@ -308,18 +310,27 @@ def print_table(title: str, names: list, systems: list, at: dict, text, extra=No
         print(row + extra_cells(name))
 
 
+def roofline_cell(c: dict) -> str:
+    """'natural / compute only' as 'GB/s (% of copy)' each."""
+    if c.get("status") != "ok":
+        return status_text(c)
+    return f"{roofline_text(c)} / {roofline_text(c.get('compute_only', {}))}"
+
+
 def print_tables(data: dict):
     runs, names = data["runs"], list(data["workloads"])
+    roofline_names = [n for n in names if BY_NAME[n].memory_bound]
     several = data.get("runs_count", 1) > 1
     for threads in sorted({r["threads"] for r in runs}):
         at = {r["system"]: r for r in runs if r["threads"] == threads}
         systems = [s for s in SYSTEMS if s in at]
         jit = at.get("jitcore", {"results": {}})
-        bw = max((jit.get("bandwidth_gbs") or {"-": 0}).values())
+        bws = jit.get("bandwidth_gbs") or {}
         peak = (jit.get("fma_peak_gflops_per_core") or 0) * threads
         cores = next((r["cores"] for r in at.values() if r.get("cores")), "unpinned")
-        measured = (f"; bandwidth measured in this run: {bw:.1f} GB/s; fp32 FMA peak: "
-                    f"{peak:.0f} GFLOP/s ({peak / threads:.0f} per core)") if bw else ""
+        measured = (f"; bandwidth measured in this run: copy {bws['copy']:.1f} GB/s, triad "
+                    f"{bws.get('triad', 0):.1f} GB/s; fp32 FMA peak: {peak:.0f} GFLOP/s "
+                    f"({peak / threads:.0f} per core)") if bws.get("copy") else ""
         print(f"\n=== {threads} thread(s), pinned to cores {cores}{measured} ===")
         numpy_at = at.get("numpy", {"results": {}})
 
@@ -327,24 +338,38 @@ def print_tables(data: dict):
             c = cell(numpy_at, name)
             return c.get(column, {}) if column and c.get("status") == "ok" else c
 
-        def jit_extra(name):
+        def jit_extra(name, column=None):
+            """jitcore's GB/s, % of the copy bandwidth (memory-bound workloads) and, for
+            matmuls, GFLOP/s and % of peak, of the natural-use cell or of `column`'s."""
             c = cell(jit, name)
             if c.get("status") != "ok":
                 return ""
-            text = f"{c['gbs']:10.1f}{(c['gbs'] / bw if bw else 0):7.0%}"
-            if BY_NAME[name].gemm and "gflops" in c:
-                text += f"{c['gflops']:9.1f}{(c['gflops'] / peak if peak else 0):7.0%}"
+            c = c.get(column, {}) if column else c
+            if c.get("status") != "ok":
+                return f"{status_text(c):>10s}"
+            gbs = cell(jit, name)["bytes"] / c["median_s"] / 1e9
+            fraction = c.get("copy_fraction")
+            text = f"{gbs:10.1f}" + (f"{fraction:7.0%}" if fraction is not None else f"{'-':>7s}")
+            flops = cell(jit, name).get("flops")
+            if BY_NAME[name].gemm and flops:
+                gflops = flops / c["median_s"] / 1e9
+                text += f"{gflops:9.1f}{(gflops / peak if peak else 0):7.0%}"
             return text
+        extra_head = f"{'jc GB/s':>10s}{'% copy':>7s}{'GFLOP/s':>9s}{'% peak':>7s}"
         spread = " (±half the min-max spread over runs)" if several else ""
         print_table(f"natural use (fresh outputs): median ms (us for dispatch){spread} and "
                     "speedup over numpy", names, systems, at,
                     lambda n, s: time_cell(cell(at[s], n), base(n), BY_NAME[n].unit, several),
-                    (f"{'jc GB/s':>10s}{'% bw':>7s}{'GFLOP/s':>9s}{'% peak':>7s}", jit_extra),
-                    width=22 if several else 18)
+                    (extra_head, jit_extra), width=22 if several else 18)
         print_table("compute only (every system writes into a preallocated output where it "
                     "can): median ms and speedup over numpy's compute only", names, systems, at,
                     lambda n, s: time_cell(cell(at[s], n).get("compute_only", cell(at[s], n)),
-                                           base(n, "compute_only"), BY_NAME[n].unit, False))
+                                           base(n, "compute_only"), BY_NAME[n].unit, False),
+                    (extra_head, lambda n: jit_extra(n, "compute_only")))
+        if roofline_names:
+            print_table("streaming roofline (memory-bound workloads): GB/s and % of the copy "
+                        "bandwidth, natural use / compute only", roofline_names, systems, at,
+                        lambda n, s: roofline_cell(cell(at[s], n)), width=26)
         print_table("first call (build + first call, compile included), ms: cold cache / "
                     "warm cache", names, systems, at, lambda n, s: first_call_cell(cell(at[s], n)),
                     width=20)

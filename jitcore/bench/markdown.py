@@ -1,12 +1,13 @@
 """The README's benchmark tables from a saved run: `python -m jitcore.bench.markdown
 examples/results/bench.json`. Per thread count, one table of natural-use and compute-only
-medians with their speedups over numpy's, and one of cold / warm first calls."""
+medians with their speedups over numpy's, one of the memory-bound workloads' GB/s as % of the
+copy bandwidth (roofline.py), and one of cold / warm first calls."""
 from __future__ import annotations
 
 import json
 import sys
 
-from .cli import cell, fmt_seconds
+from .cli import cell, fmt_seconds, roofline_cell
 from .systems import SYSTEMS
 from .workloads import BY_NAME
 
@@ -48,6 +49,15 @@ def tables(data: dict) -> str:
                            f"{_time(into, base.get('compute_only', {}), unit)}"
                            if c.get("status") == "ok" else c.get("status", "?"))
             lines.append(f"| {n}{' (us)' if unit == 'us' else ''} | " + " | ".join(row) + " |")
+        memory_bound = [n for n in names if BY_NAME[n].memory_bound]
+        copy = at.get("jitcore", {}).get("copy_gbs")
+        if memory_bound:
+            measured = f"copy bandwidth {copy:.1f} GB/s" if copy else "no copy bandwidth"
+            lines += [f"\n{threads} thread(s): streaming roofline, GB/s (% of the {measured} "
+                      f"measured in the same run), natural use / compute only\n", head, rule]
+            for n in memory_bound:
+                lines.append(f"| {n} | " + " | ".join(roofline_cell(cell(at[s], n))
+                                                      for s in systems) + " |")
         lines += [f"\n{threads} thread(s): first call, cold / warm cache (ms)\n", head, rule]
         for n in names:
             lines.append(f"| {n} | " + " | ".join(_first(cell(at[s], n)) for s in systems)

@@ -29,6 +29,7 @@ class Workload:
     atol: float = 1e-4
     unit: str = "ms"                     # how the table shows times ("us" for dispatch)
     gemm: bool = False                   # matmul-bound: the table shows GFLOP/s and % of peak
+    memory_bound: bool = False           # bandwidth-bound: GB/s and % of copy (roofline.py)
 
 
 def randn(rng, *shape):
@@ -228,37 +229,39 @@ def _causal_mask(s, rng):
 
 SUITE = [
     Workload("chain", "relu(a*b+c)*0.5, 16M float32", _n(1 << 24, 4096), _three,
-             lambda a, b, c: np.maximum(a * b + c, 0) * 0.5, lambda s: 16 * s["n"]),
+             lambda a, b, c: np.maximum(a * b + c, 0) * 0.5, lambda s: 16 * s["n"],
+             memory_bound=True),
     Workload("gelu_tanh", "gelu (tanh form), 16M float32", _n(1 << 24, 4096),
              lambda s, rng: (randn(rng, s["n"]),), gelu_tanh64, lambda s: 8 * s["n"],
              lambda s: 9 * s["n"]),
     Workload("dispatch_1024", "a*b+c on 1024 float32: per-call overhead", _n(1024, 1024),
              _three, lambda a, b, c: a * b + c, lambda s: 16 * s["n"], unit="us"),
     Workload("softmax", "softmax over rows, 4096x1024", _rc(4096, 1024, 64, 1024),
-             lambda s, rng: (randn(rng, s["r"], s["c"]),), _softmax64, _bytes_rc(1)),
+             lambda s, rng: (randn(rng, s["r"], s["c"]),), _softmax64, _bytes_rc(1),
+             memory_bound=True),
     Workload("layer_norm", "layer_norm over rows, 8192x768", _rc(8192, 768, 64, 768),
              lambda s, rng: (randn(rng, s["r"], s["c"]), randn(rng, s["c"]),
                              randn(rng, s["c"])),
-             _layer_norm64, _bytes_rc(1)),
+             _layer_norm64, _bytes_rc(1), memory_bound=True),
     Workload("row_sum", "sum over rows, 4096x4096", _rc(4096, 4096, 64, 512),
              lambda s, rng: (randn(rng, s["r"], s["c"]),), lambda x: x.sum(axis=1),
-             _bytes_rc(1, lambda s: 1), rtol=1e-4, atol=1e-3),
+             _bytes_rc(1, lambda s: 1), rtol=1e-4, atol=1e-3, memory_bound=True),
     Workload("col_sum", "sum over columns, 4096x4096", _rc(4096, 4096, 64, 512),
              lambda s, rng: (randn(rng, s["r"], s["c"]),), lambda x: x.sum(axis=0),
-             lambda s: 4 * (s["r"] * s["c"] + s["c"]), rtol=1e-4, atol=1e-3),
+             lambda s: 4 * (s["r"] * s["c"] + s["c"]), rtol=1e-4, atol=1e-3, memory_bound=True),
     Workload("broadcast3", "a[N,1] + b[1,M] + c[N,M], 4096x4096", _rc(4096, 4096, 64, 512),
              lambda s, rng: (randn(rng, s["r"], 1), randn(rng, 1, s["c"]),
                              randn(rng, s["r"], s["c"])),
-             lambda a, b, c: a + b + c, _bytes_rc(1)),
+             lambda a, b, c: a + b + c, _bytes_rc(1), memory_bound=True),
     Workload("transpose_add", "a + b.T, 4096x4096", _rc(4096, 4096, 64, 64),
              lambda s, rng: (randn(rng, s["r"], s["c"]), randn(rng, s["c"], s["r"])),
-             lambda a, b: a + b.T, _bytes_rc(2)),
+             lambda a, b: a + b.T, _bytes_rc(2), memory_bound=True),
     Workload("masked_row_max", "where(mask, x, -inf).max(axis=1), random 50% bool mask, "
              "2048x2047", _rc(2048, 2047, 64, 2047), _random_mask, _masked_max64,
-             lambda s: 5 * s["r"] * s["c"] + 4 * s["r"]),
+             lambda s: 5 * s["r"] * s["c"] + 4 * s["r"], memory_bound=True),
     Workload("masked_row_max_causal", "the same with a causal (lower-triangular) bool mask",
              _rc(2048, 2047, 64, 2047), _causal_mask, _masked_max64,
-             lambda s: 5 * s["r"] * s["c"] + 4 * s["r"]),
+             lambda s: 5 * s["r"] * s["c"] + 4 * s["r"], memory_bound=True),
     Workload("linear_gelu", "gelu(x @ W + b), 512x1024 @ 1024x4096",
              lambda t: {"m": 32 if t else 512, "k": 64 if t else 1024, "n": 128 if t else 4096},
              lambda s, rng: (randn(rng, s["m"], s["k"]),

@@ -22,6 +22,7 @@ from .gemv import GemvEmitter
 from .opemit import cast, emit
 from .pairwise import PairwiseSum
 from .pool import PoolEmitter
+from .streaming import store_fence, store_nontemporal, streamed_slots
 
 
 
@@ -48,6 +49,10 @@ STREAM_MIN = 64        # a column reduction this wide accumulates into its outpu
 STREAM_ROWS = 4        # ...this many rows per pass over the output
 CHEAP_BODY = 6         # ...when the reduced expression costs at most this (see _compute_cost);
                        # a costlier body is throughput-bound and unrolling would only bloat it
+STREAM_UNROLL = 1      # vectors per trip of a streaming (non-temporal) loop (2 and 4: within
+                       # noise on chain and broadcast3)
+TILE_BLOCK = 8         # tiles along the tile loop per column step of a transposing kernel
+TILE_COLUMNS = 8       # ...and columns of tiles per block (tile_block)
 def streams_by_rows(kernel: Kernel) -> bool:
     """A column reduction with no outer loop accumulates into its output row by row."""
     return kernel.kind == "reduce_vertical" and kernel.range_loop is kernel.loops[-1] \
@@ -66,7 +71,8 @@ def _compute_cost(value) -> int:
 class KernelEmitter:
     """Emits one kernel function. Loop variables live in `self.env` (Var -> i64 value)."""
 
-    def __init__(self, module: ir.Module, kernel: Kernel, name: str, masked_tail: bool):
+    def __init__(self, module: ir.Module, kernel: Kernel, name: str, masked_tail: bool,
+                 stream_bytes: int = 0):
         self.kernel, self.module = kernel, module
         self.fn = ir.Function(module, kernel_type(), name=name)
         self.fn.attributes.add("nounwind")
@@ -80,6 +86,10 @@ class KernelEmitter:
         self.hoisted = {}        # id(gather) -> its checked index * stride, set for a loop
         # tails: one masked vector iteration (AVX-512 masks every element size) or scalar code
         self.masked_tail, self.mask = masked_tail, None
+        # outputs written with non-temporal stores (streaming.py), where `self.streaming` says
+        # the vector stores at hand are aligned; `self.streamed_any`: the kernel needs a fence
+        self.streamed = streamed_slots(kernel, stream_bytes)
+        self.streaming, self.streamed_any = False, False
 
     # -- memory ---------------------------------------------------------------------------
     def base_ptr(self, buf):
@@ -138,6 +148,9 @@ class KernelEmitter:
             ptr = self.b.bitcast(ptr, value.type.as_pointer())
             if self.mask is not None:
                 return u.masked_store(self.b, value, ptr, self.mask)
+            if self.streaming and buf.slot in self.streamed:
+                self.streamed_any = True
+                return store_nontemporal(self.b, value, ptr)
         self.b.store(value, ptr, align=1)
 
     # -- expressions ------------------------------------------------------------------------
@@ -242,16 +255,21 @@ class KernelEmitter:
             return body()
         self.loop(loops[0], lambda: self.nest(loops[1:], body, False), first)
 
+    def bounds(self, lp, first: bool) -> tuple:
+        """[lo, hi) of a loop: the call's [start, stop) for the kernel's first loop."""
+        return (self.start, self.stop) if first else (u.I64(0), u.I64(lp.var.extent))
+
     def vector_loop(self, lp, body, first: bool, unroll: int = 1, blocked: bool = False,
-                    on_block=None):
+                    on_block=None, bounds=None):
         """body(lanes, part) over the loop: `unroll` vectors per trip (part 0..unroll-1), then
         single vectors, then the tail: one masked vector (self.mask set), or scalar code
         (lanes 1). With `blocked`, an unrolled trip is one call body(lanes, unroll) that
         handles the `unroll` vectors from env[var] on itself. With `on_block`, the main
         loop (unrolled, else single vectors, else scalar) calls on_block() after every
-        BLOCK_TRIPS trips (pairwise summation pushes its block there)."""
+        BLOCK_TRIPS trips (pairwise summation pushes its block there). `bounds`: (lo, hi)
+        values to run instead of the loop's own range."""
         lanes = self.kernel.lanes
-        lo, hi = (self.start, self.stop) if first else (u.I64(0), u.I64(lp.var.extent))
+        lo, hi = bounds or self.bounds(lp, first)
         single = 1 if blocked else 0          # blocked bodies get a vector count, not a part
         if lanes == 1:
             return self.trips(lo, hi, 1, lp.var.name, lambda i: self._at(lp, i, body, 1, single),
@@ -274,16 +292,53 @@ class KernelEmitter:
             on_block = None
         self.trips(start, vec_end, lanes, lp.var.name + "v",
                    lambda i: self._at(lp, i, body, lanes, single), on_block)
+        self.vector_tail(lp, body, vec_end, hi, single)
+
+    def vector_tail(self, lp, body, lo, hi, part: int = 0):
+        """body over [lo, hi), fewer than a vector of elements: one masked vector iteration
+        (self.mask set) or scalar code."""
+        lanes = self.kernel.lanes
         if self.masked_tail:
-            rest = self.b.sub(hi, vec_end)
+            rest = self.b.sub(hi, lo)
             with self.b.if_then(self.b.icmp_signed(">", rest, u.I64(0))):
-                self.env[lp.var], self.mask = vec_end, u.lane_mask(self.b, rest, lanes)
-                body(lanes, single)
+                self.env[lp.var], self.mask = lo, u.lane_mask(self.b, rest, lanes)
+                body(lanes, part)
                 self.mask = None
             return
-        with u.for_range(self.b, vec_end, hi, 1, name=lp.var.name + "t") as i:
+        with u.for_range(self.b, lo, hi, 1, name=lp.var.name + "t") as i:
             self.env[lp.var] = i
-            body(1, single)
+            body(1, part)
+
+    def elementwise_loop(self, lp, first: bool):
+        """The vector loop of an elementwise kernel: streaming when it has streamed outputs
+        and their first elements of this run have a common alignment (else the plain loop).
+        The elements up to the first vector-aligned one are peeled (fewer than a vector),
+        the rest stored non-temporally with aligned vectors, the tail as usual."""
+        if not self.streamed:
+            return self.vector_loop(lp, self.emit_point, first)
+        b, lanes = self.b, self.kernel.lanes
+        lo, hi = self.bounds(lp, first)
+        stores = [st for st in self.kernel.stores if st.buffer.slot in self.streamed]
+        item = stores[0].buffer.dtype.itemsize
+        vector = lanes * item                   # bytes per vector store: its alignment
+        self.env[lp.var] = lo
+        addresses = [b.ptrtoint(b.gep(self.base_ptr(st.buffer), [self.index(st.offset)]), u.I64)
+                     for st in stores]
+        skew = b.and_(addresses[0], u.I64(vector - 1))
+        aligned = b.icmp_unsigned("==", b.and_(skew, u.I64(item - 1)), u.I64(0))
+        for address in addresses[1:]:
+            same = b.icmp_unsigned("==", b.and_(address, u.I64(vector - 1)), skew)
+            aligned = b.and_(aligned, same)
+        peel = b.udiv(b.and_(b.sub(u.I64(vector), skew), u.I64(vector - 1)), u.I64(item))
+        mid = b.select(b.icmp_signed("<", b.sub(hi, lo), peel), hi, b.add(lo, peel))
+        with b.if_else(aligned, likely=True) as (then, otherwise):
+            with then:
+                self.vector_tail(lp, self.emit_point, lo, mid)
+                self.streaming = True
+                self.vector_loop(lp, self.emit_point, first, STREAM_UNROLL, bounds=(mid, hi))
+                self.streaming = False
+            with otherwise:
+                self.vector_loop(lp, self.emit_point, first)
 
     def _at(self, lp, i, body, lanes: int, part: int):
         self.env[lp.var] = i
@@ -327,7 +382,7 @@ class KernelEmitter:
             self.tile_nest(0, scalar=False)
         elif k.kind == "pointwise":
             self.nest(k.loops[:-1], lambda: self.hoisting_gathers(
-                lambda: self.vector_loop(k.loops[-1], self.emit_point, len(k.loops) == 1)), True)
+                lambda: self.elementwise_loop(k.loops[-1], len(k.loops) == 1)), True)
         elif k.kind == "reduce_vertical":
             self.nest([lp for lp in k.loops[:-1] if lp.kind == "parallel"], self.emit_vertical,
                       True)
@@ -336,6 +391,8 @@ class KernelEmitter:
         else:
             outer = [lp for lp in k.loops if lp.kind == "parallel"]
             self.nest(outer, self.emit_horizontal, True)
+        if self.streamed_any:
+            store_fence(self.b)
         self.b.ret_void()
 
     def emit_scan(self):
@@ -395,59 +452,101 @@ class KernelEmitter:
             return self.loop(lp, lambda: self.tile_nest(i + 1, scalar), first)
         lanes = k.lanes
         lo, hi = (self.start, self.stop) if first else (u.I64(0), u.I64(lp.var.extent))
-        full_end = self.b.add(lo, self.b.mul(self.b.sdiv(self.b.sub(hi, lo), u.I64(lanes)),
-                                             u.I64(lanes)))
-        with u.for_range(self.b, lo, full_end, lanes, name=lp.var.name + "tile") as t0:
+        start = lo
+        if i + 1 == len(loops) - 1 and TILE_BLOCK > 1:
+            # blocks of TILE_BLOCK tiles per column step: the transposed source is read in
+            # runs of TILE_BLOCK lines per row (fewer pages per line read)
+            span = lanes * TILE_BLOCK
+            start = self.b.add(lo, self.b.mul(self.b.sdiv(self.b.sub(hi, lo), u.I64(span)),
+                                              u.I64(span)))
+            with u.for_range(self.b, lo, start, span, name=lp.var.name + "block") as t0:
+                self.env[lp.var] = t0
+                self.tile_row(loops[i + 1], TILE_BLOCK)
+        full_end = self.b.add(start, self.b.mul(self.b.sdiv(self.b.sub(hi, start),
+                                                            u.I64(lanes)), u.I64(lanes)))
+        with u.for_range(self.b, start, full_end, lanes, name=lp.var.name + "tile") as t0:
             self.env[lp.var] = t0
             self.tile_nest(i + 1, False)
         with u.for_range(self.b, full_end, hi, 1, name=lp.var.name + "rest") as t:
             self.env[lp.var] = t
             self.tile_nest(i + 1, True)
 
-    def tile_row(self, vloop):
-        """The tiles of one row of tiles, t0 = env[tile var], along the vector loop; the
+    def tile_row(self, vloop, tiles: int = 1):
+        """The tiles of `tiles` rows of tiles from t0 = env[tile var], along the vector loop,
+        in blocks of TILE_COLUMNS columns of tiles when tiles > 1 (see tile_block); the
         columns left over run scalar."""
         k, b = self.kernel, self.b
         t, v, lanes = k.tile_var, vloop.var, k.lanes
         t0 = self.env[t]
+        cols = TILE_COLUMNS if tiles > 1 else 1
         strided = [n for n in walk([s.value for s in k.stores])
                    if isinstance(n, Load) and n.offset.coeff(v) not in (0, 1)]
         stack = {id(ld): u.alloca_once(b, ir.ArrayType(ir.VectorType(
-            u.memory_type(ld.dtype), lanes), lanes), name="tile") for ld in strided}
+            u.memory_type(ld.dtype), lanes), lanes * tiles * cols), name="tile")
+            for ld in strided}
         full = v.extent // lanes * lanes
-        with u.for_range(b, u.I64(0), u.I64(full), lanes, name=v.name + "t") as v0:
-            self.tile(strided, stack, t0, v0)
+        blocks = v.extent // (lanes * cols) * (lanes * cols)
+        if blocks:
+            with u.for_range(b, u.I64(0), u.I64(blocks), lanes * cols, name=v.name + "b") as v0:
+                self.tile_block(strided, stack, t0, v0, tiles, cols)
+        if blocks < full:
+            with u.for_range(b, u.I64(blocks), u.I64(full), lanes, name=v.name + "t") as v0:
+                self.tile_block(strided, stack, t0, v0, tiles, 1)
         if full < v.extent:
-            with u.for_range(b, t0, b.add(t0, u.I64(lanes)), 1, name=t.name + "rest") as tt, \
+            with u.for_range(b, t0, b.add(t0, u.I64(lanes * tiles)), 1,
+                             name=t.name + "rest") as tt, \
                     u.for_range(b, u.I64(full), u.I64(v.extent), 1, name=v.name + "rest") as j:
                 self.env[t], self.env[v] = tt, j
                 self.emit_point()
 
-    def tile(self, strided: list, stack: dict, t0, v0):
-        """One lanes x lanes tile at (t0, v0): each strided load reads `lanes` vectors along
-        the tile loop, transposes them in registers and parks them in its stack tile; the body
-        then runs once per tile row as a vector along the vector loop."""
+    def tile_block(self, strided: list, stack: dict, t0, v0, tiles: int, cols: int):
+        """`tiles` x `cols` tiles of lanes x lanes from (t0, v0), in two passes: each strided
+        load's tiles are read (`lanes` vectors along the tile loop each), transposed in
+        registers and parked in its stack block; then the body runs once per row of the
+        block, a vector per column of tiles. The transposed source is so read in runs of
+        `tiles` lines per row, the other operands and the output in runs of `cols` lines."""
         k, b = self.kernel, self.b
         t, v, lanes = k.tile_var, k.vector_var, k.lanes
-        for ld in strided:
-            vty = ir.VectorType(u.memory_type(ld.dtype), lanes)
-            rows = []
-            for r in range(lanes):
-                self.env[t], self.env[v] = t0, b.add(v0, u.I64(r))
-                ptr = b.gep(self.base_ptr(ld.buffer), [self.index(ld.offset)])
-                rows.append(b.load(b.bitcast(ptr, vty.as_pointer()), align=1))
-            for c, col in enumerate(u.transpose(b, rows)):
-                b.store(col, b.gep(stack[id(ld)], [u.I64(0), u.I64(c)]))
-        with u.for_range(b, u.I64(0), u.I64(lanes), 1, name="c") as c:
-            self.env[t], self.env[v] = b.add(t0, c), v0
+
+        def transpose(tt0, vv0, first):
+            for ld in strided:
+                vty = ir.VectorType(u.memory_type(ld.dtype), lanes)
+                rows = []
+                for r in range(lanes):
+                    self.env[t], self.env[v] = tt0, b.add(vv0, u.I64(r))
+                    ptr = b.gep(self.base_ptr(ld.buffer), [self.index(ld.offset)])
+                    rows.append(b.load(b.bitcast(ptr, vty.as_pointer()), align=1))
+                for c, col in enumerate(u.transpose(b, rows)):
+                    at = b.add(first, u.I64(c)) if c else first
+                    b.store(col, b.gep(stack[id(ld)], [u.I64(0), at]))
+
+        if tiles * cols == 1:
+            transpose(t0, v0, u.I64(0))
+        else:                      # tile (r, j) at vectors (j * tiles + r) * lanes + column
+            with u.for_range(b, u.I64(0), u.I64(cols), 1, name="tj") as j, \
+                    u.for_range(b, u.I64(0), u.I64(tiles), 1, name="tr") as r:
+                transpose(b.add(t0, b.mul(r, u.I64(lanes))), b.add(v0, b.mul(j, u.I64(lanes))),
+                          b.mul(b.add(b.mul(j, u.I64(tiles)), r), u.I64(lanes)))
+
+        def row(c, j):
+            self.env[t] = b.add(t0, c)
+            self.env[v] = v0 if j is None else b.add(v0, b.mul(j, u.I64(lanes)))
+            at = c if j is None else b.add(b.mul(j, u.I64(tiles * lanes)), c)
             memo = {}
             for ld in strided:
-                col = b.load(b.gep(stack[id(ld)], [u.I64(0), c]))
+                col = b.load(b.gep(stack[id(ld)], [u.I64(0), at]))
                 if ld.dtype.name == "bool":
                     col = b.icmp_unsigned("!=", col, u.const(col.type, 0))
                 memo[id(ld)] = col
             for st in k.stores:
                 self.store(st.buffer, st.offset, self.value(st.value, lanes, memo), lanes)
+
+        with u.for_range(b, u.I64(0), u.I64(lanes * tiles), 1, name="c") as c:
+            if cols == 1:
+                row(c, None)
+            else:
+                with u.for_range(b, u.I64(0), u.I64(cols), 1, name="cj") as j:
+                    row(c, j)
 
     def emit_point(self, lanes: int = 1, part: int = 0):
         memo = {}

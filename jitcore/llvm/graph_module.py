@@ -73,12 +73,14 @@ class GraphModule:
 
 
 def build_module(lowered, vector_bits: int, triple: str, data_layout: str,
-                 masked_tails: bool = False, threads: int = 0, store=None) -> GraphModule:
+                 masked_tails: bool = False, threads: int = 0, store=None,
+                 stream_bytes: int = 0) -> GraphModule:
     """The LLVM modules of a lowered graph. `threads`: intra-op threads of its kernels (0:
     the process-wide setting at call time). `store`: where kernels' IR outlives the process
-    (the disk cache: load(key) -> KernelCode | None, save(key, KernelCode)), or None."""
+    (the disk cache: load(key) -> KernelCode | None, save(key, KernelCode)), or None.
+    `stream_bytes`: elementwise kernels writing this much output stream it (0: never)."""
     kernels = tuple(emit_kernel(kernel, vector_bits, triple, data_layout, masked_tails, threads,
-                                store)
+                                store, stream_bytes)
                     for kernel in lowered.kernels)
     module = ir.Module(name=lowered.name)
     module.triple, module.data_layout = triple, data_layout
@@ -99,12 +101,14 @@ STATS = {"kernels_generated": 0, "kernels_reused": 0, "kernels_loaded": 0}
 
 
 def emit_kernel(kernel: Kernel, vector_bits: int, triple: str, data_layout: str,
-                masked_tails: bool, threads: int, store=None) -> KernelCode:
+                masked_tails: bool, threads: int, store=None,
+                stream_bytes: int = 0) -> KernelCode:
     """One kernel in a module of its own, named by a hash of its text; generated once per
     process for each structure (the code of an equal kernel is reused with this kernel's
     buffer slots), and loaded from `store` when an earlier process generated it."""
     structure, slots = kernel_key(kernel)
-    key = (structure, vector_bits, triple, data_layout, masked_tails, plan_threads(threads))
+    key = (structure, vector_bits, triple, data_layout, masked_tails, plan_threads(threads),
+           stream_bytes)
     with _EMITTED_LOCK:
         seen = _EMITTED.get(key)
         if seen is not None:
@@ -117,7 +121,8 @@ def emit_kernel(kernel: Kernel, vector_bits: int, triple: str, data_layout: str,
             _remember(key, seen)
     if seen is None:
         STATS["kernels_generated"] += 1
-        seen = _emit_kernel(kernel, vector_bits, triple, data_layout, masked_tails, threads)
+        seen = _emit_kernel(kernel, vector_bits, triple, data_layout, masked_tails, threads,
+                            stream_bytes)
         positions = {slot: k for k, slot in enumerate(slots)}
         # the kernel's pointer array, as positions in the key's numbering of buffers
         seen = dataclasses.replace(seen, buffer_slots=tuple(
@@ -144,10 +149,10 @@ def _remember(key, code: KernelCode) -> None:
 
 
 def _emit_kernel(kernel: Kernel, vector_bits: int, triple: str, data_layout: str,
-                 masked_tails: bool, threads: int) -> KernelCode:
+                 masked_tails: bool, threads: int, stream_bytes: int = 0) -> KernelCode:
     module = ir.Module(name=KERNEL_PLACEHOLDER)
     module.triple, module.data_layout = triple, data_layout
-    ke = KernelEmitter(module, kernel, KERNEL_PLACEHOLDER, masked_tails)
+    ke = KernelEmitter(module, kernel, KERNEL_PLACEHOLDER, masked_tails, stream_bytes)
     extent, chunk = kernel.range_extent, grain(kernel)
     if kernel.kind == "gemm":        # work items of the GEMM, one per call at most
         ke.gemm_plan = gemm_plan(kernel, vector_bits, plan_threads(threads))

@@ -25,6 +25,13 @@ def memory_type(dtype: DType) -> ir.Type:
     return I8 if dtype.name == "bool" else _SCALAR[dtype.name]
 
 
+def memory_type_bytes(ty: ir.Type) -> int:
+    """Bytes of one element of a memory type (an integer or float type)."""
+    if isinstance(ty, ir.IntType):
+        return max(1, ty.width // 8)
+    return {ir.HalfType: 2, ir.FloatType: 4, ir.DoubleType: 8}[type(ty)]
+
+
 def lanes_of(value) -> int:
     return value.type.count if isinstance(value.type, ir.VectorType) else 1
 
