@@ -15,16 +15,17 @@ import jitcore as jc
 from jitcore import config
 from jitcore.llvm.target import stream_threshold
 
-from helpers import ALL_DTYPES, FLOAT_DTYPES, NUMERIC_DTYPES, assert_close, dtype_id
+from helpers import (ALL_DTYPES, FLOAT_DTYPES, NARROW_WIDTHS, NUMERIC_DTYPES, assert_close,
+                     dtype_id)
 
 LOW = 256                      # bytes: the threshold most tests compile with
 THREADS = [1, 2]
 X86 = jc.target_info()["machine"] in ("x86_64", "AMD64")
 
 
-def jit_at(fn, threshold: int, threads: int = 1):
+def jit_at(fn, threshold: int, threads: int = 1, width=None):
     """`fn` jitted and compiled (at its first call) with streaming from `threshold` bytes."""
-    f = jc.jit(fn, num_threads=threads)
+    f = jc.jit(fn, num_threads=threads, vector_width=width)
 
     def call(*args, **kwargs):
         with config.override(stream_stores=threshold):
@@ -100,6 +101,21 @@ def test_unaligned_views(dtype, threads):
         check_fma(out, dtype, x, y, z, msg=f"offset {out_off}")
         # nothing outside the view was written
         assert (buf[:out_off] == 99).all() and (buf[out_off + n:] == 99).all()
+
+
+@pytest.mark.parametrize("width", NARROW_WIDTHS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.uint8], ids=dtype_id)
+def test_narrower_vectors(dtype, width):
+    """256- and 128-bit vectors: smaller alignments, other peels."""
+    n = 999
+    f = jit_at(fma, LOW, 1, width)
+    a, b, c = inputs(dtype, n, pad=16)
+    for off in (0, 1, 3, 7, 9):
+        buf = np.full(n + 16, 5, dtype)
+        f(a[off:off + n], b[:n], c[:n], out=buf[off:off + n])
+        check_fma(buf[off:off + n], dtype, a[off:off + n], b[:n], c[:n], msg=f"offset {off}")
+        assert (buf[:off] == 5).all() and (buf[off + n:] == 5).all()
+    assert streams(f.llvm_ir(a[:n], b[:n], c[:n]))
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=dtype_id)
