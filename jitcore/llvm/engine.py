@@ -67,11 +67,12 @@ class Library:
     def optimized_ir(self) -> str:
         return "\n".join(self._optimized_parts)
 
-    def __del__(self):
+    def __del__(self, _finalizing=sys.is_finalizing):
         # freeing the code is an LLJIT call like the others: under the lock, never mid-fork
-        # (at interpreter exit the code stays mapped, as llvmlite's own finalizer does)
+        # (at interpreter exit the code stays mapped, as llvmlite's own finalizer does; the
+        # module's globals may be None by then, hence the default argument)
         tracker = getattr(self, "_tracker", None)
-        if tracker is not None and not sys.is_finalizing():
+        if tracker is not None and not _finalizing() and _LOCK is not None:
             with _LOCK:
                 tracker.close()
 
