@@ -1,11 +1,14 @@
 """The per-call path: from a plan to one native call.
 
 A `CallPlan` holds what one input signature needs at call time: the compiled entry, the
-constant arrays and the output shapes. Its `fast` closure allocates the outputs with
-`np.empty` (numpy's allocator asks for huge pages, which decides large-array speed), builds
-one tuple and makes one ctypes call. The native entry checks the inputs' signature itself
-(type, rank, shape, strides, dtype) and reads their data pointers, so the Python side does
-no signature lookup at all while the signature does not change.
+constant arrays and the output shapes. Its `fast` path, for a graph with one output, is a
+native builtin function (llvm/entry.py emit_fastcall) called with the tuple of inputs: it
+checks their signature itself (type, rank, shape, strides, dtype), allocates the output with
+numpy's PyArray_Empty and runs the graph, with no Python frame or ctypes conversion between
+the call and the kernels. Other graphs get a closure that allocates the outputs with
+`np.empty`, builds one tuple and makes one ctypes call to the native entry, which checks the
+same way. Either way the Python side does no signature lookup at all while the signature
+does not change.
 
 That relies on CPython's tuple layout and numpy's array struct; `NATIVE_LAYOUT_OK` checks
 every offset the entry uses at import. When it fails (another interpreter or numpy ABI),
@@ -28,7 +31,7 @@ class _Mismatch:
 
 
 MISMATCH = _Mismatch()
-GIL_RELEASE_BYTES = 1 << 18      # calls that move more than this release the GIL
+GIL_RELEASE_BYTES = abi.GIL_RELEASE_BYTES      # calls that move more than this release the GIL
 
 
 def _peek(addr: int, ctype=ctypes.c_void_p):
@@ -74,6 +77,30 @@ def _entry_function(compiled: CompiledGraph):
     moved = sum(k.bytes for k in compiled.kernels)
     proto = ctypes.CFUNCTYPE if moved > GIL_RELEASE_BYTES else ctypes.PYFUNCTYPE
     return proto(ctypes.c_int32, ctypes.py_object)(compiled.entry_address)
+
+
+class _MethodDef(ctypes.Structure):
+    """CPython's PyMethodDef."""
+    _fields_ = [("name", ctypes.c_char_p), ("meth", ctypes.c_void_p), ("flags", ctypes.c_int),
+                ("doc", ctypes.c_char_p)]
+
+
+_METH_O = 0x0008
+_new_builtin = ctypes.pythonapi.PyCFunction_NewEx
+_new_builtin.restype = ctypes.py_object
+_new_builtin.argtypes = [ctypes.POINTER(_MethodDef), ctypes.py_object, ctypes.c_void_p]
+_BUILTIN = type(len)
+
+
+def native_fast_call(compiled: CompiledGraph, out_dtype: np.dtype, consts: tuple):
+    """A builtin function `fast(inputs_tuple)` around the graph's native fast call: returns
+    the fresh output, or MISMATCH when the inputs do not have the compiled signature, or
+    when a temporary buffer could not be allocated (the slow path then runs the call again
+    and raises MemoryError). Its `self` tuple keeps the code and the method table alive."""
+    method = _MethodDef(compiled.graph.name.encode(), compiled.fastcall_address, _METH_O, None)
+    self_tuple = (MISMATCH, MISMATCH, out_dtype, *consts, compiled, method)
+    assert len(consts) == len(compiled.lowered.buffers_of_kind("const"))
+    return _new_builtin(ctypes.byref(method), self_tuple, None)
 
 
 # Python scalar arguments: weak-typed run-time values (NEP 50), passed as 0-d arrays
@@ -159,8 +186,11 @@ class CallPlan:
         if scalars is not None:
             self.fast, self.fast_out = self._with_scalars(self.fast, self.fast_out)
         # a jitted function keeps calling its last fast path after the plan itself may have
-        # been evicted: the closures own the code they call
-        self.fast.compiled = self.fast_out.compiled = compiled
+        # been evicted: the closures own the code they call (a native fast call holds it in
+        # its `self` tuple)
+        for path in (self.fast, self.fast_out):
+            if not isinstance(path, _BUILTIN):
+                path.compiled = compiled
 
     def _with_scalars(self, fast, fast_out):
         """Fast paths that turn the Python scalar arguments into 0-d arrays first (and find
@@ -186,9 +216,12 @@ class CallPlan:
         return self.scalars.convert(args) if self.scalars is not None else args
 
     def _make_fast(self):
-        """A closure for the common call: arrays in, fresh outputs back."""
+        """The common call, arrays in, fresh outputs back: the native fast call where the
+        graph has one, else a closure around the entry."""
         entry, consts, specs, index = self.entry, self.consts, self.out_specs, self.out_index
         empty, status = np.empty, self._status
+        if self.compiled.fastcall_address is not None:
+            return native_fast_call(self.compiled, np.dtype(specs[0][1]), consts)
         if self.checks:
             return self._make_fast_checked()
         if self.single and len(specs) == 1 and not consts:
