@@ -17,10 +17,11 @@ each call goes through the slow path, which passes raw data pointers to `run` in
 from __future__ import annotations
 
 import ctypes
+import functools
 
 import numpy as np
 
-from . import log
+from . import log, output_cache
 from .compiler import CompiledGraph
 from .llvm import entry as abi
 from .signature import check_out
@@ -77,6 +78,17 @@ def _entry_function(compiled: CompiledGraph):
     moved = sum(k.bytes for k in compiled.kernels)
     proto = ctypes.CFUNCTYPE if moved > GIL_RELEASE_BYTES else ctypes.PYFUNCTYPE
     return proto(ctypes.c_int32, ctypes.py_object)(compiled.entry_address)
+
+
+def _nbytes(shape: tuple, dtype) -> int:
+    return int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+
+
+def _allocator(shape: tuple, dtype):
+    """`empty()` for one output: from the output buffer cache for large ones."""
+    if output_cache.enabled_for(_nbytes(shape, dtype)):
+        return output_cache.CACHE.allocator(shape, dtype)
+    return functools.partial(np.empty, shape, dtype)
 
 
 class _MethodDef(ctypes.Structure):
@@ -173,6 +185,8 @@ class CallPlan:
         self.out_index = [s - first_out for s in lowered.outputs]   # graph output -> buffer
         # one buffer per output position: outputs are distinct arrays, never one twice
         assert sorted(self.out_index) == list(range(len(out_bufs)))
+        allocators = [_allocator(shape, dtype) for shape, dtype in self.out_specs]
+        self._allocate = lambda: tuple([empty() for empty in allocators])
         self.single = len(lowered.outputs) == 1
         self.expected = [(lowered.buffers[s].shape, lowered.buffers[s].dtype)
                          for s in lowered.outputs]
@@ -217,28 +231,29 @@ class CallPlan:
 
     def _make_fast(self):
         """The common call, arrays in, fresh outputs back: the native fast call where the
-        graph has one, else a closure around the entry."""
+        graph has one and its output is small, else a closure around the entry."""
         entry, consts, specs, index = self.entry, self.consts, self.out_specs, self.out_index
-        empty, status = np.empty, self._status
-        if self.compiled.fastcall_address is not None:
+        status, alloc = self._status, self._allocate
+        cached = any(output_cache.enabled_for(_nbytes(s, d)) for s, d in specs)
+        if self.compiled.fastcall_address is not None and not cached:
             return native_fast_call(self.compiled, np.dtype(specs[0][1]), consts)
         if self.checks:
             return self._make_fast_checked()
-        if self.single and len(specs) == 1 and not consts:
-            shape, dtype = specs[0]
+        if self.single and len(specs) == 1:
+            empty = _allocator(*specs[0])
 
             def fast(args):
                 try:
-                    r = empty(shape, dtype)
+                    r = empty()
                 except MemoryError:           # maybe not even this signature: ask the slow path
                     return MISMATCH
-                rc = entry(args + (r,))
+                rc = entry(args + consts + (r,))
                 return r if rc == 0 else status(rc)
             return fast
 
         def fast_general(args):
             try:
-                bufs = tuple([empty(s, d) for s, d in specs])
+                bufs = alloc()
             except MemoryError:
                 return MISMATCH
             rc = entry(args + consts + bufs)
@@ -249,12 +264,13 @@ class CallPlan:
 
     def _make_fast_checked(self):
         """The common call of a graph that gathers: a fresh status array, checked after."""
-        entry, consts, specs, index = self.entry, self.consts, self.out_specs, self.out_index
-        empty, zeros, status, raise_index = np.empty, np.zeros, self._status, self._raise_index
+        entry, consts, index = self.entry, self.consts, self.out_index
+        zeros, status, raise_index = np.zeros, self._status, self._raise_index
+        alloc = self._allocate
 
         def fast_checked(args):
             try:
-                bufs = tuple([empty(s, d) for s, d in specs])
+                bufs = alloc()
             except MemoryError:
                 return MISMATCH
             st = zeros(2, np.int64)
@@ -300,7 +316,7 @@ class CallPlan:
 
     def _run_fresh(self, args: tuple) -> list:
         """Run into newly allocated output buffers; returns them (one per output buffer)."""
-        bufs = [np.empty(shape, dtype) for shape, dtype in self.out_specs]
+        bufs = list(self._allocate())
         self._invoke((*args, *self.consts, *bufs))
         return bufs
 

@@ -19,7 +19,7 @@ from jitcore.ir.graph import Graph
 from jitcore.passes.legality import bytes_moved, coverage, flops
 from jitcore.passes.pipeline import run_pipeline
 
-from . import config, diskcache, log
+from . import config, diskcache, log, output_cache
 from .llvm import conv, engine, gemm, graph_module
 from .llvm import entry as abi
 from .llvm.entry import NDARRAY_TYPE_SYMBOL
@@ -102,12 +102,14 @@ def cache_info() -> dict:
     process is linked, not generated or compiled again), `code_cache_bytes`: what the
     process-wide caches of kernel IR and of built objects hold now (each bounded), and
     `compile_seconds`: the seconds all
-    compiles of this process spent per stage (STAGES, and their total)."""
+    compiles of this process spent per stage (STAGES, and their total), and the output
+    buffer cache's figures (`output_cache_bytes`: idle large output buffers kept for reuse,
+    bounded by `output_cache_limit`; its hits, misses and evictions)."""
     with _CACHE_LOCK:
         return {**STATS, "size": len(_CACHE), "max_size": config.get().cache_size,
                 **diskcache.STATS, "disk_dir": diskcache.directory(), **engine.STATS, **graph_module.STATS,
                 "code_cache_bytes": engine.OBJECTS.bytes + graph_module.emitted_bytes(),
-                "compile_seconds": dict(COMPILE_SECONDS)}
+                "compile_seconds": dict(COMPILE_SECONDS), **output_cache.info()}
 
 
 def cache_key(graph: Graph, strides: tuple, target: Target, threads: int,

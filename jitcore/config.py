@@ -5,6 +5,8 @@ JITCORE_DUMP_DIR       a directory: every compile writes graph, kernels, IR and 
 JITCORE_CACHE_SIZE     compiled graphs kept in the in-memory LRU cache, and signatures per
                        jitted function (default 512)
 JITCORE_PREPACK        0: never prepack constant GEMM or conv weights (default 1)
+JITCORE_OUTPUT_CACHE_MB  megabytes of freed large output buffers kept for reuse (default 256;
+                       0: off; see output_cache.py)
 
 A value that is not valid warns (RuntimeWarning) and the default is used: a bad setting
 never stops `import jitcore`.
@@ -23,6 +25,7 @@ class Config:
     dump_dir: str | None
     cache_size: int
     prepack: bool
+    output_cache_bytes: int
 
 
 def _int_env(name: str, default, allowed=None, minimum=None):
@@ -50,7 +53,8 @@ def from_env() -> Config:
     return Config(vector_width=_int_env("JITCORE_VECTOR_WIDTH", None, allowed=(128, 256, 512)),
                   dump_dir=os.environ.get("JITCORE_DUMP_DIR") or None,
                   cache_size=_int_env("JITCORE_CACHE_SIZE", 512, minimum=1),
-                  prepack=bool(_int_env("JITCORE_PREPACK", 1, allowed=(0, 1))))
+                  prepack=bool(_int_env("JITCORE_PREPACK", 1, allowed=(0, 1))),
+                  output_cache_bytes=_int_env("JITCORE_OUTPUT_CACHE_MB", 256, minimum=0) << 20)
 
 
 _current = from_env()
