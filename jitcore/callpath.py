@@ -22,7 +22,7 @@ import functools
 import numpy as np
 
 from . import log, output_cache
-from .compiler import CompiledGraph
+from .compiler import CompiledGraph, python_api
 from .llvm import entry as abi
 from .signature import check_out
 
@@ -67,7 +67,26 @@ def _flags_ok() -> bool:
     return bool(writeable) and not readonly
 
 
+def _native_empty_ok() -> bool:
+    """Whether the numpy C-API slot the fast call allocates with is PyArray_Empty: called
+    once through ctypes, it must make a (2, 3) float32 array."""
+    try:
+        empty = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_int, ctypes.POINTER(ctypes.c_int64),
+                                  ctypes.py_object, ctypes.c_int)(
+            python_api()[abi.NP_EMPTY])
+        descr = np.dtype(np.float32)
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(descr))      # PyArray_Empty steals one
+        a = empty(2, (ctypes.c_int64 * 2)(2, 3), descr, 0)
+        return type(a) is np.ndarray and a.shape == (2, 3) and a.dtype == descr
+    except Exception:
+        return False
+
+
 NATIVE_LAYOUT_OK = _native_layout_ok()
+NATIVE_EMPTY_OK = NATIVE_LAYOUT_OK and _native_empty_ok()
+if NATIVE_LAYOUT_OK and not NATIVE_EMPTY_OK:
+    log.warning("numpy's C-API table does not have PyArray_Empty where the native fast call "
+                "expects it: calls go through the native entry instead")
 if not NATIVE_LAYOUT_OK:
     log.warning("this interpreter's tuple or numpy's array layout is not the one the native "
                 "entry reads: every call takes the slower checked path")
@@ -235,7 +254,7 @@ class CallPlan:
         entry, consts, specs, index = self.entry, self.consts, self.out_specs, self.out_index
         status, alloc = self._status, self._allocate
         cached = any(output_cache.enabled_for(_nbytes(s, d)) for s, d in specs)
-        if self.compiled.fastcall_address is not None and not cached:
+        if self.compiled.fastcall_address is not None and not cached and NATIVE_EMPTY_OK:
             return native_fast_call(self.compiled, np.dtype(specs[0][1]), consts)
         if self.checks:
             return self._make_fast_checked()

@@ -7,6 +7,7 @@ the same graph share code.
 from __future__ import annotations
 
 import ctypes
+import functools
 import logging
 import sys
 import threading
@@ -155,7 +156,7 @@ def _runtime_imports(text: str) -> dict:
     """Addresses for the external symbols a graph module uses."""
     imports = {NDARRAY_TYPE_SYMBOL: id(np.ndarray)}
     if abi.NP_EMPTY in text:
-        imports.update(_python_api())
+        imports.update(python_api())
     for symbol in (PARALLEL_FOR, TASK_SPAWN, TASK_WAIT):   # runtime functions it calls
         if symbol in text:
             from .parallel import pool, start_interop
@@ -168,7 +169,8 @@ def _c_function(name: str) -> int:
     return ctypes.cast(getattr(ctypes.pythonapi, name), ctypes.c_void_p).value
 
 
-def _python_api() -> dict:
+@functools.lru_cache(maxsize=None)
+def python_api() -> dict:
     """Addresses of the CPython and numpy C-API functions the native fast call uses."""
     get = ctypes.pythonapi.PyCapsule_GetPointer
     get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
