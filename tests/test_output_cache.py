@@ -108,6 +108,8 @@ def test_many_threads_never_share_a_live_block():
 # -- through jitted calls ----------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def large_args():
+    if not output_cache.enabled_for(MIN_BYTES):
+        pytest.skip("the output buffer cache is off (JITCORE_OUTPUT_CACHE_MB)")
     rng = rng_for("output-cache")
     return tuple(make((LARGE,), F32, rng=rng, positive=True) for _ in range(3))   # no cancelling
 
