@@ -1,9 +1,10 @@
 """Resident memory under many calls and many distinct compiles (issue 7's memory item).
 
-Runs in a fresh process: N calls of one small jitted function, then M compiles of distinct
-graphs (a*b + k for M different constants k) with a small in-memory LRU, so most compiled
-graphs are evicted and their machine code must be freed, then one live function called with
-S different shapes. RSS is read from /proc/self/statm.
+Runs in a fresh process: N calls of one small jitted function, calls with large fresh
+outputs (the output buffer cache holds freed ones for reuse, reported apart), then M
+compiles of distinct graphs (a*b + k for M different constants k) with a small in-memory
+LRU, so most compiled graphs are evicted and their machine code must be freed, then one
+live function called with S different shapes. RSS is read from /proc/self/statm.
 
     python examples/memory.py [--calls 100000] [--compiles 1000] [--shapes 1000]
                               [--cache-size 64] [--json]
@@ -49,6 +50,22 @@ def measure(calls: int, compiles: int, shapes: int) -> dict:
     r["calls_s"] = time.perf_counter() - t0
     gc.collect()
     r["rss_after_calls_mb"] = rss_mb()
+
+    # large fresh outputs: the output buffer cache keeps freed blocks for the next calls, up
+    # to its bound (JITCORE_OUTPUT_CACHE_MB), by design: reported, like the code caches
+    big = np.full(9 << 20, 0.5, np.float32)         # 36 MB: outputs this size are cached
+    g = jc.jit(lambda x: x * 2.0)
+    g(big)                                           # (freed at once: cached)
+    gc.collect()
+    rss0, held0 = rss_mb(), jc.cache_info()["output_cache_bytes"]
+    for _ in range(max(calls // 5000, 4)):
+        assert g(big)[-1] == 1.0
+    gc.collect()
+    r["output_cache_mb"] = jc.cache_info()["output_cache_bytes"] / 2**20
+    r["output_cache_limit_mb"] = jc.cache_info()["output_cache_limit"] / 2**20
+    r["large_calls_growth_mb"] = rss_mb() - rss0 - \
+        (jc.cache_info()["output_cache_bytes"] - held0) / 2**20
+    del big, g
 
     def compile_one(k: int):
         g = jc.jit(lambda x, y: x * y + float(k))
@@ -114,6 +131,9 @@ def main() -> int:
     print(f"{opts.calls} calls of a*b+1 (1024 float32, half with out=): "
           f"RSS {r['rss_start_mb']:.1f} -> {r['rss_after_calls_mb']:.1f} MB "
           f"in {r['calls_s']:.2f} s")
+    print(f"calls with fresh 36 MB outputs: RSS growth {r['large_calls_growth_mb']:.1f} MB "
+          f"besides the output buffer cache, which holds {r['output_cache_mb']:.1f} MB of "
+          f"freed outputs for reuse (bound {r['output_cache_limit_mb']:.0f} MB)")
     print(f"{opts.compiles} distinct compiles, LRU of {r['cache']['max_size']} "
           f"(holds {r['cache']['size']}): RSS {r['rss_before_compiles_mb']:.1f} -> "
           f"{r['rss_after_compiles_mb']:.1f} MB in {r['compiles_s']:.1f} s "

@@ -1,11 +1,14 @@
 """The per-call path: from a plan to one native call.
 
 A `CallPlan` holds what one input signature needs at call time: the compiled entry, the
-constant arrays and the output shapes. Its `fast` closure allocates the outputs with
-`np.empty` (numpy's allocator asks for huge pages, which decides large-array speed), builds
-one tuple and makes one ctypes call. The native entry checks the inputs' signature itself
-(type, rank, shape, strides, dtype) and reads their data pointers, so the Python side does
-no signature lookup at all while the signature does not change.
+constant arrays and the output shapes. Its `fast` path, for a graph with one output, is a
+native builtin function (llvm/entry.py emit_fastcall) called with the tuple of inputs: it
+checks their signature itself (type, rank, shape, strides, dtype), allocates the output with
+numpy's PyArray_Empty and runs the graph, with no Python frame or ctypes conversion between
+the call and the kernels. Other graphs get a closure that allocates the outputs with
+`np.empty`, builds one tuple and makes one ctypes call to the native entry, which checks the
+same way. Either way the Python side does no signature lookup at all while the signature
+does not change.
 
 That relies on CPython's tuple layout and numpy's array struct; `NATIVE_LAYOUT_OK` checks
 every offset the entry uses at import. When it fails (another interpreter or numpy ABI),
@@ -14,11 +17,12 @@ each call goes through the slow path, which passes raw data pointers to `run` in
 from __future__ import annotations
 
 import ctypes
+import functools
 
 import numpy as np
 
-from . import log
-from .compiler import CompiledGraph
+from . import log, output_cache
+from .compiler import CompiledGraph, python_api
 from .llvm import entry as abi
 from .signature import check_out
 
@@ -28,7 +32,7 @@ class _Mismatch:
 
 
 MISMATCH = _Mismatch()
-GIL_RELEASE_BYTES = 1 << 18      # calls that move more than this release the GIL
+GIL_RELEASE_BYTES = abi.GIL_RELEASE_BYTES      # calls that move more than this release the GIL
 
 
 def _peek(addr: int, ctype=ctypes.c_void_p):
@@ -63,7 +67,26 @@ def _flags_ok() -> bool:
     return bool(writeable) and not readonly
 
 
+def _native_empty_ok() -> bool:
+    """Whether the numpy C-API slot the fast call allocates with is PyArray_Empty: called
+    once through ctypes, it must make a (2, 3) float32 array."""
+    try:
+        empty = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_int, ctypes.POINTER(ctypes.c_int64),
+                                  ctypes.py_object, ctypes.c_int)(
+            python_api()[abi.NP_EMPTY])
+        descr = np.dtype(np.float32)
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(descr))      # PyArray_Empty steals one
+        a = empty(2, (ctypes.c_int64 * 2)(2, 3), descr, 0)
+        return type(a) is np.ndarray and a.shape == (2, 3) and a.dtype == descr
+    except Exception:
+        return False
+
+
 NATIVE_LAYOUT_OK = _native_layout_ok()
+NATIVE_EMPTY_OK = NATIVE_LAYOUT_OK and _native_empty_ok()
+if NATIVE_LAYOUT_OK and not NATIVE_EMPTY_OK:
+    log.warning("numpy's C-API table does not have PyArray_Empty where the native fast call "
+                "expects it: calls go through the native entry instead")
 if not NATIVE_LAYOUT_OK:
     log.warning("this interpreter's tuple or numpy's array layout is not the one the native "
                 "entry reads: every call takes the slower checked path")
@@ -74,6 +97,41 @@ def _entry_function(compiled: CompiledGraph):
     moved = sum(k.bytes for k in compiled.kernels)
     proto = ctypes.CFUNCTYPE if moved > GIL_RELEASE_BYTES else ctypes.PYFUNCTYPE
     return proto(ctypes.c_int32, ctypes.py_object)(compiled.entry_address)
+
+
+def _nbytes(shape: tuple, dtype) -> int:
+    return int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+
+
+def _allocator(shape: tuple, dtype):
+    """`empty()` for one output: from the output buffer cache for large ones."""
+    if output_cache.enabled_for(_nbytes(shape, dtype)):
+        return output_cache.CACHE.allocator(shape, dtype)
+    return functools.partial(np.empty, shape, dtype)
+
+
+class _MethodDef(ctypes.Structure):
+    """CPython's PyMethodDef."""
+    _fields_ = [("name", ctypes.c_char_p), ("meth", ctypes.c_void_p), ("flags", ctypes.c_int),
+                ("doc", ctypes.c_char_p)]
+
+
+_METH_O = 0x0008
+_new_builtin = ctypes.pythonapi.PyCFunction_NewEx
+_new_builtin.restype = ctypes.py_object
+_new_builtin.argtypes = [ctypes.POINTER(_MethodDef), ctypes.py_object, ctypes.c_void_p]
+_BUILTIN = type(len)
+
+
+def native_fast_call(compiled: CompiledGraph, out_dtype: np.dtype, consts: tuple):
+    """A builtin function `fast(inputs_tuple)` around the graph's native fast call: returns
+    the fresh output, or MISMATCH when the inputs do not have the compiled signature, or
+    when a temporary buffer could not be allocated (the slow path then runs the call again
+    and raises MemoryError). Its `self` tuple keeps the code and the method table alive."""
+    method = _MethodDef(compiled.graph.name.encode(), compiled.fastcall_address, _METH_O, None)
+    self_tuple = (MISMATCH, MISMATCH, out_dtype, *consts, compiled, method)
+    assert len(consts) == len(compiled.lowered.buffers_of_kind("const"))
+    return _new_builtin(ctypes.byref(method), self_tuple, None)
 
 
 # Python scalar arguments: weak-typed run-time values (NEP 50), passed as 0-d arrays
@@ -146,6 +204,8 @@ class CallPlan:
         self.out_index = [s - first_out for s in lowered.outputs]   # graph output -> buffer
         # one buffer per output position: outputs are distinct arrays, never one twice
         assert sorted(self.out_index) == list(range(len(out_bufs)))
+        allocators = [_allocator(shape, dtype) for shape, dtype in self.out_specs]
+        self._allocate = lambda: tuple([empty() for empty in allocators])
         self.single = len(lowered.outputs) == 1
         self.expected = [(lowered.buffers[s].shape, lowered.buffers[s].dtype)
                          for s in lowered.outputs]
@@ -159,8 +219,11 @@ class CallPlan:
         if scalars is not None:
             self.fast, self.fast_out = self._with_scalars(self.fast, self.fast_out)
         # a jitted function keeps calling its last fast path after the plan itself may have
-        # been evicted: the closures own the code they call
-        self.fast.compiled = self.fast_out.compiled = compiled
+        # been evicted: the closures own the code they call (a native fast call holds it in
+        # its `self` tuple)
+        for path in (self.fast, self.fast_out):
+            if not isinstance(path, _BUILTIN):
+                path.compiled = compiled
 
     def _with_scalars(self, fast, fast_out):
         """Fast paths that turn the Python scalar arguments into 0-d arrays first (and find
@@ -186,26 +249,30 @@ class CallPlan:
         return self.scalars.convert(args) if self.scalars is not None else args
 
     def _make_fast(self):
-        """A closure for the common call: arrays in, fresh outputs back."""
+        """The common call, arrays in, fresh outputs back: the native fast call where the
+        graph has one and its output is small, else a closure around the entry."""
         entry, consts, specs, index = self.entry, self.consts, self.out_specs, self.out_index
-        empty, status = np.empty, self._status
+        status, alloc = self._status, self._allocate
+        cached = any(output_cache.enabled_for(_nbytes(s, d)) for s, d in specs)
+        if self.compiled.fastcall_address is not None and not cached and NATIVE_EMPTY_OK:
+            return native_fast_call(self.compiled, np.dtype(specs[0][1]), consts)
         if self.checks:
             return self._make_fast_checked()
-        if self.single and len(specs) == 1 and not consts:
-            shape, dtype = specs[0]
+        if self.single and len(specs) == 1:
+            empty = _allocator(*specs[0])
 
             def fast(args):
                 try:
-                    r = empty(shape, dtype)
+                    r = empty()
                 except MemoryError:           # maybe not even this signature: ask the slow path
                     return MISMATCH
-                rc = entry(args + (r,))
+                rc = entry(args + consts + (r,))
                 return r if rc == 0 else status(rc)
             return fast
 
         def fast_general(args):
             try:
-                bufs = tuple([empty(s, d) for s, d in specs])
+                bufs = alloc()
             except MemoryError:
                 return MISMATCH
             rc = entry(args + consts + bufs)
@@ -216,12 +283,13 @@ class CallPlan:
 
     def _make_fast_checked(self):
         """The common call of a graph that gathers: a fresh status array, checked after."""
-        entry, consts, specs, index = self.entry, self.consts, self.out_specs, self.out_index
-        empty, zeros, status, raise_index = np.empty, np.zeros, self._status, self._raise_index
+        entry, consts, index = self.entry, self.consts, self.out_index
+        zeros, status, raise_index = np.zeros, self._status, self._raise_index
+        alloc = self._allocate
 
         def fast_checked(args):
             try:
-                bufs = tuple([empty(s, d) for s, d in specs])
+                bufs = alloc()
             except MemoryError:
                 return MISMATCH
             st = zeros(2, np.int64)
@@ -267,7 +335,7 @@ class CallPlan:
 
     def _run_fresh(self, args: tuple) -> list:
         """Run into newly allocated output buffers; returns them (one per output buffer)."""
-        bufs = [np.empty(shape, dtype) for shape, dtype in self.out_specs]
+        bufs = list(self._allocate())
         self._invoke((*args, *self.consts, *bufs))
         return bufs
 

@@ -7,6 +7,7 @@ the same graph share code.
 from __future__ import annotations
 
 import ctypes
+import functools
 import logging
 import sys
 import threading
@@ -19,8 +20,9 @@ from jitcore.ir.graph import Graph
 from jitcore.passes.legality import bytes_moved, coverage, flops
 from jitcore.passes.pipeline import run_pipeline
 
-from . import config, diskcache, log
+from . import config, diskcache, log, output_cache
 from .llvm import conv, engine, gemm, graph_module
+from .llvm import entry as abi
 from .llvm.entry import NDARRAY_TYPE_SYMBOL
 from .llvm.graph_module import build_module
 from .llvm.target import Target
@@ -61,12 +63,14 @@ class CompiledGraph:
     """A graph compiled for one input layout and target: its kernels, IR and native code."""
 
     def __init__(self, graph: Graph, lowered, target: Target, llvm_ir: str, library,
-                 run_name: str, entry_name: str, seconds: dict):
+                 run_name: str, entry_name: str, seconds: dict, fastcall_name=None):
         self.graph, self.lowered, self.target = graph, lowered, target
         self.llvm_ir, self.library, self.seconds = llvm_ir, library, seconds
         self.prepacked_bytes = 0          # constant GEMM/conv weights packed at compile time
         # the code lives as long as self.library; whoever calls these addresses holds self
         self.entry_address = library.addresses[entry_name]
+        # the native fast call (llvm/entry.py emit_fastcall), for graphs it handles, else None
+        self.fastcall_address = library.addresses[fastcall_name] if fastcall_name else None
         self.run = RUN_TYPE(library.addresses[run_name])
         self.kernels = [KernelInfo(k.name, k.kind, k.ops, k.loop_nest, k.vector_bits, k.lanes,
                                    k.vectorized, k.reason, bytes_moved(k), flops(k), k.task,
@@ -99,12 +103,14 @@ def cache_info() -> dict:
     process is linked, not generated or compiled again), `code_cache_bytes`: what the
     process-wide caches of kernel IR and of built objects hold now (each bounded), and
     `compile_seconds`: the seconds all
-    compiles of this process spent per stage (STAGES, and their total)."""
+    compiles of this process spent per stage (STAGES, and their total), and the output
+    buffer cache's figures (`output_cache_bytes`: idle large output buffers kept for reuse,
+    bounded by `output_cache_limit`; its hits, misses and evictions)."""
     with _CACHE_LOCK:
         return {**STATS, "size": len(_CACHE), "max_size": config.get().cache_size,
                 **diskcache.STATS, "disk_dir": diskcache.directory(), **engine.STATS, **graph_module.STATS,
                 "code_cache_bytes": engine.OBJECTS.bytes + graph_module.emitted_bytes(),
-                "compile_seconds": dict(COMPILE_SECONDS)}
+                "compile_seconds": dict(COMPILE_SECONDS), **output_cache.info()}
 
 
 def cache_key(graph: Graph, strides: tuple, target: Target, threads: int,
@@ -149,12 +155,32 @@ def compile_graph(graph: Graph, strides: tuple, target: Target, threads: int = 0
 def _runtime_imports(text: str) -> dict:
     """Addresses for the external symbols a graph module uses."""
     imports = {NDARRAY_TYPE_SYMBOL: id(np.ndarray)}
+    if abi.NP_EMPTY in text:
+        imports.update(python_api())
     for symbol in (PARALLEL_FOR, TASK_SPAWN, TASK_WAIT):   # runtime functions it calls
         if symbol in text:
             from .parallel import pool, start_interop
             lib = start_interop() if symbol == TASK_SPAWN else pool()
             imports[symbol] = lib.library.addresses[symbol]
     return imports
+
+
+def _c_function(name: str) -> int:
+    return ctypes.cast(getattr(ctypes.pythonapi, name), ctypes.c_void_p).value
+
+
+@functools.lru_cache(maxsize=None)
+def python_api() -> dict:
+    """Addresses of the CPython and numpy C-API functions the native fast call uses."""
+    get = ctypes.pythonapi.PyCapsule_GetPointer
+    get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+    core = getattr(np, "_core", None) or np.core          # numpy 2 / numpy 1
+    table = get(core._multiarray_umath._ARRAY_API, None)
+    return {abi.PY_INCREF: _c_function("Py_IncRef"), abi.PY_DECREF: _c_function("Py_DecRef"),
+            abi.PY_SAVE_THREAD: _c_function("PyEval_SaveThread"),
+            abi.PY_RESTORE_THREAD: _c_function("PyEval_RestoreThread"),
+            abi.TUPLE_TYPE_SYMBOL: id(tuple),
+            abi.NP_EMPTY: ctypes.c_void_p.from_address(table + 8 * abi.NP_API_EMPTY).value}
 
 
 def _log_compile(compiled: CompiledGraph, entries: list) -> None:
@@ -215,7 +241,8 @@ def _compile(graph: Graph, strides: tuple, target: Target, threads: int,
     text = code.text
     # the process-wide runtime (built by the first graph that needs it) is not this graph's cost
     imports = _runtime_imports(code.graph_text)
-    exports = [code.run_name, code.entry_name]
+    exports = [code.run_name, code.entry_name] + \
+        ([code.fastcall_name] if code.fastcall_name else [])
     modules = [(k.text, diskcache.Entry(k.text, target.key(), [k.symbol]))
                for k in code.kernels]
     modules.append((code.graph_text, diskcache.Entry(code.graph_text, target.key(), exports)))
@@ -228,7 +255,8 @@ def _compile(graph: Graph, strides: tuple, target: Target, threads: int,
     with _CACHE_LOCK:
         for stage, s in seconds.items():
             COMPILE_SECONDS[stage] += s
-    compiled = CompiledGraph(graph, lowered, target, text, library, run_name, entry_name, seconds)
+    compiled = CompiledGraph(graph, lowered, target, text, library, run_name, entry_name, seconds,
+                             code.fastcall_name)
     compiled.prepacked_bytes = packed
     _log_compile(compiled, entries)
     if config.get().dump_dir:

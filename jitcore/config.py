@@ -10,6 +10,8 @@ JITCORE_VERIFY         1: check the graph's typing after every pass (a debugging
 JITCORE_STREAM_STORES  bytes: elementwise kernels writing at least this much contiguous
                        output use non-temporal stores; 0: never (default: from the cache
                        sizes, see jitcore/llvm/target.py)
+JITCORE_OUTPUT_CACHE_MB  megabytes of freed large output buffers kept for reuse (default 256;
+                       0: off; see output_cache.py)
 
 A value that is not valid warns (RuntimeWarning) and the default is used: a bad setting
 never stops `import jitcore`.
@@ -28,6 +30,7 @@ class Config:
     dump_dir: str | None
     cache_size: int
     prepack: bool
+    output_cache_bytes: int
     verify: bool = False
     stream_stores: int | None = None
 
@@ -58,6 +61,7 @@ def from_env() -> Config:
                   dump_dir=os.environ.get("JITCORE_DUMP_DIR") or None,
                   cache_size=_int_env("JITCORE_CACHE_SIZE", 512, minimum=1),
                   prepack=bool(_int_env("JITCORE_PREPACK", 1, allowed=(0, 1))),
+                  output_cache_bytes=_int_env("JITCORE_OUTPUT_CACHE_MB", 256, minimum=0) << 20,
                   verify=bool(_int_env("JITCORE_VERIFY", 0, allowed=(0, 1))),
                   stream_stores=_int_env("JITCORE_STREAM_STORES", None, minimum=0))
 

@@ -1,7 +1,10 @@
 """Eager calls: `jc.exp(array)` outside a jitted function jits the op for that signature.
 
 This module sits above the public API (it jits); importing it installs `run_eagerly` as the
-op namespace's runner (`jitcore.ops.set_eager_runner`)."""
+op namespace's runner (`jitcore.ops.set_eager_runner`). A call whose arguments are all
+ndarrays (no keywords) also registers its jitted op in `jitcore.ops.EAGER_ARRAY_CALLS`, so the
+op's next such calls skip the key building here and go straight to the jitted function, whose
+native fast path checks dtypes, shapes and strides (one compile per signature)."""
 from __future__ import annotations
 
 import sys
@@ -53,6 +56,8 @@ def run_eagerly(public, fn, args: tuple, kwargs: dict):
         if key is not None:
             with _LOCK:
                 _CACHE.put(key, jitted)
+    if not kwargs and all(type(a) is np.ndarray for a in args):
+        ops.EAGER_ARRAY_CALLS[public, len(args)] = jitted      # the op's next calls go direct
     return jitted(*[args[p] for p in positions])
 
 

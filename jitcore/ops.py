@@ -22,6 +22,10 @@ from .tracer import Tracer, node_of, wrap
 
 
 _eager_runner = None      # run(public_op, traced_fn, args, kwargs), set by jitcore.eager
+# (public op, number of arguments) -> the jitted op, for calls whose arguments are all
+# ndarrays and no keywords: filled by jitcore.eager, read without a lock (a dict lookup is
+# atomic); the jitted op's own fast path checks the signature natively
+EAGER_ARRAY_CALLS: dict = {}
 
 
 def set_eager_runner(run) -> None:
@@ -34,6 +38,14 @@ def op(fn):
     """Make fn run eagerly (jitted) when none of its arguments is a Tracer."""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        if not kwargs:            # the common eager call, `jc.exp(array)`: ~0.3 us to the code
+            jitted = EAGER_ARRAY_CALLS.get((wrapper, len(args)))
+            if jitted is not None:
+                for a in args:
+                    if type(a) is not np.ndarray:
+                        break
+                else:
+                    return jitted(*args)
         if any(isinstance(a, Tracer) for a in args) or \
                 any(isinstance(v, Tracer) for v in kwargs.values()):
             return fn(*args, **kwargs)

@@ -2,14 +2,19 @@
 
 State machine (one process-wide pool, all state in the module's globals):
   - workers are created lazily, once, by the first parallel region that needs them;
-  - a region publishes a job (kernel, bufs, extent, chunk size, chunk cursor), then writes the
-    new generation number into the `go` word of each worker it wants (release); such a worker
-    takes chunks from the cursor (atomic add) until none are left, then decrements `active`.
-    A worker that is not wanted sees nothing: a per-worker word, not a shared generation,
-    so a worker can never join a region it was not counted in;
-  - the caller takes chunks too, then waits until `active` is 0;
-  - waiting is a bounded spin (pause), then a futex sleep: on 2 cores, two runtimes that both
-    busy-wait halve each other, so workers yield the core soon after a region ends;
+  - a region publishes a job (kernel, bufs, extent, fine chunks: ~CHUNKS_PER_THREAD per
+    thread, none under the kernel's grain) and its cursor (generation << 32 | chunk 0), then
+    writes the generation into the `go` word of each worker it wants; such a worker claims
+    chunks of that generation by compare-and-swap on the cursor until none are left;
+  - the caller claims chunks too, then waits only until every chunk is finished (`job_done`):
+    never for a worker as such. A worker the OS has not run yet (its core busy with another
+    process) simply finds nothing left to claim, so a region costs at most one chunk of delay
+    for a preempted worker; a worker that wakes late sees another generation and claims
+    nothing of the old region;
+  - waiting is a bounded spin (pause, with a sched_yield now and then so a waiter that shares
+    its core with the thread doing the work lets it run), then a futex sleep: on 2 cores, two
+    runtimes that both busy-wait halve each other, so workers yield the core soon after a
+    region ends;
   - a region entered while another runs (a nested call, another Python thread, a forked task)
     never waits for the pool: it runs inline on its own thread (`busy` is taken by CAS).
 Kernel ABI: `void kernel(i64 start, i64 stop, i8** bufs)`.
@@ -28,6 +33,8 @@ I8P = ir.IntType(8).as_pointer()
 KERNEL_PTR = ir.FunctionType(ir.VoidType(), [I64, I64, I8P.as_pointer()]).as_pointer()
 
 SPIN_ITERATIONS = 4000       # ~50-100 us of `pause` before a waiter sleeps in the kernel
+YIELD_EVERY = 64             # spins between two sched_yield calls (a power of two)
+CHUNKS_PER_THREAD = 16       # fine chunks: a late or preempted thread holds up little work
 FUTEX_WAIT_PRIVATE, FUTEX_WAKE_PRIVATE = 128, 129
 SYS_FUTEX = {"x86_64": 202, "AMD64": 202, "aarch64": 98, "arm64": 98}
 MAX_WORKERS = 256
@@ -44,12 +51,16 @@ class PoolModule:
         g = self._global
         self.nthreads, self.nworkers, self.busy = g("nthreads", I32, 1), g("nworkers", I32), \
             g("busy", I32)
-        self.gen, self.active = g("gen", I32), g("active", I32)
+        self.gen = g("gen", I32)
+        # the running region: its chunks are claimed from `job_cursor` = (region generation
+        # << 32) | next chunk index, by compare-and-swap, so a claim can only ever take a
+        # chunk of the region it was woken for; `job_done` counts finished chunks
+        self.job_cursor, self.job_nchunks = g("job_cursor", I64), g("job_nchunks", I64)
+        self.job_done, self.caller_asleep = g("job_done", I32), g("caller_asleep", I32)
         self.go = g("go", ir.ArrayType(I32, MAX_WORKERS))          # per worker: job to run
         self.asleep = g("asleep", ir.ArrayType(I32, MAX_WORKERS))  # per worker: in futex wait
         self.job_fn, self.job_bufs = g("job_fn", KERNEL_PTR), g("job_bufs", I8P.as_pointer())
         self.job_extent, self.job_chunk = g("job_extent", I64), g("job_chunk", I64)
-        self.job_next = g("job_next", I64)
         # forked tasks queued or running on inter-op workers: each holds a core, so a region
         # leaves that many of its workers out (no oversubscription while tasks run)
         self.tasks_inflight = g("tasks_inflight", I32)
@@ -60,6 +71,7 @@ class PoolModule:
         self.pthread_detach = ir.Function(self.m, ir.FunctionType(I32, [I64]), "pthread_detach")
         self.pthread_setname = ir.Function(self.m, ir.FunctionType(I32, [I64, I8P]),
                                            "pthread_setname_np")
+        self.sched_yield = ir.Function(self.m, ir.FunctionType(I32, []), "sched_yield")
         self.sys_futex = SYS_FUTEX.get(platform.machine(), 202)
         self.x86 = platform.machine() in ("x86_64", "AMD64")
 
@@ -124,6 +136,11 @@ class PoolModule:
         with b.if_then(b.icmp_unsigned("<", n, I32(SPIN_ITERATIONS))):
             b.store(b.add(n, I32(1)), spins)
             self.pause(b)
+            # now and then let another thread of this core run: with a core busy elsewhere,
+            # a waiter may share its core with the very thread that does the work
+            with b.if_then(b.icmp_unsigned("==", b.and_(n, I32(YIELD_EVERY - 1)),
+                                           I32(YIELD_EVERY - 1))):
+                b.call(self.sched_yield, [])
             b.branch(check)
         b.branch(sleep)
         b.position_at_end(sleep)
@@ -138,18 +155,40 @@ class PoolModule:
 
     # -- functions ----------------------------------------------------------------------------
     def run_chunks(self):
-        """Take chunks of the published job from the shared cursor until none are left."""
-        fn, b = self.function("jc_pool_run_chunks", ir.VoidType(), [])
-        loop, body, done = (fn.append_basic_block(n) for n in ("loop", "body", "done"))
+        """`run_chunks(gen)`: claim chunks of region `gen` (compare-and-swap on the cursor)
+        and run them until none are left or the region is over; each finished chunk counts
+        in `job_done`, and the last one wakes the caller if it sleeps. A thread that claims
+        nothing leaves no trace: the caller never waits for a thread, only for claimed
+        chunks."""
+        fn, b = self.function("jc_pool_run_chunks", ir.VoidType(), [I32])
+        gen = b.zext(fn.args[0], I64)
+        loop, claim, body, done = (fn.append_basic_block(n) for n in
+                                   ("loop", "claim", "body", "done"))
         b.branch(loop)
         b.position_at_end(loop)
-        chunk, extent = b.load(self.job_chunk), b.load(self.job_extent)
-        start = b.atomic_rmw("add", self.job_next, chunk, "monotonic")
-        b.cbranch(b.icmp_signed("<", start, extent), body, done)
+        cur = b.load_atomic(self.job_cursor, "acquire", 8)
+        nchunks = b.load_atomic(self.job_nchunks, "monotonic", 8)
+        index = b.and_(cur, I64(0xFFFFFFFF))
+        ours = b.and_(b.icmp_unsigned("==", b.lshr(cur, I64(32)), gen),
+                      b.icmp_signed("<", index, nchunks))
+        b.cbranch(ours, claim, done)
+        b.position_at_end(claim)
+        took = b.extract_value(b.cmpxchg(self.job_cursor, cur, b.add(cur, I64(1)), "acq_rel",
+                                         "acquire"), 1)
+        b.cbranch(took, body, loop)
         b.position_at_end(body)
+        # the region cannot end before this chunk is counted: its job fields are stable
+        chunk, extent = b.load(self.job_chunk), b.load(self.job_extent)
+        start = b.mul(index, chunk)
         end = b.add(start, chunk)
         stop = b.select(b.icmp_signed("<", end, extent), end, extent)
         b.call(b.load(self.job_fn), [start, stop, b.load(self.job_bufs)])
+        prev = b.atomic_rmw("add", self.job_done, I32(1), "seq_cst")
+        last = b.icmp_unsigned("==", b.zext(b.add(prev, I32(1)), I64), nchunks)
+        with b.if_then(last):
+            with b.if_then(b.icmp_unsigned("!=", self.load(b, self.caller_asleep, "seq_cst"),
+                                           I32(0))):
+                self.futex(b, self.job_done, FUTEX_WAKE_PRIVATE, I32(1))
         b.branch(loop)
         b.position_at_end(done)
         b.ret_void()
@@ -166,11 +205,9 @@ class PoolModule:
         top = fn.append_basic_block("top")
         b.branch(top)
         b.position_at_end(top)
-        b.store(self.wait_while_equal(b, go, b.load(seen), asleep), seen)
-        b.call(run_chunks, [])
-        prev = b.atomic_rmw("sub", self.active, I32(1), "acq_rel")
-        with b.if_then(b.icmp_unsigned("==", prev, I32(1))):
-            self.futex(b, self.active, FUTEX_WAKE_PRIVATE, I32(1))
+        gen = self.wait_while_equal(b, go, b.load(seen), asleep)
+        b.store(gen, seen)
+        b.call(run_chunks, [gen])
         b.branch(top)
         return fn
 
@@ -197,9 +234,8 @@ class PoolModule:
         b.position_at_end(done)
         return b.load(self.nworkers)
 
-    def wake(self, b, parts):
-        """Give each of the first `parts` workers the new generation; wake those asleep."""
-        gen = b.add(b.atomic_rmw("add", self.gen, I32(1), "monotonic"), I32(1))
+    def wake(self, b, parts, gen):
+        """Give each of the first `parts` workers the region's generation; wake those asleep."""
         i = self.alloca(b, I32)
         b.store(I32(0), i)
         fn = b.function
@@ -243,8 +279,8 @@ class PoolModule:
         avail = b.sub(avail, self.load(b, self.tasks_inflight, "monotonic"))
         avail = b.select(b.icmp_signed("<", avail, I32(0)), I32(0), avail)
         threads = b.zext(b.add(avail, I32(1)), I64)
-        per = b.sdiv(b.add(extent, b.sub(b.mul(threads, I64(4)), I64(1))),
-                     b.mul(threads, I64(4)))        # ~4 chunks per thread for balance
+        per_thread = b.mul(threads, I64(CHUNKS_PER_THREAD))
+        per = b.sdiv(b.add(extent, b.sub(per_thread, I64(1))), per_thread)
         chunk = b.select(b.icmp_signed("<", per, grain), grain, per)
         chunk = b.select(b.icmp_signed("<", chunk, I64(1)), I64(1), chunk)
         nchunks = b.sdiv(b.add(extent, b.sub(chunk, I64(1))), chunk)
@@ -253,12 +289,15 @@ class PoolModule:
         publish = fn.append_basic_block("publish")
         b.cbranch(b.icmp_signed("<=", parts, I32(0)), solo, publish)
         b.position_at_end(publish)
+        gen = b.add(b.atomic_rmw("add", self.gen, I32(1), "monotonic"), I32(1))
         for gv, v in ((self.job_fn, kernel), (self.job_bufs, bufs), (self.job_extent, extent),
-                      (self.job_chunk, chunk), (self.job_next, I64(0)), (self.active, parts)):
+                      (self.job_chunk, chunk), (self.job_done, I32(0))):
             b.store(v, gv)
-        self.wake(b, parts)
-        b.call(run_chunks, [])
-        self._wait_for_zero(b, self.active)
+        b.store_atomic(nchunks, self.job_nchunks, "monotonic", 8)
+        b.store_atomic(b.shl(b.zext(gen, I64), I64(32)), self.job_cursor, "release", 8)
+        self.wake(b, parts, gen)
+        b.call(run_chunks, [gen])
+        self._wait_for_chunks(b, b.trunc(nchunks, I32))
         b.store_atomic(I32(0), self.busy, "release", 4)
         b.ret_void()
 
@@ -268,15 +307,17 @@ class PoolModule:
         b.ret_void()
         return fn
 
-    def _wait_for_zero(self, b, word):
+    def _wait_for_chunks(self, b, nchunks):
+        """The caller: wait until every chunk is finished (only chunks other threads claimed
+        and still run are left by now)."""
         fn = b.function
         check, wait, done = (fn.append_basic_block(n) for n in ("z.check", "z.wait", "z.done"))
         b.branch(check)
         b.position_at_end(check)
-        cur = self.load(b, word)
-        b.cbranch(b.icmp_unsigned("==", cur, I32(0)), done, wait)
+        cur = self.load(b, self.job_done)
+        b.cbranch(b.icmp_unsigned("==", cur, nchunks), done, wait)
         b.position_at_end(wait)
-        self.wait_while_equal(b, word, cur)
+        self.wait_while_equal(b, self.job_done, cur, self.caller_asleep)
         b.branch(check)
         b.position_at_end(done)
 
@@ -300,7 +341,8 @@ class PoolModule:
         b.ret_void()
         # in a child after fork() only the forking thread exists: forget the workers
         fn, b = self.function("jc_after_fork_child", ir.VoidType(), [], internal=False)
-        for gv in (self.nworkers, self.busy, self.active, self.tasks_inflight):
+        for gv in (self.nworkers, self.busy, self.job_done, self.caller_asleep,
+                   self.tasks_inflight):
             b.store(I32(0), gv)
         tasks.after_fork_child(b)
         b.ret_void()

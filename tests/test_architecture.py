@@ -36,7 +36,7 @@ FRONT_LAYERS = [
       "jitcore.tensor_methods"}),
     ("compile driver, caches and the thread pools",
      {"jitcore.explain", "jitcore.dump", "jitcore.diskcache", "jitcore.parallel",
-      "jitcore.compiler", "jitcore.threadpool_control"}),
+      "jitcore.compiler", "jitcore.threadpool_control", "jitcore.output_cache"}),
     ("call path", {"jitcore.signature", "jitcore.callpath", "jitcore.dispatch",
                    "jitcore.foreign", "jitcore.arguments"}),
     ("public API", {"jitcore.api", "jitcore.futures", "jitcore.eager", "jitcore.pickling",

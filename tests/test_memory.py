@@ -33,6 +33,10 @@ def run_memory(*args: str, cache_size: int) -> dict:
 def test_calls_and_distinct_compiles_stay_within_the_rss_bound():
     r = run_memory("--calls", "100000", "--compiles", "250", "--shapes", "40", cache_size=32)
     assert r["rss_after_calls_mb"] - r["rss_start_mb"] < CALLS_GROWTH_MB, r
+    # large outputs: what stays is the output buffer cache's idle blocks, within its bound
+    assert r["large_calls_growth_mb"] < CALLS_GROWTH_MB, r
+    assert r["output_cache_mb"] <= r["output_cache_limit_mb"], r
+    assert r["output_cache_mb"] > 0 or r["output_cache_limit_mb"] < 40, r    # (36 MB outputs)
     assert r["per_compile_kb"] < PER_COMPILE_KB, r
     assert 0 < r["code_cache_growth_mb"] <= CODE_CACHES_MB, r
     assert r["cache"]["size"] <= 32 and r["cache"]["max_size"] == 32

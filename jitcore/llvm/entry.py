@@ -125,3 +125,106 @@ def emit_entry(module, lowered, run, name):
     b.position_at_end(fail_bb)
     b.ret(u.I32(SIGNATURE_MISMATCH))
     return fn
+
+
+# -- the native fast call: a builtin function that allocates the output itself ---------------
+# symbols bound to this process's C-API functions when linking (jitcore.compiler imports them)
+PY_INCREF, PY_DECREF = "jitcore_py_incref", "jitcore_py_decref"
+PY_SAVE_THREAD, PY_RESTORE_THREAD = "jitcore_py_save_thread", "jitcore_py_restore_thread"
+NP_EMPTY = "jitcore_np_empty"              # numpy's PyArray_Empty(nd, dims, descr, fortran)
+NP_API_EMPTY = 184                         # its index in numpy's C-API table (_ARRAY_API)
+TUPLE_TYPE_SYMBOL = "jitcore_tuple_type"   # &PyTuple_Type
+GIL_RELEASE_BYTES = 1 << 18                # calls that move more than this release the GIL
+# the fast call's `self` tuple (built by jitcore.callpath): what it returns on a signature
+# mismatch, on a failed temporary allocation, the output's dtype (PyArray_Descr), then the
+# constant arrays, then anything the function object must keep alive
+FAST_SELF_MISMATCH, FAST_SELF_OOM, FAST_SELF_DESCR, FAST_SELF_CONSTS = 0, 1, 2, 3
+
+
+def fastcall_eligible(lowered) -> bool:
+    """One output buffer and no index checks: what the native fast call handles (other
+    graphs call through the entry)."""
+    return len(lowered.buffers_of_kind("output")) == 1 and not lowered.checks
+
+
+def _declare(module, name, ret, args):
+    return module.globals.get(name) or ir.Function(module, ir.FunctionType(ret, args), name)
+
+
+def emit_fastcall(module, lowered, run, name, release_gil: bool):
+    """`PyObject* fastcall(PyObject* self, PyObject* args)`, a METH_O builtin called with the
+    tuple of input arrays: checks them as the entry does, allocates the output with numpy's
+    PyArray_Empty, runs the graph (without the GIL when `release_gil`) and returns the new
+    array; returns self[FAST_SELF_MISMATCH] (new reference) when the arguments do not have
+    the compiled signature, self[FAST_SELF_OOM] when a temporary could not be allocated, and
+    NULL (with numpy's MemoryError set) when the output could not."""
+    fn = ir.Function(module, ir.FunctionType(u.I8P, [u.I8P, u.I8P]), name=name)
+    self_, tup = fn.args
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    fail_bb = fn.append_basic_block("mismatch")
+    incref = _declare(module, PY_INCREF, ir.VoidType(), [u.I8P])
+    decref = _declare(module, PY_DECREF, ir.VoidType(), [u.I8P])
+    empty = _declare(module, NP_EMPTY, u.I8P, [u.I32, u.I64.as_pointer(), u.I8P, u.I32])
+    ndarray_type = module.globals.get(NDARRAY_TYPE_SYMBOL) or ir.GlobalVariable(
+        module, u.I8, NDARRAY_TYPE_SYMBOL)
+    ndarray_type.linkage = "external"
+    tuple_type = ir.GlobalVariable(module, u.I8, TUPLE_TYPE_SYMBOL)
+    tuple_type.linkage = "external"
+
+    def self_item(i):
+        return b.load(u.gep_bytes(b, self_, TUPLE_ITEMS_OFFSET + 8 * i, u.I8P))
+
+    typ = b.load(u.gep_bytes(b, tup, OB_TYPE_OFFSET, u.I8P))
+    _fail_unless(b, b.icmp_unsigned("==", typ, tuple_type), fail_bb)
+    inputs = lowered.buffers_of_kind("input")
+    size = b.load(u.gep_bytes(b, tup, TUPLE_SIZE_OFFSET, u.I64))
+    _fail_unless(b, b.icmp_unsigned("==", size, u.I64(len(inputs))), fail_bb)
+    n_external = sum(1 for buf in lowered.buffers if buf.kind != "temp")
+    ptrs = b.alloca(ir.ArrayType(u.I8P, max(n_external, 1)), name="ptrs")
+    ptrs = b.bitcast(ptrs, u.I8P.as_pointer())
+    for i, buf in enumerate(inputs):
+        item = b.load(u.gep_bytes(b, tup, TUPLE_ITEMS_OFFSET + 8 * i, u.I8P))
+        _check_array(b, item, buf, ndarray_type, fail_bb)
+        b.store(b.load(u.gep_bytes(b, item, ARRAY_DATA_OFFSET, u.I8P)),
+                b.gep(ptrs, [u.I64(buf.slot)]))
+    for k, buf in enumerate(lowered.buffers_of_kind("const")):
+        data = b.load(u.gep_bytes(b, self_item(FAST_SELF_CONSTS + k), ARRAY_DATA_OFFSET, u.I8P))
+        b.store(data, b.gep(ptrs, [u.I64(buf.slot)]))
+    (out,) = lowered.buffers_of_kind("output")
+    dims = ir.GlobalVariable(module, ir.ArrayType(u.I64, max(len(out.shape), 1)), f"{name}.dims")
+    dims.linkage, dims.global_constant = "internal", True
+    dims.initializer = ir.Constant(dims.type.pointee, [u.I64(d) for d in out.shape] or [u.I64(0)])
+    descr = self_item(FAST_SELF_DESCR)
+    b.call(incref, [descr])                         # PyArray_Empty steals a reference
+    result = b.call(empty, [u.I32(len(out.shape)), b.bitcast(dims, u.I64.as_pointer()),
+                            descr, u.I32(0)])
+    allocated = b.append_basic_block("allocated")
+    null = b.append_basic_block("no_memory")
+    b.cbranch(b.icmp_unsigned("==", result, ir.Constant(u.I8P, None)), null, allocated)
+    b.position_at_end(null)
+    b.ret(result)
+    b.position_at_end(allocated)
+    b.store(b.load(u.gep_bytes(b, result, ARRAY_DATA_OFFSET, u.I8P)),
+            b.gep(ptrs, [u.I64(out.slot)]))
+    if release_gil:
+        save = _declare(module, PY_SAVE_THREAD, u.I8P, [])
+        restore = _declare(module, PY_RESTORE_THREAD, ir.VoidType(), [u.I8P])
+        state = b.call(save, [])
+        rc = b.call(run, [ptrs])
+        b.call(restore, [state])
+    else:
+        rc = b.call(run, [ptrs])
+    ok, failed = b.append_basic_block("ok"), b.append_basic_block("failed")
+    b.cbranch(b.icmp_unsigned("==", rc, u.I32(OK)), ok, failed)
+    b.position_at_end(ok)
+    b.ret(result)
+    b.position_at_end(failed)
+    b.call(decref, [result])
+    oom = self_item(FAST_SELF_OOM)
+    b.call(incref, [oom])
+    b.ret(oom)
+    b.position_at_end(fail_bb)
+    mismatch = self_item(FAST_SELF_MISMATCH)
+    b.call(incref, [mismatch])
+    b.ret(mismatch)
+    return fn

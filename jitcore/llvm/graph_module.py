@@ -10,6 +10,8 @@ ABI (room for the parallel runtime: a kernel runs any sub-range of its first loo
                                                          bufs: its own buffers, in its order
     i32   <graph>_run(i8** slots)                        all kernels; allocates the temps
     i32   <graph>_entry(PyTupleObject* arrays)           reads each ndarray's data pointer
+    PyObject* <graph>_fastcall(self, PyTupleObject* inputs)  a METH_O builtin: checks the
+                                                         inputs, allocates the output, runs
 """
 from __future__ import annotations
 
@@ -31,7 +33,8 @@ from jitcore.runtime import emit_parallel_for, emit_spawn, emit_wait, kernel_typ
 from . import irutil as u
 from .codegen import KernelEmitter, streams_by_rows
 from .conv import plan as conv_plan
-from .entry import OK, OUT_OF_MEMORY, emit_entry
+from .entry import (GIL_RELEASE_BYTES, OK, OUT_OF_MEMORY, emit_entry, emit_fastcall,
+                    fastcall_eligible)
 from .gemm import plan as gemm_plan
 from .gemm import plan_threads
 from .gemv import plan as gemv_plan
@@ -60,6 +63,7 @@ class GraphModule:
     graph_text: str
     run_name: str
     entry_name: str
+    fastcall_name: str | None = None     # the native fast call, for graphs it handles
 
     @property
     def parts(self) -> list:
@@ -87,8 +91,13 @@ def build_module(lowered, vector_bits: int, triple: str, data_layout: str,
     prefix = f"jc_{lowered.name}"
     run = _emit_run(module, lowered, kernels, f"{prefix}_run", threads)
     entry = emit_entry(module, lowered, run, f"{prefix}_entry")
+    fastcall = None
+    if fastcall_eligible(lowered):
+        moved = sum(bytes_moved(k) for k in lowered.kernels)
+        fastcall = emit_fastcall(module, lowered, run, f"{prefix}_fastcall",
+                                 release_gil=moved > GIL_RELEASE_BYTES).name
     return GraphModule(kernels, _with_vector_attributes(str(module), vector_bits), run.name,
-                       entry.name)
+                       entry.name, fastcall)
 
 
 # kernels emitted in this process, by structure (passes/kernel_key.py) and target settings:
