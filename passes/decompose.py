@@ -66,9 +66,16 @@ def _shifted(n):
     return E(Op.SUB, x, b.node(Op.MAX, x, arg=axes))
 
 
+def _reciprocal(x):
+    return E(Op.DIV, c(1, x), x)
+
+
 def _softmax(n):
+    """e / sum(e) as e * (1 / sum(e)): one divide per row, not per element (a vector divide
+    costs ~10 multiplies, enough to make the row pass compute-bound); the extra rounding
+    is one ulp."""
     e = E(Op.EXP, _shifted(n))
-    return E(Op.DIV, e, b.node(Op.SUM, e, arg=(n.arg,)))
+    return E(Op.MUL, e, _reciprocal(b.node(Op.SUM, e, arg=(n.arg,))))
 
 
 def _log_softmax(n):
@@ -82,7 +89,8 @@ def _layer_norm(n):
     count = c(x.shape[-1], x)
     centered = E(Op.SUB, x, E(Op.DIV, b.node(Op.SUM, x, arg=axes), count))
     var = E(Op.DIV, b.node(Op.SUM, E(Op.MUL, centered, centered), arg=axes), count)
-    y = E(Op.DIV, centered, E(Op.SQRT, E(Op.ADD, var, c(n.arg, x))))
+    # times 1 / sqrt(var + eps), computed once per row (see _softmax)
+    y = E(Op.MUL, centered, _reciprocal(E(Op.SQRT, E(Op.ADD, var, c(n.arg, x)))))
     if len(params) >= 1:
         y = E(Op.MUL, y, params[0])
     if len(params) == 2:

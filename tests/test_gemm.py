@@ -392,8 +392,13 @@ def test_constants_prepacked_and_not_agree_with_numpy(dtype, w_layout):
 
 @pytest.mark.parametrize("dtype", [F32, F64], ids=str)
 def test_prepacked_weights_of_several_blocks(dtype):
-    """K and N large enough that the packed weights hold several blocks along both."""
-    x, W = operands(33, 777, 700, dtype, "blocks")
+    """K and N large enough that the packed weights hold several blocks along both (K: two
+    whole k blocks of this machine's plan and a partial one; M, N: partial micro-tiles)."""
+    from jitcore.llvm.gemm import k_block
+    bits = jc.target_info()["vector_bits"]
+    nr = (4 if bits >= 512 else 2) * bits // (8 * dtype.itemsize)      # gemm.plan's NR
+    k = 2 * k_block(nr, dtype.itemsize) + 37
+    x, W = operands(13, k, 700, dtype, "blocks")
     b = bias(700, dtype, "blocks")
     ref, tol = np.maximum(f64(x) @ f64(W) + f64(b), 0.0), post_tol(dtype, x, W)
     for prepack in (True, False):

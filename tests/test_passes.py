@@ -78,18 +78,28 @@ def test_row_sum_is_horizontal_and_writes_the_output_directly():
     assert k.stores[0].buffer.kind == "output"
 
 
+def _divides_per_element(k) -> list:
+    """The parts of a row kernel that divide inside the row (not once per row)."""
+    return [p.name for p in k.parts if len(p.loops) > 1 and "div" in p.ops]
+
+
 def test_softmax_is_one_row_kernel_of_three_vector_parts():
     x = b.input_node("x", (8, 1024), dt.float32)
     (k,) = _kernels([b.node(Op.SOFTMAX, x, arg=1)], [x])
     assert k.kind == "rows" and k.vectorized and k.range_extent == 8
-    assert [p.kind for p in k.parts] == ["reduce_horizontal", "reduce_horizontal", "pointwise"]
-    assert all(p.vectorized for p in k.parts)
+    # max, sum of exp, the reciprocal of the sum (one element per row), exp * reciprocal
+    assert [p.kind for p in k.parts] == ["reduce_horizontal", "reduce_horizontal",
+                                         "pointwise", "pointwise"]
+    assert [len(p.loops) for p in k.parts] == [2, 2, 1, 2]
+    assert all(p.vectorized for p in k.parts if len(p.loops) > 1)
+    assert _divides_per_element(k) == []
 
 
 def test_layer_norm_is_one_row_kernel():
     x = b.input_node("x", (16, 768), dt.float32)
     (k,) = _kernels([b.node(Op.LAYER_NORM, x, arg=1e-5)], [x])
     assert k.kind == "rows" and k.vectorized
+    assert _divides_per_element(k) == []
 
 
 def test_row_fusion_stops_at_a_vertical_reduction():
@@ -135,14 +145,14 @@ def test_integer_pow_with_tensor_exponent_stays_scalar_with_a_reason():
 def test_expensive_producer_read_by_three_kernels_is_computed_once():
     x = b.input_node("x", (8, 128), dt.float32)
     g = b.elementwise(Op.ERF, x)
-    ks = _parts(_kernels([b.node(Op.SOFTMAX, g, arg=1)], [x]))   # max, sum, div read erf(x)
-    assert sum("erf" in k.ops for k in ks) == 1 and len(ks) == 4
+    ks = _parts(_kernels([b.node(Op.SOFTMAX, g, arg=1)], [x]))   # max, sum, mul read erf(x)
+    assert sum("erf" in k.ops for k in ks) == 1 and len(ks) == 5   # (+ 1/sum per row)
 
 
 def test_softmax_exp_read_by_two_kernels_is_recomputed():
     x = b.input_node("x", (8, 128), dt.float32)
     ks = _parts(_kernels([b.node(Op.SOFTMAX, x, arg=1)], [x]))
-    assert sum("exp" in k.ops for k in ks) == 2 and len(ks) == 3
+    assert sum("exp" in k.ops for k in ks) == 2 and len(ks) == 4
 
 
 def test_large_full_reductions_split_into_fixed_parallel_blocks():
@@ -188,7 +198,7 @@ def test_fused_softmax_computes_exp_once_per_element():
     (k,) = _kernels([b.node(Op.SOFTMAX, x, arg=1)], [x])
     exps = [sum(getattr(n, "op", None) == Op.EXP for n in walk([s.value for s in p.stores]))
             for p in k.parts]
-    assert exps == [0, 1, 0]          # the sum part keeps exp(x - max) in the output
+    assert exps == [0, 1, 0, 0]       # the sum part keeps exp(x - max) in the output
     assert len(k.parts[1].stores) == 2 and k.parts[1].stores[1].buffer.kind == "output"
 
 

@@ -84,6 +84,7 @@ class KernelEmitter:
         # it), so equal kernels of different graphs or layers have equal code
         self.buffer_slots = []
         self.hoisted = {}        # id(gather) -> its checked index * stride, set for a loop
+        self.row_values = {}     # id(load) -> its scalar, loaded once per row (emit_part)
         # tails: one masked vector iteration (AVX-512 masks every element size) or scalar code
         self.masked_tail, self.mask = masked_tail, None
         # outputs written with non-temporal stores (streaming.py), where `self.streaming` says
@@ -435,10 +436,26 @@ class KernelEmitter:
         elif not inner:
             self.emit_point()
         else:
+            self.row_values = self.per_row_loads(part)
             self.nest(inner[:-1], lambda: self.hoisting_gathers(
                 lambda: self.vector_loop(inner[-1], self.emit_point, False)),
                       False)
+            self.row_values = {}
         self.kernel = fused
+
+    def per_row_loads(self, part: Kernel) -> dict:
+        """The loads of a pointwise part that read one element per row (an earlier part's
+        mean, 1 / sqrt(var + eps), 1 / sum), loaded once before the part's loops. LLVM
+        would re-load them for every vector: the part's stores might alias them, as far as
+        it knows. Not when this part writes the same buffer, nor when an inner loop is empty
+        (the element might not exist; the load would not run)."""
+        inner = {lp.var for lp in part.loops[1:]}
+        written = {st.buffer.slot for st in part.stores}
+        if any(v.extent <= 0 for v in inner):
+            return {}
+        return {id(n): self.load(n, 1) for n in walk([st.value for st in part.stores])
+                if isinstance(n, Load) and not isinstance(n, Gather)
+                and n.buffer.slot not in written and not n.offset.vars() & inner}
 
     # -- transposed reads through register tiles --------------------------------------------
     def tile_nest(self, i: int, scalar: bool):
@@ -549,12 +566,20 @@ class KernelEmitter:
                     row(c, j)
 
     def emit_point(self, lanes: int = 1, part: int = 0):
-        memo = {}
+        memo = {key: u.splat(self.b, v, lanes) for key, v in self.row_values.items()}
         for st in self.kernel.stores:
             self.store(st.buffer, st.offset, self.value(st.value, lanes, memo), lanes)
 
     def _combine(self, acc, val):
         red = self.kernel.reduction
+        if red.op in (Op.MAX, Op.MIN) and red.dtype.is_float:
+            # NaN still propagates, but which of -0.0 and +0.0 a reduction returns is left
+            # open (numpy's own answer depends on the order): `nsz` lets the x86 backend
+            # drop the sign test and blends it needs for llvm.maximum (6 -> 3 ops a vector)
+            name = "maximum" if red.op == Op.MAX else "minimum"
+            fnty = ir.FunctionType(acc.type, [acc.type, val.type])
+            fn = u.declare_intrinsic(self.module, name, [acc.type], fnty)
+            return self.b.call(fn, [acc, val], fastmath=("nsz",))
         return emit(self.b, REDUCE_COMBINE[red.op], red.dtype, red.dtype, [acc, val])
 
     def _reduced_value(self, lanes: int):

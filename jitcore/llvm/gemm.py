@@ -17,8 +17,9 @@ C[b, m, n] = epilogue(sum_k A[b, m, k] * B[b, k, n]) for a kernel of kind "gemm"
 A is read in place through its strides (rows clamped at the edge, so reads stay in bounds);
 only B is packed, into a stack buffer, zero-padded to whole panels. The block sizes come from
 the cache sizes this machine reports (sysfs, else defaults): KC so that a B panel (KC x NR)
-takes twice L1 (it streams from L2 while A's rows stay in L1; measured on Zen 5 with L1 =
-32 KiB reported, over B panels of 16-128 KiB: 64-128 KiB were best, 16 KiB cost 10-15%), NC
+takes an eighth of L2 (it streams from L2 while A's rows stay in L1; measured on Zen 5, 1 MiB
+L2, over B panels of 16-128 KiB: 64-128 KiB were best, 16 KiB cost 10-15%; on Emerald
+Rapids, 2 MiB L2, 256 KiB beat 96 KiB by 10-20% at K = 1024: one k block), NC
 so that the packed block fits the 256 KiB stack buffer, MC so that the A rows of one block
 (MC x KC) take a quarter of L2.
 
@@ -92,6 +93,14 @@ class GemmPlan:
         return self.batch * self.n_blocks * self.m_groups
 
 
+def k_block(nr: int, itemsize: int) -> int:
+    """KC before clamping to K: a B panel (KC x NR) of an eighth of L2. 256 KiB on a 2 MiB
+    L2 (KC 1024 at fp32 and 512-bit vectors, so K = 1024 is one k block and C is written
+    once instead of re-read per block: 10-20% over 2 x L1 = 96 KiB on Emerald Rapids), 128
+    KiB on Zen 5's 1 MiB (its best measured size)."""
+    return max(8, cache_sizes()[2] // 8 // (nr * itemsize) // 8 * 8)
+
+
 def plan_threads(threads: int) -> int:
     """The thread count a plan splits work for (0: the graph follows the process setting,
     which may change; plan for every core)."""
@@ -108,7 +117,7 @@ def plan(kernel: Kernel, vector_bits: int, threads: int) -> GemmPlan:
     nr, mr = nv * lanes, 6
     caches = cache_sizes()
     m_ext, n_ext, k_ext = g.m.extent, g.n.extent, g.k.extent
-    kc = max(8, 2 * caches[1] // (nr * size) // 8 * 8)
+    kc = k_block(nr, size)
     kc = min(kc, max(k_ext, 1))
     nc = max(nr, MAX_PACK_BYTES // (kc * size) // nr * nr)
     nc = min(nc, -(-max(n_ext, 1) // nr) * nr)

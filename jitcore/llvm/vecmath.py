@@ -313,15 +313,15 @@ def _emit_exp(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     """exp(x): x = k*ln2 + r (Cody-Waite), exp(r) by polynomial, scale by 2^k."""
     f = _fmt(x.type)
     # Clamp to [exp_lo, exp_hi]: the reconstruction then gives 0 / inf by itself.
-    # The ordered compares send NaN to exp_hi; it is restored at the end.
-    xc = _select(b, b.fcmp_ordered("<=", x, _fc(x, f.exp_hi)), x, _fc(x, f.exp_hi))
-    xc = _select(b, b.fcmp_ordered(">=", xc, _fc(x, f.exp_lo)), xc, _fc(x, f.exp_lo))
+    # The compares are false for NaN, so NaN passes both selects (one minps / maxps each
+    # on x86) and stays NaN through the polynomial and the scaling (NaN * 2^garbage).
+    xc = _select(b, b.fcmp_ordered(">", x, _fc(x, f.exp_hi)), _fc(x, f.exp_hi), x)
+    xc = _select(b, b.fcmp_ordered("<", xc, _fc(x, f.exp_lo)), _fc(x, f.exp_lo), xc)
     k, ki = _round_to_int(b, b.fmul(xc, _fc(x, f.log2e)))
     r = _fmuladd(b, k, _fc(x, -f.ln2_hi), xc)  # exact: k*ln2_hi is exact and close to xc
     r = _fmuladd(b, k, _fc(x, -f.ln2_lo), r)
     p = _fmuladd(b, b.fmul(r, r), _poly(b, r, f.coeffs["exp"]), r)
-    y = _ldexp(b, b.fadd(p, _fc(x, 1.0)), ki)
-    return _select(b, _isnan(b, x), x, y)
+    return _ldexp(b, b.fadd(p, _fc(x, 1.0)), ki)
 
 
 def _emit_log(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
