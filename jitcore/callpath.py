@@ -21,6 +21,7 @@ from . import log
 from .compiler import CompiledGraph
 from .llvm import entry as abi
 from .signature import check_out
+from jitcore.passes.symbolic import symbol_of
 
 
 class _Mismatch:
@@ -134,21 +135,32 @@ def scalar_array(value, pytype: type) -> np.ndarray:
                             "the argument static)") from None
 
 
+def concrete_shape(shape: tuple, extents: tuple) -> tuple:
+    """A shape with each run-time extent's placeholder replaced by its value."""
+    return tuple(d if symbol_of(d) is None else extents[symbol_of(d)] for d in shape)
+
+
 class CallPlan:
-    def __init__(self, compiled: CompiledGraph, scalars: ScalarArgs | None = None):
+    """`extents`: for a graph compiled with run-time extents (jc.jit(dynamic=True)), the
+    values of its symbols in this plan's signature (one plan per concrete signature; they
+    share the compiled graph)."""
+
+    def __init__(self, compiled: CompiledGraph, scalars: ScalarArgs | None = None,
+                 extents: tuple = ()):
         self.compiled = compiled
         self.scalars = scalars
+        self.extents = (ctypes.c_int64 * max(len(extents), 1))(*extents)
         lowered = compiled.lowered
         self.consts = tuple(c.array for c in lowered.consts)
         out_bufs = lowered.buffers_of_kind("output")
-        self.out_specs = [(b.shape, b.dtype.np) for b in out_bufs]
+        self.out_specs = [(concrete_shape(b.shape, extents), b.dtype.np) for b in out_bufs]
         first_out = out_bufs[0].slot if out_bufs else 0
         self.out_index = [s - first_out for s in lowered.outputs]   # graph output -> buffer
         # one buffer per output position: outputs are distinct arrays, never one twice
         assert sorted(self.out_index) == list(range(len(out_bufs)))
         self.single = len(lowered.outputs) == 1
-        self.expected = [(lowered.buffers[s].shape, lowered.buffers[s].dtype)
-                         for s in lowered.outputs]
+        self.expected = [(concrete_shape(lowered.buffers[s].shape, extents),
+                          lowered.buffers[s].dtype) for s in lowered.outputs]
         # gathers report a failed index check into a per-call int64[2] status array passed
         # after the outputs; the checks table turns it into the IndexError
         self.checks = lowered.checks or []
@@ -282,7 +294,7 @@ class CallPlan:
             # e.g. int64 with typecode 'q', or unusual strides on size-1 axes: the arrays
             # were validated in Python, so hand the pointers over directly
             ptrs = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
-            rc = self.compiled.run(ptrs)
+            rc = self.compiled.run(ptrs, self.extents)
         if rc:
             self._status(rc)
         if st[0]:

@@ -5,6 +5,7 @@ from jitcore.ir.graph import Graph
 from jitcore.ir.verifier import verify
 
 from .decompose import decompose
+from .dynamic import check_graph, check_lowered
 from .fold_batch_norm import fold_batch_norm
 from .fuse_outputs import fuse_outputs
 from .fuse_rows import fuse_rows
@@ -17,8 +18,10 @@ from .tasks import schedule
 
 
 def run_pipeline(graph: Graph, vector_bits: int, input_strides: dict | None = None,
-                 masked_tails: bool = False) -> LoweredGraph:
-    """Graph -> verified primitive graph -> kernels with vectorization decisions."""
+                 masked_tails: bool = False, dynamic: bool = False) -> LoweredGraph:
+    """Graph -> verified primitive graph -> kernels with vectorization decisions.
+    `dynamic`: the graph's shapes hold run-time extents (symbolic.dynamic_extent); raises
+    dynamic.NotDynamic when the graph needs the value of one."""
     # stages: fold batch norms into constant convs and matmuls, decompose composites,
     # simplify (CSE, folding), move elementwise ops into the concatenations they read, split
     # big full reductions into
@@ -32,10 +35,14 @@ def run_pipeline(graph: Graph, vector_bits: int, input_strides: dict | None = No
     sunk = sink_into_concat(graph)
     graph = verify(simplify(sunk)) if sunk is not graph else graph   # (folds constant regions)
     graph = verify(split_reductions(graph, input_strides))
+    if dynamic:
+        check_graph(graph)
     lowered = lower(graph, input_strides)
     for kernel in lowered.kernels:
         check(kernel, vector_bits, masked_tails)
     lowered.kernels = fuse_outputs(lowered.kernels, vector_bits, masked_tails)
     lowered.kernels = fuse_rows(lowered.kernels)
     lowered.steps = schedule(lowered.kernels)
+    if dynamic:
+        check_lowered(lowered)
     return lowered

@@ -10,8 +10,9 @@ from llvmlite import ir
 
 from jitcore.ir.ops import INDEX_REDUCE, REDUCE_COMBINE, Op
 from jitcore.passes.kernel import Compute, Const, Gather, Kernel, Load, walk
+from jitcore.passes.dynamic import DIMS_SLOT, uses_dynamic
 from jitcore.passes.legality import varies
-from jitcore.passes.symbolic import Div, Lin, Var
+from jitcore.passes.symbolic import Div, Lin, Var, scaled_symbol
 from jitcore.runtime import kernel_type
 
 from . import irutil as u
@@ -80,6 +81,27 @@ class KernelEmitter:
         self.hoisted = {}        # id(gather) -> its checked index * stride, set for a loop
         # tails: one masked vector iteration (AVX-512 masks every element size) or scalar code
         self.masked_tail, self.mask = masked_tail, None
+        # run-time extents (jc.jit(dynamic=True)): the call's i64 extent array is the
+        # kernel's first pointer; loop bounds that are placeholders read it
+        self.dims, self.dim_values = None, {}
+        if uses_dynamic(kernel):
+            self.buffer_slots.append(DIMS_SLOT)
+            with self.b.goto_entry_block():
+                raw = self.b.load(self.b.gep(self.bufs, [u.I64(0)]), name="dims")
+                self.dims = self.b.bitcast(raw, u.I64.as_pointer())
+
+    def extent(self, n: int):
+        """An extent as an i64 value: a constant, or c times the call's value of dynamic
+        symbol k (scaled_symbol)."""
+        found = scaled_symbol(n)
+        if found is None:
+            return u.I64(n)
+        if found not in self.dim_values:
+            c, k = found
+            with self.b.goto_entry_block():
+                v = self.b.load(self.b.gep(self.dims, [u.I64(k)]), name=f"s{k}")
+                self.dim_values[found] = v if c == 1 else self.b.mul(v, u.I64(c))
+        return self.dim_values[found]
 
     # -- memory ---------------------------------------------------------------------------
     def base_ptr(self, buf):
@@ -232,7 +254,7 @@ class KernelEmitter:
     # -- loops ----------------------------------------------------------------------------
     def loop(self, lp, body, first: bool, step: int = 1):
         """A scalar loop over one variable; the kernel's first loop covers [start, stop)."""
-        lo, hi = (self.start, self.stop) if first else (u.I64(0), u.I64(lp.var.extent))
+        lo, hi = (self.start, self.stop) if first else (u.I64(0), self.extent(lp.var.extent))
         with u.for_range(self.b, lo, hi, step, name=lp.var.name) as i:
             self.env[lp.var] = i
             body()
@@ -251,7 +273,7 @@ class KernelEmitter:
         loop (unrolled, else single vectors, else scalar) calls on_block() after every
         BLOCK_TRIPS trips (pairwise summation pushes its block there)."""
         lanes = self.kernel.lanes
-        lo, hi = (self.start, self.stop) if first else (u.I64(0), u.I64(lp.var.extent))
+        lo, hi = (self.start, self.stop) if first else (u.I64(0), self.extent(lp.var.extent))
         single = 1 if blocked else 0          # blocked bodies get a vector count, not a part
         if lanes == 1:
             return self.trips(lo, hi, 1, lp.var.name, lambda i: self._at(lp, i, body, 1, single),
@@ -394,7 +416,7 @@ class KernelEmitter:
         if scalar or lp.var != k.tile_var:
             return self.loop(lp, lambda: self.tile_nest(i + 1, scalar), first)
         lanes = k.lanes
-        lo, hi = (self.start, self.stop) if first else (u.I64(0), u.I64(lp.var.extent))
+        lo, hi = (self.start, self.stop) if first else (u.I64(0), self.extent(lp.var.extent))
         full_end = self.b.add(lo, self.b.mul(self.b.sdiv(self.b.sub(hi, lo), u.I64(lanes)),
                                              u.I64(lanes)))
         with u.for_range(self.b, lo, full_end, lanes, name=lp.var.name + "tile") as t0:
@@ -533,9 +555,10 @@ class KernelEmitter:
             return accumulate
 
         def row_blocks():
-            full = row.extent // STREAM_ROWS * STREAM_ROWS
-            for lo, hi, step in ((0, full, STREAM_ROWS), (full, row.extent, 1)):
-                with u.for_range(self.b, u.I64(lo), u.I64(hi), step, name=row.name) as i:
+            rows_n = self.extent(row.extent)
+            full = self.b.mul(self.b.sdiv(rows_n, u.I64(STREAM_ROWS)), u.I64(STREAM_ROWS))
+            for lo, hi, step in ((u.I64(0), full, STREAM_ROWS), (full, rows_n, 1)):
+                with u.for_range(self.b, lo, hi, step, name=row.name) as i:
                     self.env[row] = i
                     self.vector_loop(k.loops[-1], rows(step), True)
 
