@@ -17,11 +17,12 @@ import ctypes
 
 import numpy as np
 
+from jitcore.passes.symbolic import PLACEHOLDERS, symbol_of
+
 from . import log
 from .compiler import CompiledGraph
 from .llvm import entry as abi
 from .signature import check_out
-from jitcore.passes.symbolic import symbol_of
 
 
 class _Mismatch:
@@ -70,9 +71,13 @@ if not NATIVE_LAYOUT_OK:
                 "entry reads: every call takes the slower checked path")
 
 
-def _entry_function(compiled: CompiledGraph):
-    """ctypes wrapper of the entry: big calls release the GIL, tiny ones skip that cost."""
+def _entry_function(compiled: CompiledGraph, extents: tuple = ()):
+    """ctypes wrapper of the entry: big calls release the GIL, tiny ones skip that cost.
+    (A graph with run-time extents counts its bytes at their placeholders: scaled to this
+    plan's largest extent, roughly.)"""
     moved = sum(k.bytes for k in compiled.kernels)
+    if extents:
+        moved = moved * max(extents) // PLACEHOLDERS[0]
     proto = ctypes.CFUNCTYPE if moved > GIL_RELEASE_BYTES else ctypes.PYFUNCTYPE
     return proto(ctypes.c_int32, ctypes.py_object)(compiled.entry_address)
 
@@ -164,7 +169,7 @@ class CallPlan:
         # gathers report a failed index check into a per-call int64[2] status array passed
         # after the outputs; the checks table turns it into the IndexError
         self.checks = lowered.checks or []
-        self.entry = _entry_function(compiled) if NATIVE_LAYOUT_OK else None
+        self.entry = _entry_function(compiled, extents) if NATIVE_LAYOUT_OK else None
         self.fast = self._make_fast() if NATIVE_LAYOUT_OK else (lambda args: MISMATCH)
         self.fast_out = self._make_fast_out() if NATIVE_LAYOUT_OK else \
             (lambda args, out: MISMATCH)
