@@ -17,7 +17,7 @@ import ctypes
 
 import numpy as np
 
-from jitcore.passes.symbolic import PLACEHOLDERS, symbol_of
+from jitcore.passes.symbolic import PLACEHOLDERS, scaled_symbol
 
 from . import log
 from .compiler import CompiledGraph
@@ -141,8 +141,13 @@ def scalar_array(value, pytype: type) -> np.ndarray:
 
 
 def concrete_shape(shape: tuple, extents: tuple) -> tuple:
-    """A shape with each run-time extent's placeholder replaced by its value."""
-    return tuple(d if symbol_of(d) is None else extents[symbol_of(d)] for d in shape)
+    """A shape with each run-time extent's placeholder (c times it: c times its value)
+    replaced by its value."""
+    out = []
+    for d in shape:
+        found = scaled_symbol(d)
+        out.append(d if found is None else found[0] * extents[found[1]])
+    return tuple(out)
 
 
 class CallPlan:

@@ -7,10 +7,10 @@ placeholder itself (the backend reads the call's extent there), but nothing may 
 computed from it. Two checks make sure:
 
 - `check_graph` (the primitive graph): every op that sees a dynamic extent keeps it as an
-  axis of its own (elementwise ops, broadcasts, reductions, transposes, matmuls, reshapes
-  that leave the dynamic axes whole); slicing, indexing, joining, convolution, pooling and
-  forked tasks on a dynamic axis need its value; a constant computed from an extent (the
-  1/n of a mean over a dynamic axis) does too.
+  axis of its own (elementwise ops, broadcasts, reductions, transposes, matmuls) or merges
+  it with static axes (a reshape to c * s); slicing, indexing, joining, convolution,
+  pooling and forked tasks on a dynamic axis need its value; a constant computed from an
+  extent (the 1/n of a mean over a dynamic axis) does too.
 - `check_lowered` (the kernels): every integer in the kernels is a real (small) value, a
   placeholder standing as a buffer's dimension, or a loop extent that is a placeholder
   times a static count (axes merged into one loop), never a stride or an offset
@@ -28,7 +28,7 @@ import math
 from jitcore.ir.ops import AXIS_OPS, ELEMENTWISE, INDEX_REDUCE, REDUCE, Op
 
 from .kernel import Buffer, Const, Gather, Kernel, walk
-from .symbolic import HUGE, Div, Lin, Mod, Var, scaled_symbol, symbol_of
+from .symbolic import HUGE, Div, Lin, Mod, Var, extent_text, scaled_symbol, symbol_of
 
 
 DIMS_SLOT = -1      # a kernel's pointer to the call's extent array (i64[symbols]), as a slot
@@ -43,20 +43,7 @@ class NotDynamic(Exception):
 
 
 def _dynamic(shape) -> list:
-    return [symbol_of(d) for d in shape if symbol_of(d) is not None]
-
-
-def _segments(shape) -> tuple:
-    """The shape as (static product, symbol, static product, symbol, ..., static product)."""
-    out, acc = [], 1
-    for d in shape:
-        k = symbol_of(d)
-        if k is None:
-            acc *= d
-        else:
-            out += [acc, ("s", k)]
-            acc = 1
-    return tuple(out + [acc])
+    return [scaled_symbol(d) for d in shape if scaled_symbol(d) is not None]
 
 
 _KEEPS_AXES = ELEMENTWISE | REDUCE | {Op.PERMUTE, Op.EXPAND, Op.MATMUL}
@@ -79,9 +66,11 @@ def check_graph(graph) -> None:
         if node.op in _KEEPS_AXES:
             continue
         if node.op == Op.RESHAPE:
-            if _segments(node.src[0].shape) != _segments(node.shape):
-                raise NotDynamic(f"{what} to {_shape_text(node.shape)} splits or merges a "
-                                 "dynamic axis")
+            # merging a dynamic axis with static ones gives c * s; the lowered check makes
+            # sure no index needs more (a split of it, or an axis inside it)
+            if any(abs(d) >= HUGE and scaled_symbol(d) is None for d in node.shape):
+                raise NotDynamic(f"{what} to {_shape_text(node.shape)} merges dynamic axes "
+                                 "or splits one")
             continue
         if node.op == Op.SLICE:
             if _dynamic(node.src[0].shape) != _dynamic(node.shape):
@@ -101,8 +90,7 @@ def _check_constant(node) -> None:
 
 
 def _shape_text(shape) -> str:
-    return "(" + ", ".join(f"s{symbol_of(d)}" if symbol_of(d) is not None else str(d)
-                           for d in shape) + ")"
+    return "(" + ", ".join(extent_text(d) for d in shape) + ")"
 
 
 # kernels whose emitters read run-time extents (codegen.py, gemm.py)
@@ -114,16 +102,21 @@ def check_lowered(lowered) -> None:
     dimensions, in kernels that read run-time extents."""
     if any(step != "kernel" for step, _ in lowered.steps):
         raise NotDynamic("forked tasks are compiled per shape")
+    given = {symbol_of(d) for b in lowered.buffers_of_kind("input") for d in b.shape}
     for buf in lowered.buffers:
         _check_buffer(buf)
+        for d in buf.shape:
+            found = scaled_symbol(d)
+            if found is not None and found[1] not in given:
+                raise NotDynamic(f"buffer {buf.name}: extent s{found[1]} is no input's")
     for kernel in lowered.kernels:
         _check_kernel(kernel)
 
 
 def _check_buffer(buf: Buffer) -> None:
     for d in buf.shape:
-        if symbol_of(d) is None and abs(d) >= HUGE:
-            raise NotDynamic(f"buffer {buf.name} has an extent computed from a dynamic one")
+        if scaled_symbol(d) is None and abs(d) >= HUGE:
+            raise NotDynamic(f"buffer {buf.name} has an extent computed from dynamic ones")
     if any(abs(s) >= HUGE for s in buf.strides):
         raise NotDynamic(f"{buf.name}: an axis inside a dynamic axis (its stride depends on "
                          "the dynamic extent)")
@@ -134,7 +127,7 @@ def uses_dynamic(kernel: Kernel) -> bool:
     call's extent array)."""
     loops = list(kernel.loops) + [lp for p in kernel.parts for lp in p.loops]
     return any(scaled_symbol(lp.var.extent) is not None for lp in loops) or any(
-        symbol_of(d) is not None for b in kernel.buffers() for d in b.shape)
+        scaled_symbol(d) is not None for b in kernel.buffers() for d in b.shape)
 
 
 def _check_kernel(kernel: Kernel) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from jitcore.passes.symbolic import symbol_of
+from jitcore.passes.symbolic import scaled_symbol, symbol_of
 
 from . import irutil as u
 
@@ -68,12 +68,15 @@ def _check_array(b, item, buf, ndarray_type, fail_bb, dims=None):
     dims = b.load(u.gep_bytes(b, item, ARRAY_DIMS_OFFSET, u.I64.as_pointer()))
     for k, d in enumerate(buf.shape):
         got = b.load(b.gep(dims, [u.I64(k)]))
-        sym = symbol_of(d)
-        if sym is None:
+        found = scaled_symbol(d)
+        c, sym = found if found is not None else (None, None)
+        if found is None:
             _fail_unless(b, b.icmp_unsigned("==", got, u.I64(d)), fail_bb)
-        elif sym in given_dims:
-            _fail_unless(b, b.icmp_unsigned("==", got, given_dims[sym]), fail_bb)
+        elif sym in given_dims:       # (an output's axis may be c times it: a reshape)
+            want = given_dims[sym] if c == 1 else b.mul(given_dims[sym], u.I64(c))
+            _fail_unless(b, b.icmp_unsigned("==", got, want), fail_bb)
         else:                         # the symbol's value; 0 and 1 have code of their own
+            assert c == 1, "a run-time extent first met as a multiple (passes/dynamic.py)"
             _fail_unless(b, b.icmp_signed(">=", got, u.I64(2)), fail_bb)
             _fail_unless(b, b.icmp_signed("<", got, u.I64(1 << 36)), fail_bb)
             b.store(got, b.gep(given_dims["array"], [u.I64(sym)]))
@@ -93,8 +96,12 @@ def _byte_extent(b, buf, dims: dict):
         return None
     lo, hi = u.I64(0), u.I64(buf.dtype.itemsize)
     for d, st in zip(buf.shape, buf.strides):
-        sym = symbol_of(d)
-        last = u.I64(d - 1) if sym is None else b.sub(dims[sym], u.I64(1))
+        found = scaled_symbol(d)
+        if found is None:
+            last = u.I64(d - 1)
+        else:
+            extent = dims[found[1]] if found[0] == 1 else b.mul(dims[found[1]], u.I64(found[0]))
+            last = b.sub(extent, u.I64(1))
         reach = b.mul(last, u.I64(st * buf.dtype.itemsize))
         if st < 0:
             lo = b.add(lo, reach)
@@ -138,7 +145,8 @@ def emit_entry(module, lowered, run, name):
     _fail_unless(b, b.icmp_unsigned("==", size, u.I64(n_external)), fail_bb)
     ptrs = b.alloca(ir.ArrayType(u.I8P, max(n_external, 1)), name="ptrs")
     ptrs = b.bitcast(ptrs, u.I8P.as_pointer())
-    symbols = sorted({symbol_of(d) for buf in lowered.buffers for d in buf.shape} - {None})
+    symbols = sorted({symbol_of(d) for buf in lowered.buffers_of_kind("input")
+                      for d in buf.shape} - {None})
     extents = b.alloca(ir.ArrayType(u.I64, max(symbols, default=-1) + 1 or 1), name="dims")
     dims = {"array": b.bitcast(extents, u.I64.as_pointer())}
     data = {}
