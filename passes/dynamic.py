@@ -11,10 +11,9 @@ computed from it. Two checks make sure:
   it with static axes (a reshape to c * s); slicing, indexing, joining, convolution,
   pooling and forked tasks on a dynamic axis need its value; a constant computed from an
   extent (the 1/n of a mean over a dynamic axis) does too.
-- `check_lowered` (the kernels): every integer in the kernels is a real (small) value, a
-  placeholder standing as a buffer's dimension, or a loop extent that is a placeholder
-  times a static count (axes merged into one loop), never a stride or an offset
-  (an axis inside a dynamic one: its stride is the dynamic extent times something), and
+- `check_lowered` (the kernels): every integer in the kernels is a real (small) value or
+  a placeholder times a static count c, standing as a loop extent (axes merged into one
+  loop), a buffer's dimension, a stride or an offset (the axes inside a dynamic one), and
   each kernel is of a kind whose emitter reads run-time extents.
 
 A failed check raises `NotDynamic` with a reason for explain(); the front then compiles that
@@ -117,9 +116,8 @@ def _check_buffer(buf: Buffer) -> None:
     for d in buf.shape:
         if scaled_symbol(d) is None and abs(d) >= HUGE:
             raise NotDynamic(f"buffer {buf.name} has an extent computed from dynamic ones")
-    if any(abs(s) >= HUGE for s in buf.strides):
-        raise NotDynamic(f"{buf.name}: an axis inside a dynamic axis (its stride depends on "
-                         "the dynamic extent)")
+    if any(abs(s) >= HUGE and scaled_symbol(s) is None for s in buf.strides):
+        raise NotDynamic(f"{buf.name}: a stride computed from two dynamic extents")
 
 
 def uses_dynamic(kernel: Kernel) -> bool:
@@ -138,9 +136,8 @@ def _check_kernel(kernel: Kernel) -> None:
         raise NotDynamic(f"{name}: this kernel kind is compiled per shape")
     if kernel.reduction is not None and kernel.reduction.op in INDEX_REDUCE:
         raise NotDynamic(f"{name}: arg-reductions are compiled per shape")
-    if kernel.tile_var is not None and (scaled_symbol(kernel.tile_var.extent) or
-                                        scaled_symbol(kernel.vector_var.extent)):
-        raise NotDynamic(f"{name}: transposed tiles along a dynamic axis")
+    if kernel.tile_var is not None and scaled_symbol(kernel.vector_var.extent):
+        raise NotDynamic(f"{name}: transposed tiles with a dynamic vector axis")
     g = kernel.gemm
     if g is not None and any(scaled_symbol(v.extent) for v in (g.n, g.k)):
         raise NotDynamic(f"{name}: a GEMM's N and K are static (M and the batch vary)")
@@ -171,9 +168,9 @@ def _check_node(node, name: str) -> None:
 
 
 def _check_lin(e: Lin, name: str) -> None:
-    _check_int(e.const, name)
+    _check_int(e.const, name, loop=True)        # (c * s: a stride of an axis inside s)
     for atom, c in e.terms:
-        _check_int(c, name)
+        _check_int(c, name, loop=True)
         if isinstance(atom, Var):
             _check_int(atom.extent, name, loop=True)
         elif isinstance(atom, (Div, Mod)):
@@ -182,7 +179,8 @@ def _check_lin(e: Lin, name: str) -> None:
 
 
 def _check_int(v: int, name: str, loop: bool = False) -> None:
+    """`loop`: v may be c times a placeholder (a loop extent, a stride, an offset)."""
     if abs(v) < HUGE or (loop and scaled_symbol(v) is not None):
         return
-    raise NotDynamic(f"{name}: an index or stride computed from a dynamic extent (an axis "
-                     "inside a dynamic one, or a reshape or slice of it)")
+    raise NotDynamic(f"{name}: an index, stride or extent computed from dynamic extents "
+                     f"other than as c * s (two of them multiplied, or a split of one: {v})")

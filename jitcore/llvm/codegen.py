@@ -91,8 +91,8 @@ class KernelEmitter:
                 self.dims = self.b.bitcast(raw, u.I64.as_pointer())
 
     def extent(self, n: int):
-        """An extent as an i64 value: a constant, or c times the call's value of dynamic
-        symbol k (scaled_symbol)."""
+        """An extent (or a stride) as an i64 value: a constant, or c times the call's value
+        of dynamic symbol k (scaled_symbol)."""
         found = scaled_symbol(n)
         if found is None:
             return u.I64(n)
@@ -114,13 +114,15 @@ class KernelEmitter:
         return self.b.bitcast(self.ptrs[buf.slot], u.memory_type(buf.dtype).as_pointer())
 
     def index(self, e: Lin):
-        acc = u.I64(e.const)
+        """An index expression as i64 (its constant and coefficients may be multiples of a
+        run-time extent: strides of the axes inside a dynamic one)."""
+        acc = self.extent(e.const)
         for atom, coeff in e.terms:
             if isinstance(atom, Var):
                 v = self.env[atom]
             else:
                 v = self.floor_divmod(atom)
-            acc = self.b.add(acc, v if coeff == 1 else self.b.mul(v, u.I64(coeff)))
+            acc = self.b.add(acc, v if coeff == 1 else self.b.mul(v, self.extent(coeff)))
         return acc
 
     def floor_divmod(self, atom):

@@ -86,7 +86,17 @@ def _check_array(b, item, buf, ndarray_type, fail_bb, dims=None):
     for k, (d, st) in enumerate(zip(buf.shape, buf.strides)):
         if d > 1:                     # a size-1 axis is only ever read at index 0
             got = b.load(b.gep(strides, [u.I64(k)]))
-            _fail_unless(b, b.icmp_signed("==", got, u.I64(st * buf.dtype.itemsize)), fail_bb)
+            want = _value(b, st * buf.dtype.itemsize, given_dims)
+            _fail_unless(b, b.icmp_signed("==", got, want), fail_bb)
+
+
+def _value(b, n: int, dims: dict):
+    """n as i64: a constant, or c times a dynamic extent's value (a stride inside it)."""
+    found = scaled_symbol(n)
+    if found is None:
+        return u.I64(n)
+    c, k = found
+    return dims[k] if c == 1 else b.mul(dims[k], u.I64(c))
 
 
 def _byte_extent(b, buf, dims: dict):
@@ -96,13 +106,8 @@ def _byte_extent(b, buf, dims: dict):
         return None
     lo, hi = u.I64(0), u.I64(buf.dtype.itemsize)
     for d, st in zip(buf.shape, buf.strides):
-        found = scaled_symbol(d)
-        if found is None:
-            last = u.I64(d - 1)
-        else:
-            extent = dims[found[1]] if found[0] == 1 else b.mul(dims[found[1]], u.I64(found[0]))
-            last = b.sub(extent, u.I64(1))
-        reach = b.mul(last, u.I64(st * buf.dtype.itemsize))
+        last = b.sub(_value(b, d, dims), u.I64(1))
+        reach = b.mul(last, _value(b, st * buf.dtype.itemsize, dims))
         if st < 0:
             lo = b.add(lo, reach)
         else:

@@ -334,7 +334,7 @@ class GemmEmitter:
             # unaligned loads: a prepacked constant's array is only element-aligned
             bv = [b.load(b.bitcast(b.gep(bk, [u.I64(h * p.lanes)]), vptr), align=1)
                   for h in range(p.nv)]
-            ak = kk if step == 1 else b.mul(kk, u.I64(step or 0))
+            ak = kk if step == 1 else b.mul(kk, ke.extent(step or 0))
             for r in range(p.mr):
                 a = b.load(b.gep(a_rows[r], [ak])) if step is not None else \
                     self.a_element(row0, r, b.add(pc, kk))
