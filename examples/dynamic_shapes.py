@@ -113,8 +113,8 @@ def main():
     opts = ap.parse_args()
     jc.set_num_threads(1)
     only = set(filter(None, opts.only.split(",")))
-    print(f"{'graph':16s} {'static':>10s} {'dynamic':>10s} {'ratio':>6s}  {'compiles/10 sizes':>17s}"
-          "  dynamic?")
+    print(f"{'graph':16s} {'static':>10s} {'dynamic':>10s} {'ratio':>6s}  "
+          f"{'compiles/10 sizes':>17s}  dynamic?")
     for name, (fn, args, at) in cases().items():
         if only and name not in only:
             continue

@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from jitcore.ir.ops import AXIS_OPS, ELEMENTWISE, INDEX_REDUCE, REDUCE, Op
+from jitcore.ir.ops import ELEMENTWISE, INDEX_REDUCE, REDUCE, Op
 
 from .kernel import Buffer, Const, Gather, Kernel, walk
 from .symbolic import HUGE, Div, Lin, Mod, Var, extent_text, scaled_symbol, symbol_of
@@ -41,7 +41,8 @@ class NotDynamic(Exception):
         self.reason = reason
 
 
-def _dynamic(shape) -> list:
+def _dynamic_axes(shape) -> list:
+    """(c, k) per axis of `shape` that is c times dynamic symbol k."""
     return [scaled_symbol(d) for d in shape if scaled_symbol(d) is not None]
 
 
@@ -49,14 +50,16 @@ _KEEPS_AXES = ELEMENTWISE | REDUCE | {Op.PERMUTE, Op.EXPAND, Op.MATMUL}
 
 
 def check_graph(graph) -> None:
-    """Raise NotDynamic unless every op keeps the dynamic extents it sees as whole axes."""
+    """Raise NotDynamic unless every op keeps the dynamic extents it sees as axes of their
+    own, or merges them with static axes (reshapes); joins, gathers, convolutions, pooling
+    and the rest are compiled per shape."""
     for node in graph.nodes():
         if node.op == Op.CONST:
             _check_constant(node)
             continue
         if node.op == Op.INPUT:
             continue
-        seen = [s for s in node.src if _dynamic(s.shape)]
+        seen = [s for s in node.src if _dynamic_axes(s.shape)]
         if not seen:
             continue
         what = f"{node.op.name.lower()} of {_shape_text(seen[0].shape)}"
@@ -72,11 +75,9 @@ def check_graph(graph) -> None:
                                  "or splits one")
             continue
         if node.op == Op.SLICE:
-            if _dynamic(node.src[0].shape) != _dynamic(node.shape):
+            if _dynamic_axes(node.src[0].shape) != _dynamic_axes(node.shape):
                 raise NotDynamic(f"{what}: slicing a dynamic axis needs its extent")
             continue
-        if node.op in AXIS_OPS:
-            raise NotDynamic(f"{what}: {node.op.name.lower()} is compiled per shape")
         raise NotDynamic(f"{what}: {node.op.name.lower()} is compiled per shape")
 
 
@@ -97,8 +98,9 @@ DYNAMIC_KINDS = frozenset({"pointwise", "reduce_horizontal", "reduce_vertical", 
 
 
 def check_lowered(lowered) -> None:
-    """Raise NotDynamic unless the placeholders appear only as loop extents and buffer
-    dimensions, in kernels that read run-time extents."""
+    """Raise NotDynamic unless every placeholder in the kernels is c * s_k of an input's
+    symbol, as a loop extent, a buffer dimension, a stride or an offset, in kernels that
+    read run-time extents."""
     if any(step != "kernel" for step, _ in lowered.steps):
         raise NotDynamic("forked tasks are compiled per shape")
     given = {symbol_of(d) for b in lowered.buffers_of_kind("input") for d in b.shape}

@@ -281,7 +281,8 @@ class Kernel:
             row = self.loops[0].var
             inner = [p.loop_nest.split(", ", 1)[1] if len(p.loops) > 1 else "(one element)"
                      for p in self.parts]
-            return f"for {row.name} in 0..{extent_text(row.extent)} (parallel): " + "; then ".join(inner)
+            return (f"for {row.name} in 0..{extent_text(row.extent)} (parallel): "
+                    + "; then ".join(inner))
         parts = []
         for i, lp in enumerate(self.loops):
             tag = lp.kind + (", vector" if self.vectorized and i == len(self.loops) - 1 else "")

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 # run-time extents (jc.jit(dynamic=True)): their placeholders are defined with shapes; a
 # loop over axes merged with a dynamic one runs c * s_k times (scaled_symbol)
-from jitcore.ir.shapes import HUGE, MAX_SYMBOLS, PLACEHOLDERS, dynamic_extent, symbol_of  # noqa: F401
+from jitcore.ir.shapes import (HUGE, MAX_SYMBOLS, PLACEHOLDERS,  # noqa: F401
+                               dynamic_extent, symbol_of)
 
 
 def scaled_symbol(n) -> tuple | None:
