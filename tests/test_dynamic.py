@@ -38,7 +38,8 @@ def check_sizes(fn, make_args, ref, dtype, *, sizes=SIZES, rtol=None, atol=None,
         results[n] = (args, dyn(*args))
     big = [n for n in sizes if n >= 2]
     small = [n for n in sizes if n < 2]
-    assert compiles() - before == dynamic_compiles + len(small), \
+    # (at most: another test may have compiled the same graph already in this process)
+    assert compiles() - before <= dynamic_compiles + len(small), \
         f"{compiles() - before} compiles for sizes {sizes}"
     for n, (args, got) in results.items():
         want = ref(*[np.asarray(a, np.float64) if np.asarray(a).dtype.kind == "f" else a
@@ -212,8 +213,8 @@ def test_batched_gemm_dynamic_batch(dtype):
 S, D = 12, 32
 
 
-def _weights(dtype):
-    rng = rng_for("attn", str(dtype))
+def _weights(dtype, key="attn"):
+    rng = rng_for(key, str(dtype))
     return [make((D, D), dtype, rng=rng) / 6 for _ in range(3)]
 
 
@@ -244,8 +245,8 @@ def test_attention_dynamic_batch(dtype):
 
 
 def test_one_compile_across_ten_batch_sizes():
-    Ws = _weights(F32)
-    graphs = {"chain": (lambda a, b: jc.relu(a * b + 1.0) * 0.5, lambda n: [
+    Ws = _weights(F32, "ten sizes")         # (weights of its own: a graph no other test has)
+    graphs = {"chain": (lambda a, b: jc.relu(a * b + 1.0) * 0.375, lambda n: [
         make((n, 64), F32), make((n, 64), F32)]),
         "gemm": (lambda x: jc.gelu(x @ Ws[0]), lambda n: [make((n, D), F32)]),
         "attention": (attention(*Ws), lambda n: [make((n, S, D), F32)])}
