@@ -415,3 +415,22 @@ def test_torch_tensors_with_dynamic():
         t = torch.randn(n, 5)
         assert_close(f(t), np.maximum(t.numpy().astype(np.float64), 0) * 3, F32)
     assert compiles() - before == 1
+
+
+@pytest.mark.parametrize("name", ["softmax", "col_sum", "gemm"])
+def test_two_threads_split_the_run_time_range(name):
+    """Sizes large enough for the pool to split the range (a run-time extent over grain)."""
+    W = make((64, 96), F32, rng=rng_for("threads"))
+    fn, ref = {"softmax": (lambda x: jc.softmax(x) * 2.0, lambda x: 2 * np.exp(
+                   x - x.max(-1, keepdims=True)) / np.exp(x - x.max(-1, keepdims=True)).sum(
+                   -1, keepdims=True)),
+               "col_sum": (lambda x: x.sum(axis=0), lambda x: x.sum(axis=0)),
+               "gemm": (lambda x: jc.gelu(x @ W, approximate="tanh") + 0.0, None)}[name]
+    dyn, static = jc.jit(fn, dynamic=True, num_threads=2), jc.jit(fn, num_threads=2)
+    for n in [3, 2000, 4099]:
+        x = make((n, 64), F32, rng=rng_for("t", n))
+        got, same = dyn(x), static(x)
+        rtol, atol = reduction_tol(F32, n, 3.0)
+        assert_close(got, np.float64(same), F32, rtol=rtol, atol=atol)
+        if ref is not None:
+            assert_close(got, ref(np.float64(x)), F32, rtol=rtol, atol=atol)
