@@ -9,10 +9,11 @@
 from __future__ import annotations
 
 from .ops import Op
+from .shapes import dim_text
 
 
 def type_str(node) -> str:
-    return f"{node.dtype.short}[{','.join(map(str, node.shape))}]"
+    return f"{node.dtype.short}[{','.join(map(dim_text, node.shape))}]"
 
 
 _ARG_NAMES = {Op.RESHAPE: "shape", Op.EXPAND: "shape", Op.PERMUTE: "perm", Op.SLICE: "slices",
@@ -29,6 +30,9 @@ def _arg_str(node) -> str:
     if node.op == Op.CONST:
         return f" {node.arg!r}"
     name = _ARG_NAMES.get(node.op, "axes")
+    if node.op in (Op.RESHAPE, Op.EXPAND) and any(dim_text(d) != str(d) for d in node.arg):
+        # run-time extents print as s0, s1...
+        return f" {name}=({','.join(map(dim_text, node.arg))}{',' * (len(node.arg) == 1)})"
     return f" {name}={node.arg!r}".replace(", ", ",")
 
 

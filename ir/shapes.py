@@ -9,6 +9,39 @@ from .errors import ShapeError
 Shape = tuple
 
 
+# Run-time extents (jc.jit(dynamic=True)): a graph is traced and lowered once with each
+# dynamic extent k replaced by the placeholder `dynamic_extent(k)`, a prime far above any real
+# extent, so the passes treat it as "large" and never simplify with it as a small bound (and,
+# being prime, a multiple of it is divisible by a small number only when its cofactor is);
+# the backend reads the actual value from the call's extent array wherever a loop bound or a
+# buffer size is this placeholder. Any other integer this large in a lowered graph (a stride
+# or an extent computed from a placeholder) means the graph needs that extent's value
+# (jitcore.passes.dynamic then keeps it static).
+PLACEHOLDERS = (1099511627791, 1103806595179, 1108101562427, 1112396529683, 1116691497029,
+                1120986464327, 1125281431591, 1129576398859, 1133871366161, 1138166333443,
+                1142461300817, 1146756268067, 1151051235337, 1155346202671, 1159641169927,
+                1163936137249)          # the first prime above 2**40 + k * 2**32
+MAX_SYMBOLS = len(PLACEHOLDERS)
+_SYMBOL = {p: k for k, p in enumerate(PLACEHOLDERS)}
+HUGE = 1 << 36                # real extents, strides and offsets stay below this
+
+
+def dynamic_extent(k: int) -> int:
+    """The placeholder extent of dynamic symbol k."""
+    return PLACEHOLDERS[k]
+
+
+def symbol_of(n) -> int | None:
+    """k when `n` is the placeholder of dynamic symbol k, else None."""
+    return _SYMBOL.get(n) if type(n) is int else None
+
+
+def dim_text(d: int) -> str:
+    """An extent as the graph text prints it: `s0` for dynamic symbol 0's placeholder."""
+    k = symbol_of(d)
+    return str(d) if k is None else f"s{k}"
+
+
 def as_shape(shape) -> Shape:
     """A tuple of non-negative ints from an int or an iterable of ints."""
     if isinstance(shape, int):

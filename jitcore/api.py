@@ -5,7 +5,9 @@ import functools
 import inspect
 import sys
 import threading
+import dataclasses
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -15,6 +17,7 @@ from jitcore.ir.errors import DTypeError, JitcoreError, ShapeError, TraceError
 from jitcore.ir.graph import ConstArray
 from jitcore.ir.graph import Graph as IRGraph
 from jitcore.ir.ops import Op
+from jitcore.passes.dynamic import NotDynamic
 from jitcore.runtime.forksafe import renew_in_child
 from jitcore.runtime.settings import validate_count
 
@@ -25,6 +28,7 @@ from .callpath import MISMATCH, SCALAR_TYPES, CallPlan, ScalarArgs
 from .compiler import compile_graph
 from .dispatch import Dispatch, lookup_paths, plan_key
 from .lru import LRU
+from .shape_classes import class_key, shape_classes
 from .signature import describe, signature_of, to_array
 from .targetinfo import select_target
 from . import tensor_methods  # noqa: F401 -- gives Tracer its operators before any trace
@@ -63,6 +67,21 @@ def _warn_copies(fn_name: str, given: tuple, arrays: tuple, names: list) -> None
         if isinstance(g, np.ndarray) and a is not g and not np.may_share_memory(g, a):
             log.warning("%s: argument %d (%s) is copied on every call: byte-swapped, "
                         "misaligned or strides not whole elements", fn_name, i, names[i])
+
+
+@dataclass(frozen=True)
+class _Dynamic:
+    """What dynamic=True made of a shape class: `compiled` (None: compiled per shape, `note`
+    says why), the class itself, and the Python scalar arguments' records."""
+    compiled: object
+    shape_class: object
+    scalars: object
+    note: str | None
+
+
+def _scalar_args(weak: list):
+    scalars = {i: (w.pytype, w.narrowed) for i, w in enumerate(weak) if w is not None}
+    return ScalarArgs(scalars) if scalars else None
 
 
 def _no_plan_yet(*args):
@@ -108,7 +127,7 @@ class JitFunction:
     is traced inline: its ops become part of the caller's graph."""
 
     def __init__(self, fn, vector_width=None, num_threads=None, prepack_weights=True,
-                 constants=None, static_argnums=(), static_argnames=()):
+                 constants=None, static_argnums=(), static_argnames=(), dynamic=False):
         # the options as given (every parameter but fn, so new ones travel too): a pickled
         # copy is rebuilt with them
         self._options = dict(locals())
@@ -140,6 +159,10 @@ class JitFunction:
             validate_count(num_threads, "jit(num_threads=)")
         # constant matmul operands are packed into the GEMM's panel layout at compile time
         self.prepack_weights = prepack_weights
+        # dynamic=True: leading extents are run-time values (jitcore/shape_classes.py); shape
+        # class -> _Dynamic (the compiled graph, or why the class is compiled per shape)
+        self.dynamic = bool(dynamic)
+        self._classes = LRU()
         # (shape, strides, dtype) per arg -> CallPlan; an LRU as long as the compile cache's,
         # so a function called with ever new shapes does not keep every compiled graph alive
         self._plans = LRU()
@@ -203,8 +226,8 @@ class JitFunction:
             plan = self._plans.lookup(key)
         if plan is None:
             _warn_copies(self.__name__, given, args, self._arg_names(len(args)))
-            compiled, scalars = self._compiled_with_scalars(args)
-            plan = CallPlan(compiled, scalars)
+            compiled, scalars, extents = self._compiled_with_scalars(args)
+            plan = CallPlan(compiled, scalars, extents)
             with _PLANS_LOCK:
                 self._plans.put(key, plan)
                 # new lookup paths over a snapshot of the plans: calls read it unlocked
@@ -288,7 +311,7 @@ class JitFunction:
         specialized.__name__ = self.__name__
         variant = JitFunction(specialized, vector_width=self._vector_width,
                               num_threads=self.num_threads,
-                              prepack_weights=self.prepack_weights)
+                              prepack_weights=self.prepack_weights, dynamic=self.dynamic)
         names = self._arg_names(n_pos)
         variant._params = [names[i] for i in range(n_pos) if i not in static_at] + list(dyn_kw)
         return variant
@@ -308,15 +331,62 @@ class JitFunction:
         return names, sigs, weak
 
     def _compiled_with_scalars(self, args: tuple):
+        """(compiled graph, ScalarArgs or None, the run-time extents' values) for a call."""
         names, sigs, weak = self._signatures(args)
+        if self.dynamic:
+            found = self._dynamic(names, sigs, weak)
+            if found.compiled is not None:
+                return found.compiled, found.scalars, found.shape_class.extents(sigs)
         t0 = time.perf_counter()
         graph = self._trace(sigs, names, weak)
         trace_seconds = time.perf_counter() - t0
         strides = tuple(s[2] for s in sigs)
         compiled = compile_graph(graph, strides, select_target(self._vector_width),
                                  self.num_threads or 0, self.prepack_weights, trace_seconds)
-        scalars = {i: (w.pytype, w.narrowed) for i, w in enumerate(weak) if w is not None}
-        return compiled, (ScalarArgs(scalars) if scalars else None)
+        return compiled, _scalar_args(weak), ()
+
+    def _dynamic(self, names: list, sigs: list, weak: list) -> "_Dynamic":
+        """The compiled code of a call's shape class (traced with placeholders for its
+        run-time extents), or, when no extent can vary or the graph needs their values, a
+        record of why (the call then compiles per shape)."""
+        tries = shape_classes(sigs)
+        if not tries:
+            return _Dynamic(None, None, None, "no extent can vary (leading extents of 0 or 1, "
+                            "or no C-contiguous array argument)")
+        key = tuple(class_key(sc) for sc in tries)
+        with _PLANS_LOCK:
+            found = self._classes.lookup(key)
+        if found is not None:
+            return found
+        reasons = []
+        for sc in tries:
+            found = self._compile_class(sc, names, weak)
+            if found.compiled is not None:
+                break
+            reasons.append(f"{sc.describe(names)}: {found.note}")
+        found = dataclasses.replace(found, note="; ".join(reasons) or None)
+        if found.compiled is None:
+            log.info("%s: dynamic=True: compiled per shape: %s", self.__name__, found.note)
+        with _PLANS_LOCK:
+            self._classes.put(key, found)
+        return found
+
+    def _compile_class(self, sc, names: list, weak: list) -> "_Dynamic":
+        """One shape class traced with placeholders and compiled, or why it cannot be."""
+        weak = [None if w is None else WeakScalar(w.pytype, w.name, set()) for w in weak]
+        t0 = time.perf_counter()
+        try:
+            graph = self._trace(list(sc.sigs), names, weak)
+            compiled = compile_graph(graph, tuple(s[2] for s in sc.sigs),
+                                     select_target(self._vector_width), self.num_threads or 0,
+                                     self.prepack_weights, time.perf_counter() - t0,
+                                     dynamic=True)
+            return _Dynamic(compiled, sc, _scalar_args(weak), None)
+        except NotDynamic as e:
+            return _Dynamic(None, sc, None, e.reason)
+        except JitcoreError as e:      # e.g. the graph combines it with a static extent
+            return _Dynamic(None, sc, None, "tracing with it as a run-time extent failed: "
+                            f"{str(e).split(' (while tracing')[0]}")
 
     def _compiled(self, args: tuple):
         return self._compiled_with_scalars(args)[0]
@@ -394,7 +464,21 @@ class JitFunction:
         """A report: graph, kernels, vectorization decisions, bytes, flops and compile time."""
         from .explain import explain
         target, args = self._inspected(args, kwargs)
-        return explain(target._compiled(args))
+        report = explain(target._compiled(args))
+        return report if not target.dynamic else target._shapes_line(args) + "\n" + report
+
+    def _shapes_line(self, args: tuple) -> str:
+        """explain()'s first line for dynamic=True: which extents are run-time values."""
+        names, sigs, weak = self._signatures(args)
+        found = self._dynamic(names, sigs, weak)
+        if found.compiled is None:
+            return f"shapes: every extent static (compiled per shape): {found.note}"
+        values = found.shape_class.extents(sigs)
+        run_time = found.shape_class.describe(names)
+        return (f"shapes: run-time extents {run_time} (this call: "
+                f"{', '.join(f's{k}={v}' for k, v in enumerate(values))}; each >= 2, sizes "
+                "0 and 1 compile on their own); every other extent static"
+                + (f" (tried first: {found.note})" if found.note else ""))
 
     def __repr__(self):
         count = len(self._plans) + sum(len(v._plans) for v in list(self._variants.values()))
@@ -444,7 +528,7 @@ class BoundJitFunction:
 
 
 def jit(fn=None, *, vector_width=None, num_threads=None, prepack_weights=True,
-        constants=None, static_argnums=(), static_argnames=()):
+        constants=None, static_argnums=(), static_argnames=(), dynamic=False):
     """Decorator: `@jc.jit` or `@jc.jit(vector_width=256)`.
 
     constants={"W": W} binds fn's parameter W to (a copy of) the array W: calls pass the other
@@ -456,12 +540,19 @@ def jit(fn=None, *, vector_width=None, num_threads=None, prepack_weights=True,
     once. Other Python scalar arguments (bool, int, float) are run-time values, weak-typed
     as in numpy 2 (f(float32_array, 2.0) is float32); arrays are inputs.
 
+    dynamic=True: the leading extent of each array argument is a run-time value, so calls
+    whose leading sizes differ (the batch size) share one compiled graph; equal leading
+    extents are one value (checked at each call); sizes 0 and 1 and the other axes are
+    static. A graph that needs such an extent's value (a reshape that splits it, an index
+    into it...) is compiled per shape, and explain() says why (jitcore/shape_classes.py).
+
     Works on functions, functools.partial objects, callable objects and methods
     (`@jc.jit` in a class body binds `self` as a static argument)."""
     def wrap(f):
         return JitFunction(f, vector_width=vector_width, num_threads=num_threads,
                            prepack_weights=prepack_weights, constants=constants,
-                           static_argnums=static_argnums, static_argnames=static_argnames)
+                           static_argnums=static_argnums, static_argnames=static_argnames,
+                           dynamic=dynamic)
     return wrap(fn) if fn is not None else wrap
 
 

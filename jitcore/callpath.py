@@ -21,6 +21,8 @@ import functools
 
 import numpy as np
 
+from jitcore.passes.symbolic import PLACEHOLDERS, scaled_symbol
+
 from . import log, output_cache
 from .compiler import CompiledGraph, python_api
 from .llvm import entry as abi
@@ -92,9 +94,13 @@ if not NATIVE_LAYOUT_OK:
                 "entry reads: every call takes the slower checked path")
 
 
-def _entry_function(compiled: CompiledGraph):
-    """ctypes wrapper of the entry: big calls release the GIL, tiny ones skip that cost."""
+def _entry_function(compiled: CompiledGraph, extents: tuple = ()):
+    """ctypes wrapper of the entry: big calls release the GIL, tiny ones skip that cost.
+    (A graph with run-time extents counts its bytes at their placeholders: scaled to this
+    plan's largest extent, roughly.)"""
     moved = sum(k.bytes for k in compiled.kernels)
+    if extents:
+        moved = moved * max(extents) // PLACEHOLDERS[0]
     proto = ctypes.CFUNCTYPE if moved > GIL_RELEASE_BYTES else ctypes.PYFUNCTYPE
     return proto(ctypes.c_int32, ctypes.py_object)(compiled.entry_address)
 
@@ -192,14 +198,30 @@ def scalar_array(value, pytype: type) -> np.ndarray:
                             "the argument static)") from None
 
 
+def concrete_shape(shape: tuple, extents: tuple) -> tuple:
+    """A shape with each run-time extent's placeholder (c times it: c times its value)
+    replaced by its value."""
+    out = []
+    for d in shape:
+        found = scaled_symbol(d)
+        out.append(d if found is None else found[0] * extents[found[1]])
+    return tuple(out)
+
+
 class CallPlan:
-    def __init__(self, compiled: CompiledGraph, scalars: ScalarArgs | None = None):
+    """`extents`: for a graph compiled with run-time extents (jc.jit(dynamic=True)), the
+    values of its symbols in this plan's signature (one plan per concrete signature; they
+    share the compiled graph)."""
+
+    def __init__(self, compiled: CompiledGraph, scalars: ScalarArgs | None = None,
+                 extents: tuple = ()):
         self.compiled = compiled
         self.scalars = scalars
+        self.extents = (ctypes.c_int64 * max(len(extents), 1))(*extents)
         lowered = compiled.lowered
         self.consts = tuple(c.array for c in lowered.consts)
         out_bufs = lowered.buffers_of_kind("output")
-        self.out_specs = [(b.shape, b.dtype.np) for b in out_bufs]
+        self.out_specs = [(concrete_shape(b.shape, extents), b.dtype.np) for b in out_bufs]
         first_out = out_bufs[0].slot if out_bufs else 0
         self.out_index = [s - first_out for s in lowered.outputs]   # graph output -> buffer
         # one buffer per output position: outputs are distinct arrays, never one twice
@@ -207,12 +229,12 @@ class CallPlan:
         allocators = [_allocator(shape, dtype) for shape, dtype in self.out_specs]
         self._allocate = lambda: tuple([empty() for empty in allocators])
         self.single = len(lowered.outputs) == 1
-        self.expected = [(lowered.buffers[s].shape, lowered.buffers[s].dtype)
-                         for s in lowered.outputs]
+        self.expected = [(concrete_shape(lowered.buffers[s].shape, extents),
+                          lowered.buffers[s].dtype) for s in lowered.outputs]
         # gathers report a failed index check into a per-call int64[2] status array passed
         # after the outputs; the checks table turns it into the IndexError
         self.checks = lowered.checks or []
-        self.entry = _entry_function(compiled) if NATIVE_LAYOUT_OK else None
+        self.entry = _entry_function(compiled, extents) if NATIVE_LAYOUT_OK else None
         self.fast = self._make_fast() if NATIVE_LAYOUT_OK else (lambda args: MISMATCH)
         self.fast_out = self._make_fast_out() if NATIVE_LAYOUT_OK else \
             (lambda args, out: MISMATCH)
@@ -350,7 +372,7 @@ class CallPlan:
             # e.g. int64 with typecode 'q', or unusual strides on size-1 axes: the arrays
             # were validated in Python, so hand the pointers over directly
             ptrs = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
-            rc = self.compiled.run(ptrs)
+            rc = self.compiled.run(ptrs, self.extents)
         if rc:
             self._status(rc)
         if st[0]:

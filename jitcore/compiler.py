@@ -32,7 +32,8 @@ from jitcore.runtime import PARALLEL_FOR, TASK_SPAWN, TASK_WAIT
 from jitcore.runtime.forksafe import renew_in_child
 
 
-RUN_TYPE = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.POINTER(ctypes.c_void_p))
+RUN_TYPE = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.POINTER(ctypes.c_void_p),
+                            ctypes.POINTER(ctypes.c_int64))   # (slots, run-time extents)
 
 
 @dataclass(frozen=True)
@@ -115,15 +116,19 @@ def cache_info() -> dict:
 
 def cache_key(graph: Graph, strides: tuple, target: Target, threads: int,
               prepack: bool) -> tuple:
+    # (a graph with run-time extents has their placeholders in its text: its own key)
     return (graph.text(), strides, target.key(), threads, prepack, VERSION)
 
 
 def compile_graph(graph: Graph, strides: tuple, target: Target, threads: int = 0,
-                  prepack: bool = True, trace_seconds: float = 0.0) -> CompiledGraph:
+                  prepack: bool = True, trace_seconds: float = 0.0,
+                  dynamic: bool = False) -> CompiledGraph:
     """Compile (or fetch from the cache). `strides`: per input, strides in elements;
     `threads`: intra-op threads for this graph (0: the process-wide setting); `prepack`:
     pack constant GEMM weights at compile time (unless JITCORE_PREPACK=0); `trace_seconds`:
-    what tracing the graph took, recorded with the compile's other stages."""
+    what tracing the graph took, recorded with the compile's other stages; `dynamic`: the
+    graph's shapes hold run-time extents (passes/symbolic.py), and the passes raise
+    passes.dynamic.NotDynamic when it needs their values."""
     prepack = prepack and config.get().prepack
     t0 = time.perf_counter()
     key = cache_key(graph, strides, target, threads, prepack)
@@ -143,7 +148,7 @@ def compile_graph(graph: Graph, strides: tuple, target: Target, threads: int = 0
             hit = _CACHE.get(key)
         if hit is None:
             hit = _compile(graph, strides, target, threads, prepack,
-                           {"trace": trace_seconds, "cache_key": key_seconds})
+                           {"trace": trace_seconds, "cache_key": key_seconds}, dynamic)
             with _CACHE_LOCK:
                 _CACHE.put(key, hit)
                 STATS["compiles"] += 1
@@ -222,11 +227,11 @@ COMPILE_SECONDS = dict.fromkeys(STAGES + ("total",), 0.0)    # summed over this 
 
 
 def _compile(graph: Graph, strides: tuple, target: Target, threads: int,
-             prepack: bool, front_seconds: dict) -> CompiledGraph:
+             prepack: bool, front_seconds: dict, dynamic: bool = False) -> CompiledGraph:
     t0 = time.perf_counter()
     input_strides = {inp.arg: s for inp, s in zip(graph.inputs, strides)}
     lowered = run_pipeline(graph, target.vector_bits, input_strides, target.masked_tails,
-                           verify_stages=config.get().verify)
+                           verify_stages=config.get().verify, dynamic=dynamic)
     t1 = time.perf_counter()
     packed = 0
     if prepack:

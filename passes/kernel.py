@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from jitcore.ir.dtypes import DType
 from jitcore.ir.ops import Op
 
-from .symbolic import Lin, Var
+from .symbolic import Lin, Var, extent_text
 
 
 @dataclass(frozen=True)
@@ -281,12 +281,13 @@ class Kernel:
             row = self.loops[0].var
             inner = [p.loop_nest.split(", ", 1)[1] if len(p.loops) > 1 else "(one element)"
                      for p in self.parts]
-            return f"for {row.name} in 0..{row.extent} (parallel): " + "; then ".join(inner)
+            return (f"for {row.name} in 0..{extent_text(row.extent)} (parallel): "
+                    + "; then ".join(inner))
         parts = []
         for i, lp in enumerate(self.loops):
             tag = lp.kind + (", vector" if self.vectorized and i == len(self.loops) - 1 else "")
             tag += f", {self.lanes}x{self.lanes} tiles" if lp.var == self.tile_var else ""
-            parts.append(f"{lp.var.name} in 0..{lp.var.extent} ({tag})")
+            parts.append(f"{lp.var.name} in 0..{extent_text(lp.var.extent)} ({tag})")
         if self.pool is not None:       # each output then reduces its window
             spec = self.pool.spec
             parts.append("adaptive window" if spec.adaptive else

@@ -5,6 +5,7 @@ from jitcore.ir.graph import Graph
 from jitcore.ir.verifier import verify as verify_graph
 
 from .decompose import decompose
+from .dynamic import check_graph, check_lowered
 from .fold_batch_norm import fold_batch_norm
 from .fuse_outputs import fuse_outputs
 from .fuse_rows import fuse_rows
@@ -17,10 +18,13 @@ from .tasks import schedule
 
 
 def run_pipeline(graph: Graph, vector_bits: int, input_strides: dict | None = None,
-                 masked_tails: bool = False, verify_stages: bool = True) -> LoweredGraph:
+                 masked_tails: bool = False, verify_stages: bool = True,
+                 dynamic: bool = False) -> LoweredGraph:
     """Graph -> primitive graph -> kernels with vectorization decisions. `verify_stages`:
     check the graph's typing before and after each graph pass (a third of the Python pass
-    time of a long chain, so the compile driver leaves it to JITCORE_VERIFY=1)."""
+    time of a long chain, so the compile driver leaves it to JITCORE_VERIFY=1). `dynamic`:
+    the graph's shapes hold run-time extents (symbolic.dynamic_extent); raises
+    dynamic.NotDynamic when the graph needs the value of one."""
     verify = verify_graph if verify_stages else _unchecked
     # stages: fold batch norms into constant convs and matmuls, decompose composites,
     # simplify (CSE, folding), move elementwise ops into the concatenations they read, split
@@ -35,12 +39,16 @@ def run_pipeline(graph: Graph, vector_bits: int, input_strides: dict | None = No
     sunk = sink_into_concat(graph)
     graph = verify(simplify(sunk)) if sunk is not graph else graph   # (folds constant regions)
     graph = verify(split_reductions(graph, input_strides))
+    if dynamic:
+        check_graph(graph)
     lowered = lower(graph, input_strides)
     for kernel in lowered.kernels:
         check(kernel, vector_bits, masked_tails)
     lowered.kernels = fuse_outputs(lowered.kernels, vector_bits, masked_tails)
     lowered.kernels = fuse_rows(lowered.kernels)
     lowered.steps = schedule(lowered.kernels)
+    if dynamic:
+        check_lowered(lowered)
     return lowered
 
 

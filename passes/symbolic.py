@@ -9,6 +9,31 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# run-time extents (jc.jit(dynamic=True)): their placeholders are defined with shapes; a
+# loop over axes merged with a dynamic one runs c * s_k times (scaled_symbol)
+from jitcore.ir.shapes import (HUGE, MAX_SYMBOLS, PLACEHOLDERS,  # noqa: F401
+                               dynamic_extent, symbol_of)
+
+
+def scaled_symbol(n) -> tuple | None:
+    """(c, k) when `n` is c times the placeholder of symbol k (a loop over merged axes, one
+    of them dynamic: c * s_k iterations), with 0 < c < HUGE; else None."""
+    if type(n) is not int or n < PLACEHOLDERS[0]:
+        return None
+    for k, p in enumerate(PLACEHOLDERS):
+        if n % p == 0 and n // p < HUGE:
+            return n // p, k
+    return None
+
+
+def extent_text(n: int) -> str:
+    """An extent as printed in loop nests: `s0` for dynamic symbol 0, `4*s0` for 4 times it."""
+    found = scaled_symbol(n)
+    if found is None:
+        return str(n)
+    c, k = found
+    return f"s{k}" if c == 1 else f"{c}*s{k}"
+
 
 @dataclass(frozen=True)
 class Var:

@@ -20,14 +20,18 @@ def kernel_type() -> ir.FunctionType:
     return ir.FunctionType(ir.VoidType(), [I64, I64, I8PP])
 
 
-def emit_parallel_for(builder: ir.IRBuilder, kernel: ir.Function, extent: int, bufs,
+def emit_parallel_for(builder: ir.IRBuilder, kernel: ir.Function, extent, bufs,
                       grain: int, threads: int = 0) -> None:
     """Run `kernel` over [0, extent) in chunks of at least `grain` iterations, on `threads`
     threads (0: the process-wide setting; 1: always on the calling thread).
 
     Work that fits in one chunk is a direct call: no pool, no wake-up. Larger work goes to
-    the runtime's `jc_parallel_for` (linked in from the runtime library).
+    the runtime's `jc_parallel_for` (linked in from the runtime library). `extent` may be
+    an i64 value known only at run time (then that choice is made at run time).
     """
+    if not isinstance(extent, int):
+        _emit_parallel_for_runtime(builder, kernel, extent, bufs, grain, threads)
+        return
     if extent <= 0:
         return
     if extent <= grain or threads == 1:
@@ -36,6 +40,22 @@ def emit_parallel_for(builder: ir.IRBuilder, kernel: ir.Function, extent: int, b
     pfor = _declare(builder.module, PARALLEL_FOR,
                     ir.FunctionType(ir.VoidType(), [KERNEL_PTR, I64, I64, I8PP, I32]))
     builder.call(pfor, [kernel, I64(extent), I64(grain), bufs, I32(threads)])
+
+
+def _emit_parallel_for_runtime(builder, kernel, extent, bufs, grain: int, threads: int):
+    if threads == 1:
+        with builder.if_then(builder.icmp_signed(">", extent, I64(0))):
+            builder.call(kernel, [I64(0), extent, bufs])
+        return
+    small = builder.icmp_signed("<=", extent, I64(grain))
+    with builder.if_else(small) as (direct, pooled):
+        with direct:
+            with builder.if_then(builder.icmp_signed(">", extent, I64(0))):
+                builder.call(kernel, [I64(0), extent, bufs])
+        with pooled:
+            pfor = _declare(builder.module, PARALLEL_FOR,
+                            ir.FunctionType(ir.VoidType(), [KERNEL_PTR, I64, I64, I8PP, I32]))
+            builder.call(pfor, [kernel, extent, I64(grain), bufs, I32(threads)])
 
 
 def _declare(module: ir.Module, name: str, fnty: ir.FunctionType) -> ir.Function:

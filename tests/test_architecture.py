@@ -38,7 +38,7 @@ FRONT_LAYERS = [
      {"jitcore.explain", "jitcore.dump", "jitcore.diskcache", "jitcore.parallel",
       "jitcore.compiler", "jitcore.threadpool_control", "jitcore.output_cache"}),
     ("call path", {"jitcore.signature", "jitcore.callpath", "jitcore.dispatch",
-                   "jitcore.foreign", "jitcore.arguments"}),
+                   "jitcore.foreign", "jitcore.arguments", "jitcore.shape_classes"}),
     ("public API", {"jitcore.api", "jitcore.futures", "jitcore.eager", "jitcore.pickling",
                     "jitcore"}),
     ("PyTorch front (optional: `import jitcore` never imports it)", {"jitcore.torch"}),

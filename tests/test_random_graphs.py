@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -1084,6 +1085,66 @@ def test_random_programs_match_numpy(program):
         except AssertionError as e:
             graph = _graph_text(f, call_args(program, inputs))
             raise AssertionError(f"{e}\nprogram:\n{program}\ngraph:\n{graph}") from None
+
+
+def _resized(program, inputs, n: int) -> list | None:
+    """The inputs with the leading extent of every input that shares input 0's replaced by n
+    (None when input 0 has no leading axis of 2 or more)."""
+    lead = inputs[0].shape[0] if inputs[0].ndim else 0
+    if lead < 2:
+        return None
+    rng = np.random.default_rng(program.seed + n)
+    return [(rng.standard_normal((n, *x.shape[1:])) * 2.0).astype(x.dtype)
+            if x.ndim and x.shape[0] == lead else x for x in inputs]
+
+
+@settings(max_examples=80, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                 HealthCheck.filter_too_much])
+@given(programs())
+def test_random_programs_with_run_time_extents_match_numpy(program):
+    """dynamic=True (the leading extents run-time values where the program allows): the
+    drawn shapes, then the same program at two other leading sizes through the same jitted
+    function (where numpy runs the program at that size: a reshape or slice with literal
+    extents may not), each held to the float64 reference as the static test is."""
+    rng = np.random.default_rng(program.seed)
+    inputs = [(rng.standard_normal(s) * 2.0).astype(d)
+              for s, d in zip(program.input_shapes, program.input_dtypes)]
+    least = F32 if _float32_anywhere(program) else F64
+    f = jitted(program, dynamic=True)
+    lead = inputs[0].shape[0] if inputs[0].ndim else 0
+    for size_inputs in [inputs, _resized(program, inputs, lead + 3),
+                        _resized(program, inputs, 2)]:
+        if size_inputs is None:
+            continue
+        try:
+            refs, bounds = error_bounds(program, size_inputs, ULP[least])
+            with quiet_numpy():
+                typed = run(program, size_inputs)
+        except (ValueError, IndexError):          # numpy cannot run it at this size either
+            continue
+        args = call_args(program, size_inputs)
+        try:
+            got = f(*args)
+        except jc.JitcoreError as e:
+            if size_inputs is not inputs:     # the program's literal extents may not fit
+                with pytest.raises(type(e)):  # a resized input: static code refuses it too
+                    jitted(program)(*args)
+                continue
+            raise AssertionError(f"jitcore (dynamic=True) failed on\n{program}\n"
+                                 f"{type(e).__name__}: {e}") from e
+        except Exception as e:
+            raise AssertionError(f"jitcore (dynamic=True) failed on\n{program}\nat shapes "
+                                 f"{[x.shape for x in size_inputs]}\n{type(e).__name__}: {e}")
+        got = got if isinstance(got, tuple) else (got,)
+        for k, (g, r, t, e) in enumerate(zip(got, refs, typed, bounds)):
+            try:
+                assert_close(g, r, np.asarray(t).dtype, rtol=0.0, atol=TOL[least][1] + e,
+                             msg=f"output {k}")
+            except AssertionError as err:
+                raise AssertionError(f"{err}\nprogram:\n{program}\nshapes "
+                                     f"{[x.shape for x in size_inputs]}\n"
+                                     f"{f.explain(*args)}") from None
 
 
 def integer_program_inputs(program):

@@ -10,8 +10,9 @@ from llvmlite import ir
 
 from jitcore.ir.ops import INDEX_REDUCE, REDUCE_COMBINE, Op
 from jitcore.passes.kernel import Compute, Const, Gather, Kernel, Load, walk
+from jitcore.passes.dynamic import DIMS_SLOT, uses_dynamic
 from jitcore.passes.legality import varies
-from jitcore.passes.symbolic import Div, Lin, Var
+from jitcore.passes.symbolic import Div, Lin, Var, scaled_symbol
 from jitcore.runtime import kernel_type
 
 from . import irutil as u
@@ -91,6 +92,28 @@ class KernelEmitter:
         # the vector stores at hand are aligned; `self.streamed_any`: the kernel needs a fence
         self.streamed = streamed_slots(kernel, stream_bytes)
         self.streaming, self.streamed_any = False, False
+        self.stream_bytes = stream_bytes
+        # run-time extents (jc.jit(dynamic=True)): the call's i64 extent array is the
+        # kernel's first pointer; loop bounds that are placeholders read it
+        self.dims, self.dim_values = None, {}
+        if uses_dynamic(kernel):
+            self.buffer_slots.append(DIMS_SLOT)
+            with self.b.goto_entry_block():
+                raw = self.b.load(self.b.gep(self.bufs, [u.I64(0)]), name="dims")
+                self.dims = self.b.bitcast(raw, u.I64.as_pointer())
+
+    def extent(self, n: int):
+        """An extent (or a stride) as an i64 value: a constant, or c times the call's value
+        of dynamic symbol k (scaled_symbol)."""
+        found = scaled_symbol(n)
+        if found is None:
+            return u.I64(n)
+        if found not in self.dim_values:
+            c, k = found
+            with self.b.goto_entry_block():
+                v = self.b.load(self.b.gep(self.dims, [u.I64(k)]), name=f"s{k}")
+                self.dim_values[found] = v if c == 1 else self.b.mul(v, u.I64(c))
+        return self.dim_values[found]
 
     # -- memory ---------------------------------------------------------------------------
     def base_ptr(self, buf):
@@ -103,13 +126,15 @@ class KernelEmitter:
         return self.b.bitcast(self.ptrs[buf.slot], u.memory_type(buf.dtype).as_pointer())
 
     def index(self, e: Lin):
-        acc = u.I64(e.const)
+        """An index expression as i64 (its constant and coefficients may be multiples of a
+        run-time extent: strides of the axes inside a dynamic one)."""
+        acc = self.extent(e.const)
         for atom, coeff in e.terms:
             if isinstance(atom, Var):
                 v = self.env[atom]
             else:
                 v = self.floor_divmod(atom)
-            acc = self.b.add(acc, v if coeff == 1 else self.b.mul(v, u.I64(coeff)))
+            acc = self.b.add(acc, v if coeff == 1 else self.b.mul(v, self.extent(coeff)))
         return acc
 
     def floor_divmod(self, atom):
@@ -246,7 +271,7 @@ class KernelEmitter:
     # -- loops ----------------------------------------------------------------------------
     def loop(self, lp, body, first: bool, step: int = 1):
         """A scalar loop over one variable; the kernel's first loop covers [start, stop)."""
-        lo, hi = (self.start, self.stop) if first else (u.I64(0), u.I64(lp.var.extent))
+        lo, hi = (self.start, self.stop) if first else (u.I64(0), self.extent(lp.var.extent))
         with u.for_range(self.b, lo, hi, step, name=lp.var.name) as i:
             self.env[lp.var] = i
             body()
@@ -258,7 +283,7 @@ class KernelEmitter:
 
     def bounds(self, lp, first: bool) -> tuple:
         """[lo, hi) of a loop: the call's [start, stop) for the kernel's first loop."""
-        return (self.start, self.stop) if first else (u.I64(0), u.I64(lp.var.extent))
+        return (self.start, self.stop) if first else (u.I64(0), self.extent(lp.var.extent))
 
     def vector_loop(self, lp, body, first: bool, unroll: int = 1, blocked: bool = False,
                     on_block=None, bounds=None):
@@ -330,6 +355,13 @@ class KernelEmitter:
         for address in addresses[1:]:
             same = b.icmp_unsigned("==", b.and_(address, u.I64(vector - 1)), skew)
             aligned = b.and_(aligned, same)
+        if self.dims is not None:
+            # run-time extents: streamed_slots saw placeholders, so the call's own output
+            # size decides (below the threshold the plain loop keeps the output in cache)
+            total = u.I64(item * len(stores))
+            for loop in self.kernel.loops:
+                total = b.mul(total, self.extent(loop.var.extent))
+            aligned = b.and_(aligned, b.icmp_signed(">=", total, u.I64(self.stream_bytes)))
         peel = b.udiv(b.and_(b.sub(u.I64(vector), skew), u.I64(vector - 1)), u.I64(item))
         mid = b.select(b.icmp_signed("<", b.sub(hi, lo), peel), hi, b.add(lo, peel))
         with b.if_else(aligned, likely=True) as (then, otherwise):
@@ -468,7 +500,7 @@ class KernelEmitter:
         if scalar or lp.var != k.tile_var:
             return self.loop(lp, lambda: self.tile_nest(i + 1, scalar), first)
         lanes = k.lanes
-        lo, hi = (self.start, self.stop) if first else (u.I64(0), u.I64(lp.var.extent))
+        lo, hi = (self.start, self.stop) if first else (u.I64(0), self.extent(lp.var.extent))
         start = lo
         if i + 1 == len(loops) - 1 and TILE_BLOCK > 1:
             # blocks of TILE_BLOCK tiles per column step: the transposed source is read in
@@ -657,9 +689,10 @@ class KernelEmitter:
             return accumulate
 
         def row_blocks():
-            full = row.extent // STREAM_ROWS * STREAM_ROWS
-            for lo, hi, step in ((0, full, STREAM_ROWS), (full, row.extent, 1)):
-                with u.for_range(self.b, u.I64(lo), u.I64(hi), step, name=row.name) as i:
+            rows_n = self.extent(row.extent)
+            full = self.b.mul(self.b.sdiv(rows_n, u.I64(STREAM_ROWS)), u.I64(STREAM_ROWS))
+            for lo, hi, step in ((u.I64(0), full, STREAM_ROWS), (full, rows_n, 1)):
+                with u.for_range(self.b, lo, hi, step, name=row.name) as i:
                     self.env[row] = i
                     self.vector_loop(k.loops[-1], rows(step), True)
 

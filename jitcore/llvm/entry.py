@@ -5,10 +5,18 @@ It lets Python make one call with a tuple of arrays: it reads `ob_item[i]` of th
 It first checks that every input is an ndarray of the compiled shape, strides and dtype (and
 every output writeable and apart from the inputs), so Python's fast path needs no signature
 lookup of its own. Return codes: OK, OUT_OF_MEMORY (from run), SIGNATURE_MISMATCH.
+
+A graph with run-time extents (jc.jit(dynamic=True)) has placeholders in its buffers'
+shapes (passes/symbolic.py): the entry reads each dynamic extent from the first input that
+has it, requires it to be at least 2 (sizes 0 and 1 are compiled on their own: a size-1
+axis broadcasts), checks every other axis of that symbol equals it, and passes the values
+to run as an i64 array.
 """
 from __future__ import annotations
 
 from llvmlite import ir
+
+from jitcore.passes.symbolic import scaled_symbol, symbol_of
 
 from . import irutil as u
 
@@ -36,9 +44,10 @@ def _fail_unless(b: ir.IRBuilder, cond, fail_bb):
     b.position_at_end(ok)
 
 
-def _check_array(b, item, buf, ndarray_type, fail_bb):
+def _check_array(b, item, buf, ndarray_type, fail_bb, dims=None):
     """Branch to fail_bb unless `item` is an ndarray of exactly buf's shape, strides and dtype
-    (outputs must also be writeable)."""
+    (outputs must also be writeable). `dims`: symbol -> its i64 value (filled here from the
+    first array that has it) and "array" -> the extent array (graphs with run-time extents)."""
     typ = b.load(u.gep_bytes(b, item, OB_TYPE_OFFSET, u.I8P))
     _fail_unless(b, b.icmp_unsigned("==", typ, ndarray_type), fail_bb)
     nd = b.load(u.gep_bytes(b, item, ARRAY_ND_OFFSET, u.I32))
@@ -54,42 +63,73 @@ def _check_array(b, item, buf, ndarray_type, fail_bb):
         _fail_unless(b, b.icmp_unsigned("!=", writeable, u.I32(0)), fail_bb)
     if not buf.shape:
         return
-    dims = b.load(u.gep_bytes(b, item, ARRAY_DIMS_OFFSET, u.I64.as_pointer()))
     strides = b.load(u.gep_bytes(b, item, ARRAY_STRIDES_OFFSET, u.I64.as_pointer()))
+    given_dims = dims
+    dims = b.load(u.gep_bytes(b, item, ARRAY_DIMS_OFFSET, u.I64.as_pointer()))
     for k, d in enumerate(buf.shape):
-        _fail_unless(b, b.icmp_unsigned("==", b.load(b.gep(dims, [u.I64(k)])), u.I64(d)), fail_bb)
+        got = b.load(b.gep(dims, [u.I64(k)]))
+        found = scaled_symbol(d)
+        c, sym = found if found is not None else (None, None)
+        if found is None:
+            _fail_unless(b, b.icmp_unsigned("==", got, u.I64(d)), fail_bb)
+        elif sym in given_dims:       # (an output's axis may be c times it: a reshape)
+            want = given_dims[sym] if c == 1 else b.mul(given_dims[sym], u.I64(c))
+            _fail_unless(b, b.icmp_unsigned("==", got, want), fail_bb)
+        else:                         # the symbol's value; 0 and 1 have code of their own
+            assert c == 1, "a run-time extent first met as a multiple (passes/dynamic.py)"
+            _fail_unless(b, b.icmp_signed(">=", got, u.I64(2)), fail_bb)
+            _fail_unless(b, b.icmp_signed("<", got, u.I64(1 << 36)), fail_bb)
+            b.store(got, b.gep(given_dims["array"], [u.I64(sym)]))
+            given_dims[sym] = got
     if 0 in buf.shape:
         return                        # nothing is read: strides do not matter
     for k, (d, st) in enumerate(zip(buf.shape, buf.strides)):
         if d > 1:                     # a size-1 axis is only ever read at index 0
             got = b.load(b.gep(strides, [u.I64(k)]))
-            _fail_unless(b, b.icmp_signed("==", got, u.I64(st * buf.dtype.itemsize)), fail_bb)
+            want = _value(b, st * buf.dtype.itemsize, given_dims)
+            _fail_unless(b, b.icmp_signed("==", got, want), fail_bb)
 
 
-def _byte_extent(buf) -> tuple:
-    """[lo, hi) of the bytes an array of buf's layout touches, relative to its data pointer."""
+def _value(b, n: int, dims: dict):
+    """n as i64: a constant, or c times a dynamic extent's value (a stride inside it)."""
+    found = scaled_symbol(n)
+    if found is None:
+        return u.I64(n)
+    c, k = found
+    return dims[k] if c == 1 else b.mul(dims[k], u.I64(c))
+
+
+def _byte_extent(b, buf, dims: dict):
+    """[lo, hi) of the bytes an array of buf's layout touches, relative to its data pointer,
+    as i64 values (None when it touches none); dynamic extents are the call's values."""
     if 0 in buf.shape:
-        return 0, 0
-    lo = sum(min(0, (d - 1) * st) for d, st in zip(buf.shape, buf.strides))
-    hi = sum(max(0, (d - 1) * st) for d, st in zip(buf.shape, buf.strides)) + 1
-    return lo * buf.dtype.itemsize, hi * buf.dtype.itemsize
+        return None
+    lo, hi = u.I64(0), u.I64(buf.dtype.itemsize)
+    for d, st in zip(buf.shape, buf.strides):
+        last = b.sub(_value(b, d, dims), u.I64(1))
+        reach = b.mul(last, _value(b, st * buf.dtype.itemsize, dims))
+        if st < 0:
+            lo = b.add(lo, reach)
+        else:
+            hi = b.add(hi, reach)
+    return lo, hi
 
 
-def _fail_if_overlapping(b, data: dict, inputs: list, outputs: list, fail_bb):
+def _fail_if_overlapping(b, data: dict, inputs: list, outputs: list, fail_bb, dims: dict):
     """Outputs must not share bytes with inputs (out= aliasing an input): the slow path
     then computes into fresh memory and copies."""
     for o in outputs:
-        olo, ohi = _byte_extent(o)
-        if olo == ohi:
+        oext = _byte_extent(b, o, dims)
+        if oext is None:
             continue
-        o_lo = b.ptrtoint(data[o.slot], u.I64)
-        o_hi = b.add(o_lo, u.I64(ohi))
+        o_base = b.ptrtoint(data[o.slot], u.I64)
+        o_lo, o_hi = b.add(o_base, oext[0]), b.add(o_base, oext[1])
         for i in inputs:
-            ilo, ihi = _byte_extent(i)
-            if ilo == ihi:
+            iext = _byte_extent(b, i, dims)
+            if iext is None:
                 continue
             i_base = b.ptrtoint(data[i.slot], u.I64)
-            i_lo, i_hi = b.add(i_base, u.I64(ilo)), b.add(i_base, u.I64(ihi))
+            i_lo, i_hi = b.add(i_base, iext[0]), b.add(i_base, iext[1])
             disjoint = b.or_(b.icmp_unsigned("<=", o_hi, i_lo), b.icmp_unsigned("<=", i_hi, o_lo))
             _fail_unless(b, disjoint, fail_bb)
 
@@ -110,18 +150,22 @@ def emit_entry(module, lowered, run, name):
     _fail_unless(b, b.icmp_unsigned("==", size, u.I64(n_external)), fail_bb)
     ptrs = b.alloca(ir.ArrayType(u.I8P, max(n_external, 1)), name="ptrs")
     ptrs = b.bitcast(ptrs, u.I8P.as_pointer())
+    symbols = sorted({symbol_of(d) for buf in lowered.buffers_of_kind("input")
+                      for d in buf.shape} - {None})
+    extents = b.alloca(ir.ArrayType(u.I64, max(symbols, default=-1) + 1 or 1), name="dims")
+    dims = {"array": b.bitcast(extents, u.I64.as_pointer())}
     data = {}
     for buf in lowered.buffers:
         if buf.kind == "temp":
             continue
         item = b.load(u.gep_bytes(b, tup, TUPLE_ITEMS_OFFSET + 8 * buf.slot, u.I8P))
         if buf.kind in ("input", "output"):
-            _check_array(b, item, buf, ndarray_type, fail_bb)
+            _check_array(b, item, buf, ndarray_type, fail_bb, dims)
         data[buf.slot] = b.load(u.gep_bytes(b, item, ARRAY_DATA_OFFSET, u.I8P))
         b.store(data[buf.slot], b.gep(ptrs, [u.I64(buf.slot)]))
     _fail_if_overlapping(b, data, lowered.buffers_of_kind("input"),
-                         [o for o in lowered.buffers if o.kind == "output"], fail_bb)
-    b.ret(b.call(run, [ptrs]))
+                         [o for o in lowered.buffers if o.kind == "output"], fail_bb, dims)
+    b.ret(b.call(run, [ptrs, dims["array"]]))
     b.position_at_end(fail_bb)
     b.ret(u.I32(SIGNATURE_MISMATCH))
     return fn
@@ -142,9 +186,10 @@ FAST_SELF_MISMATCH, FAST_SELF_OOM, FAST_SELF_DESCR, FAST_SELF_CONSTS = 0, 1, 2, 
 
 
 def fastcall_eligible(lowered) -> bool:
-    """One output buffer and no index checks: what the native fast call handles (other
-    graphs call through the entry)."""
-    return len(lowered.buffers_of_kind("output")) == 1 and not lowered.checks
+    """One output buffer, no index checks and static shapes: what the native fast call
+    handles (other graphs, and those with run-time extents, call through the entry)."""
+    static = all(symbol_of(d) is None for buf in lowered.buffers for d in buf.shape)
+    return len(lowered.buffers_of_kind("output")) == 1 and not lowered.checks and static
 
 
 def _declare(module, name, ret, args):
@@ -206,14 +251,15 @@ def emit_fastcall(module, lowered, run, name, release_gil: bool):
     b.position_at_end(allocated)
     b.store(b.load(u.gep_bytes(b, result, ARRAY_DATA_OFFSET, u.I8P)),
             b.gep(ptrs, [u.I64(out.slot)]))
+    no_extents = ir.Constant(u.I64.as_pointer(), None)     # (static shapes only)
     if release_gil:
         save = _declare(module, PY_SAVE_THREAD, u.I8P, [])
         restore = _declare(module, PY_RESTORE_THREAD, ir.VoidType(), [u.I8P])
         state = b.call(save, [])
-        rc = b.call(run, [ptrs])
+        rc = b.call(run, [ptrs, no_extents])
         b.call(restore, [state])
     else:
-        rc = b.call(run, [ptrs])
+        rc = b.call(run, [ptrs, no_extents])
     ok, failed = b.append_basic_block("ok"), b.append_basic_block("failed")
     b.cbranch(b.icmp_unsigned("==", rc, u.I32(OK)), ok, failed)
     b.position_at_end(ok)

@@ -39,7 +39,7 @@ from llvmlite import ir
 
 from jitcore.ir.graph import ConstArray
 from jitcore.passes.kernel import Buffer, Kernel, Load
-from jitcore.passes.symbolic import lin
+from jitcore.passes.symbolic import lin, scaled_symbol
 
 from . import irutil as u
 from .epilogue import Epilogue
@@ -85,7 +85,7 @@ class GemmPlan:
     k_blocks: int
     n_blocks: int
     m_groups: int       # row groups per column block (work items for the pool)
-    group_rows: int
+    group_rows: int     # rows per group (0: M is a run-time extent, rows per group too)
     batch: int
 
     @property
@@ -124,6 +124,14 @@ def plan(kernel: Kernel, vector_bits: int, threads: int) -> GemmPlan:
     mc = max(mr, caches[2] // 4 // (kc * size) // mr * mr)
     batch = math.prod(v.extent for v in g.batch)
     n_blocks = -(-max(n_ext, 1) // nc)
+    if scaled_symbol(m_ext) is not None:
+        # M known at run time only: a fixed number of row groups, each ceil(M / groups)
+        # rows rounded up to whole micro-kernel rows (computed by the kernel)
+        m_groups = 1
+        if threads > 1 and 0 < batch * n_blocks < 2 * threads:
+            m_groups = -(-2 * threads // (batch * n_blocks))
+        return GemmPlan(lanes, mr, nr, nv, kc, mc, nc, max(-(-k_ext // kc), 1), n_blocks,
+                        m_groups, 0, batch)
     row_panels = max(-(-m_ext // mr), 1)
     m_groups = 1
     if threads > 1 and 0 < batch * n_blocks < 2 * threads:      # batch 0: nothing to split
@@ -209,13 +217,15 @@ class GemmEmitter:
         with u.for_range(b, ke.start, ke.stop, 1, name="item") as t:
             flat, rem = b.sdiv(t, u.I64(per_batch)), b.srem(t, u.I64(per_batch))
             for v in reversed(g.batch):                       # the batch index, last fastest
-                ke.env[v] = b.srem(flat, u.I64(v.extent))
-                flat = b.sdiv(flat, u.I64(v.extent))
+                ke.env[v] = b.srem(flat, ke.extent(v.extent))
+                flat = b.sdiv(flat, ke.extent(v.extent))
             j, group = b.sdiv(rem, u.I64(p.m_groups)), b.srem(rem, u.I64(p.m_groups))
             n0 = b.mul(j, u.I64(p.nc))
             ncols = u.imin(b, u.I64(p.nc), b.sub(u.I64(g.n.extent), n0))
-            m_lo = b.mul(group, u.I64(p.group_rows))
-            m_hi = u.imin(b, b.add(m_lo, u.I64(p.group_rows)), u.I64(g.m.extent))
+            m_ext = ke.extent(g.m.extent)
+            group_rows = u.I64(p.group_rows) if p.group_rows else self.run_time_group_rows(m_ext)
+            m_lo = b.mul(group, group_rows)
+            m_hi = u.imin(b, b.add(m_lo, group_rows), m_ext)
             with u.for_range(b, u.I64(0), u.I64(p.k_blocks), 1, name="pcb") as pci:
                 pc = b.mul(pci, u.I64(p.kc))
                 kc = u.imin(b, u.I64(p.kc), b.sub(u.I64(g.k.extent), pc))
@@ -224,6 +234,13 @@ class GemmEmitter:
                 last = b.icmp_signed("==", pci, u.I64(p.k_blocks - 1))
                 first = b.icmp_signed("==", pci, u.I64(0))
                 self.row_blocks(panels, pc, kc, n0, ncols, npanels, m_lo, m_hi, first, last)
+
+    def run_time_group_rows(self, m_ext):
+        """ceil(ceil(M / MR) / groups) * MR for a run-time M."""
+        b, p = self.b, self.p
+        panels = b.sdiv(b.add(m_ext, u.I64(p.mr - 1)), u.I64(p.mr))
+        per_group = b.sdiv(b.add(panels, u.I64(p.m_groups - 1)), u.I64(p.m_groups))
+        return b.mul(per_group, u.I64(p.mr))
 
     # -- B panels ---------------------------------------------------------------------------
     def packed_block(self, pci, j, pc, kc, n0, ncols, npanels):
@@ -315,7 +332,7 @@ class GemmEmitter:
                 b.store(zero, acc)
         ke.env[g.k] = pc
         a_rows, a_base = [], ke.base_ptr(g.a.buffer)
-        last_row = u.I64(max(g.m.extent - 1, 0))
+        last_row = self.last_row()
         for r in range(p.mr):           # rows past the edge read the last row, unused
             ke.env[g.m] = u.imin(b, b.add(row0, u.I64(r)), last_row)
             a_rows.append(b.gep(a_base, [ke.index(g.a.offset)]))
@@ -326,7 +343,7 @@ class GemmEmitter:
             # unaligned loads: a prepacked constant's array is only element-aligned
             bv = [b.load(b.bitcast(b.gep(bk, [u.I64(h * p.lanes)]), vptr), align=1)
                   for h in range(p.nv)]
-            ak = kk if step == 1 else b.mul(kk, u.I64(step or 0))
+            ak = kk if step == 1 else b.mul(kk, ke.extent(step or 0))
             for r in range(p.mr):
                 a = b.load(b.gep(a_rows[r], [ak])) if step is not None else \
                     self.a_element(row0, r, b.add(pc, kk))
@@ -335,10 +352,17 @@ class GemmEmitter:
                     acc = self.accs[r][h]
                     b.store(u.intrinsic(b, "fmuladd", [a, bv[h], b.load(acc)]), acc)
 
+    def last_row(self):
+        """max(M - 1, 0) (rows past the edge read this row)."""
+        if scaled_symbol(self.g.m.extent) is None:
+            return u.I64(max(self.g.m.extent - 1, 0))
+        m1 = self.b.sub(self.ke.extent(self.g.m.extent), u.I64(1))
+        return self.b.select(self.b.icmp_signed(">", m1, u.I64(0)), m1, u.I64(0))
+
     def a_element(self, row0, r, k):
         """A[row0 + r, k] through the general index (A's offset is not linear in k)."""
         b, g, ke = self.b, self.g, self.ke
-        ke.env[g.m] = u.imin(b, b.add(row0, u.I64(r)), u.I64(max(g.m.extent - 1, 0)))
+        ke.env[g.m] = u.imin(b, b.add(row0, u.I64(r)), self.last_row())
         ke.env[g.k] = k
         return b.load(b.gep(ke.base_ptr(g.a.buffer), [ke.index(g.a.offset)]))
 

@@ -8,7 +8,9 @@ is generated once per process (memoized by `passes.kernel_key`).
 ABI (room for the parallel runtime: a kernel runs any sub-range of its first loop):
     void  jck_<hash>(i64 start, i64 stop, i8** bufs)     kernel over [start, stop) of loop 0,
                                                          bufs: its own buffers, in its order
-    i32   <graph>_run(i8** slots)                        all kernels; allocates the temps
+    i32   <graph>_run(i8** slots, i64* dims)             all kernels; allocates the temps
+                                                         (dims: the call's run-time extents,
+                                                         jc.jit(dynamic=True); else unused)
     i32   <graph>_entry(PyTupleObject* arrays)           reads each ndarray's data pointer
     PyObject* <graph>_fastcall(self, PyTupleObject* inputs)  a METH_O builtin: checks the
                                                          inputs, allocates the output, runs
@@ -27,7 +29,9 @@ from llvmlite import ir
 from jitcore.passes.kernel import Kernel
 from jitcore.passes.kernel_key import kernel_key
 from jitcore.passes.legality import bytes_moved, flops
+from jitcore.passes.dynamic import DIMS_SLOT
 from jitcore.passes.memory_plan import ALIGN, plan_temps
+from jitcore.passes.symbolic import scaled_symbol
 from jitcore.runtime import emit_parallel_for, emit_spawn, emit_wait, kernel_type
 
 from . import irutil as u
@@ -41,6 +45,7 @@ from .gemv import plan as gemv_plan
 
 
 KERNEL_PLACEHOLDER = "jitcore_kernel"     # a kernel's name while its text is hashed
+DYNAMIC_BYTES = 1 << 40      # a temp block this large was sized with an extent placeholder
 
 
 @dataclass(frozen=True)
@@ -133,13 +138,15 @@ def emit_kernel(kernel: Kernel, vector_bits: int, triple: str, data_layout: str,
         seen = _emit_kernel(kernel, vector_bits, triple, data_layout, masked_tails, threads,
                             stream_bytes)
         positions = {slot: k for k, slot in enumerate(slots)}
+        positions[DIMS_SLOT] = DIMS_SLOT
         # the kernel's pointer array, as positions in the key's numbering of buffers
         seen = dataclasses.replace(seen, buffer_slots=tuple(
             positions[slot] for slot in seen.buffer_slots))
         if store is not None:
             store.save(key, seen)
         _remember(key, seen)
-    return dataclasses.replace(seen, buffer_slots=tuple(slots[k] for k in seen.buffer_slots))
+    return dataclasses.replace(seen, buffer_slots=tuple(
+        DIMS_SLOT if k == DIMS_SLOT else slots[k] for k in seen.buffer_slots))
 
 
 def emitted_bytes() -> int:
@@ -210,15 +217,30 @@ def _declare_kernel(module: ir.Module, code: KernelCode) -> ir.Function:
     return module.globals.get(code.symbol) or ir.Function(module, kernel_type(), code.symbol)
 
 
-def _launch(b: ir.IRBuilder, code: KernelCode, slots, threads: int) -> None:
-    """parallel_for over one kernel, with its own array of buffer pointers."""
+def dim_value(b: ir.IRBuilder, dims, n: int):
+    """An extent as an i64 value: a constant, or c times the call's value of dynamic
+    symbol k (scaled_symbol)."""
+    found = scaled_symbol(n)
+    if found is None:
+        return u.I64(n)
+    c, k = found
+    v = b.load(b.gep(dims, [u.I64(k)]))
+    return v if c == 1 else b.mul(v, u.I64(c))
+
+
+def _launch(b: ir.IRBuilder, code: KernelCode, slots, threads: int, dims=None) -> None:
+    """parallel_for over one kernel, with its own array of buffer pointers (and the call's
+    extent array where the kernel reads run-time extents)."""
     n = max(len(code.buffer_slots), 1)
     own = b.bitcast(u.alloca_once(b, ir.ArrayType(u.I8P, n), name="kbufs"),
                     u.I8P.as_pointer())
     for local, slot in enumerate(code.buffer_slots):
-        b.store(b.load(b.gep(slots, [u.I64(slot)])), b.gep(own, [u.I64(local)]))
-    emit_parallel_for(b, _declare_kernel(b.module, code), code.extent, own, code.grain,
-                      threads)
+        ptr = b.bitcast(dims, u.I8P) if slot == DIMS_SLOT else \
+            b.load(b.gep(slots, [u.I64(slot)]))
+        b.store(ptr, b.gep(own, [u.I64(local)]))
+    extent = code.extent if scaled_symbol(code.extent) is None else \
+        dim_value(b, dims, code.extent)
+    emit_parallel_for(b, _declare_kernel(b.module, code), extent, own, code.grain, threads)
 
 
 def _emit_task(module, lowered, kernels, task: int, name: str, threads: int) -> ir.Function:
@@ -233,10 +255,31 @@ def _emit_task(module, lowered, kernels, task: int, name: str, threads: int) -> 
     return fn
 
 
+def _sized_at_run_time(nbytes: int) -> bool:
+    """Whether a block size was computed from a run-time extent's placeholder."""
+    return nbytes >= DYNAMIC_BYTES
+
+
+def _run_time_block_size(b: ir.IRBuilder, lowered, plan, block: int, dims):
+    """The bytes of a temp block at run time: the largest of its temps, each its static
+    element count times the call's dynamic extents, rounded up to ALIGN."""
+    size = u.I64(ALIGN)
+    for buf in lowered.buffers:
+        if buf.kind != "temp" or plan.block_of.get(buf.slot) != block:
+            continue
+        n = u.I64(buf.dtype.itemsize)
+        for d in buf.shape:
+            n = b.mul(n, dim_value(b, dims, d))
+        n = b.and_(b.add(n, u.I64(ALIGN - 1)), u.I64(-ALIGN))
+        size = b.select(b.icmp_unsigned(">", n, size), n, size)
+    return size
+
+
 def _emit_run(module, lowered, kernels, name, threads: int):
-    fn = ir.Function(module, ir.FunctionType(u.I32, [u.I8P.as_pointer()]), name=name)
+    fn = ir.Function(module, ir.FunctionType(u.I32, [u.I8P.as_pointer(), u.I64.as_pointer()]),
+                     name=name)
     b = ir.IRBuilder(fn.append_basic_block("entry"))
-    given = fn.args[0]
+    given, dims = fn.args
     nslots = len(lowered.buffers)
     bufs = b.alloca(ir.ArrayType(u.I8P, max(nslots, 1)), name="bufs")
     slots = b.bitcast(bufs, u.I8P.as_pointer())
@@ -244,8 +287,12 @@ def _emit_run(module, lowered, kernels, name, threads: int):
     free = ir.Function(module, ir.FunctionType(ir.VoidType(), [u.I8P]), "free")
     temps = []
     plan = plan_temps(lowered)                  # temps with disjoint lifetimes share a block
-    for size in plan.sizes:
-        p = b.call(aligned_alloc, [u.I64(ALIGN), u.I64(size)], name=f"block{len(temps)}")
+    for block, size in enumerate(plan.sizes):
+        if _sized_at_run_time(size):
+            size = _run_time_block_size(b, lowered, plan, block, dims)
+        else:
+            size = u.I64(size)
+        p = b.call(aligned_alloc, [u.I64(ALIGN), size], name=f"block{len(temps)}")
         fail = b.icmp_unsigned("==", p, ir.Constant(u.I8P, None))
         with b.if_then(fail, likely=False):
             for t in temps:
@@ -263,7 +310,7 @@ def _emit_run(module, lowered, kernels, name, threads: int):
     handles = {}
     for step, arg in lowered.steps:
         if step == "kernel":
-            _launch(b, kernels[arg], slots, threads)
+            _launch(b, kernels[arg], slots, threads, dims)
         elif step == "spawn":
             task_fn = _emit_task(module, lowered, kernels, arg, f"{name}_task{arg}", threads)
             handles[arg] = emit_spawn(b, task_fn, slots)

@@ -12,8 +12,10 @@ convolution, say) make that node unsupported.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import operator
+import threading
 from dataclasses import dataclass
 from typing import Callable
 
@@ -219,7 +221,7 @@ def _full_like(out, x, fill_value, **kw):
 def full(out, value):
     """A tensor of torch's result shape and dtype filled with `value` (a broadcast scalar)."""
     dtype = np_dtype(out)
-    return jc.broadcast_to(wrap(b.const(value, dtype)), tuple(out.shape))
+    return jc.broadcast_to(wrap(b.const(value, dtype)), shape_of(out))
 
 
 LOWERINGS[aten.zeros_like.default] = Lowering(lambda out, x, **kw: full(out, 0))
@@ -231,7 +233,7 @@ LOWERINGS[aten.scalar_tensor.default] = Lowering(lambda out, value, **kw: full(o
 # ---- views and shapes --------------------------------------------------------------------------
 @lower(aten.view.default, aten._unsafe_view.default, aten.reshape.default)
 def _view(out, x, shape):
-    return jc.reshape(x, tuple(out.shape))
+    return jc.reshape(x, shape_of(out))
 
 
 @lower(aten.permute.default)
@@ -254,12 +256,12 @@ def _t(out, x):
 
 @lower(aten.expand.default)
 def _expand(out, x, size, implicit=False):
-    return jc.broadcast_to(x, tuple(out.shape))
+    return jc.broadcast_to(x, shape_of(out))
 
 
 @lower(aten.unsqueeze.default, aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default)
 def _reshape_to_out(out, x, *args):
-    return jc.reshape(x, tuple(out.shape))
+    return jc.reshape(x, shape_of(out))
 
 
 @lower(aten.select.int)
@@ -283,7 +285,7 @@ def _slice(out, x, dim=0, start=None, end=None, step=1):
 def _split(out, x, sizes, dim=0):
     axis = _axis(dim, x.ndim)
     if isinstance(sizes, int):                         # split.Tensor: chunks of `sizes`
-        sizes = [t.shape[axis] for t in out]
+        sizes = [shape_of(t)[axis] for t in out]
     parts, start = [], 0
     for s in sizes:
         idx = [slice(None)] * x.ndim
@@ -474,7 +476,57 @@ def _getitem(out, values, index):
 
 def expected(out) -> tuple:
     """(shape, numpy dtype) of a FakeTensor result, for the checks after each lowering."""
-    return tuple(out.shape), np_dtype(out)
+    return shape_of(out), np_dtype(out)
+
+
+# Shapes exported with dynamic dims (jitcore.torch.compile(..., dynamic=True)) hold SymInts:
+# a part's trace binds each input's symbols to the extents it traces with (run-time
+# extents' placeholders, or the call's values), and every shape the lowerings read is
+# evaluated with those bindings.
+SYMBOLS = threading.local()
+
+
+@contextlib.contextmanager
+def bound_symbols(bindings: dict):
+    """Within: SymInt extents are evaluated with `bindings` (sympy symbol -> int)."""
+    saved = getattr(SYMBOLS, "bindings", None)
+    SYMBOLS.bindings = bindings
+    try:
+        yield
+    finally:
+        SYMBOLS.bindings = saved
+
+
+def extent_of(d) -> int:
+    """An int, or a SymInt evaluated with the bound symbols."""
+    if isinstance(d, int):
+        return d
+    bindings = getattr(SYMBOLS, "bindings", None) or {}
+    expr = d.node.expr
+    value = expr.xreplace(bindings) if hasattr(expr, "xreplace") else expr
+    if not isinstance(value, int) and not getattr(value, "is_Integer", False):
+        raise ShapeError(f"jitcore.torch: extent {d} is not known here")
+    return int(value)
+
+
+def shape_of(t) -> tuple:
+    return tuple(extent_of(d) for d in t.shape)
+
+
+def bind_symbols(bindings: dict, t, shape: tuple) -> None:
+    """Add the bindings a FakeTensor's symbolic dims get from `shape` (the traced extents)."""
+    for d, v in zip(t.shape, shape):
+        if not isinstance(d, int) and d.node.expr.is_Symbol:
+            bindings[d.node.expr] = v
+
+
+@lower(aten.sym_size.int)
+def _sym_size(out, x, dim):
+    return x.shape[_axis(dim, x.ndim)]
+
+
+for _op in (operator.mul, operator.add, operator.sub, operator.floordiv):
+    LOWERINGS[_op] = Lowering(lambda out, a, b, _op=_op: _op(a, b))
 
 
 def fit_to(value, out, what: str):

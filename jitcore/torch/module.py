@@ -12,26 +12,79 @@ from . import threads
 from .program import export_graph, fallback_nodes, fold_constants, partition
 
 
-class Program:
-    """One export of the module for one input signature: the partitioned graph and its parts."""
+class _Symbol(str):
+    """A symbolic extent of an export's input, by name (never equal to an int)."""
 
-    def __init__(self, module, args: tuple, kwargs: dict, name: str, constant_inputs=None):
+
+def _extent(d):
+    """An input's extent in a signature: an int, or a symbolic one's name."""
+    if isinstance(d, int):
+        return d
+    expr = d.node.expr
+    return int(expr) if getattr(expr, "is_number", False) else _Symbol(d)
+
+
+class Program:
+    """One export of the module: the partitioned graph and its parts. For one input
+    signature, or (`dynamic`) for every signature the export's symbolic extents admit:
+    torch.export decides which extents may vary (Dim.AUTO on every axis of every tensor
+    input), and the parts are jc.jit(dynamic=True) functions."""
+
+    def __init__(self, module, args: tuple, kwargs: dict, name: str, constant_inputs=None,
+                 dynamic: bool = False):
         t0 = time.perf_counter()
-        exported = export_graph(module, args, kwargs, constant_inputs)
+        exported, self.dynamic_note = None, None
+        if dynamic:
+            auto = torch.export.Dim.AUTO
+            shapes = pytree.tree_map(lambda t: {d: auto for d in range(t.ndim)}
+                                     if isinstance(t, torch.Tensor) else None, tuple(args))
+            try:
+                exported = export_graph(module, args, kwargs, constant_inputs, shapes)
+            except Exception as e:      # (export's own reasons: then one export per shape)
+                self.dynamic_note = f"export with dynamic extents failed: {e}"[:300]
+        if exported is None:
+            exported = export_graph(module, args, kwargs, constant_inputs)
+        self.ranges = exported.ranges or {}
         t1 = time.perf_counter()
         self.folded = fold_constants(exported.gm)
         self.gm = exported.gm
         self.in_spec, self.out_spec = exported.in_spec, exported.out_spec
-        self.signature = [(tuple(p.meta["val"].shape), p.meta["val"].dtype)
+        # (symbolic extents as their names: comparing a SymInt with an int would make torch
+        # specialize the export to that int)
+        self.signature = [(tuple(_extent(d) for d in p.meta["val"].shape), p.meta["val"].dtype)
                           if isinstance(p.meta.get("val"), torch.Tensor) else None
                           for p in exported.inputs]
         # plain positional tensors in, one tensor out: the call skips pytree (~15 us)
         n = pytree.tree_flatten((tuple(args), kwargs))[1].num_leaves
         self.flat_args = self.in_spec == pytree.tree_flatten((tuple(range(n)), {}))[1]
         self.single_out = self.out_spec.is_leaf()
-        self.parts = partition(self.gm, name)
+        self.parts = partition(self.gm, name, dynamic)
         self.fallbacks, self.views_in_torch = fallback_nodes(self.gm)
         self.seconds = {"export": t1 - t0, "partition": time.perf_counter() - t1}
+
+    def accepts(self, sig: list) -> bool:
+        """Whether a call's signature fits this export: equal ranks, dtypes and static
+        extents; each symbolic extent within its range and equal wherever its symbol is."""
+        if len(sig) != len(self.signature):
+            return False
+        bound = {}
+        for got, want in zip(sig, self.signature):
+            if got is None or want is None:
+                if got != want:
+                    return False
+                continue
+            if got[1] != want[1] or len(got[0]) != len(want[0]):
+                return False
+            for g, w in zip(got[0], want[0]):
+                if isinstance(w, int):
+                    if g != w:
+                        return False
+                    continue
+                name = str(w)
+                lo, hi = self.ranges.get(name, (2, None))
+                if bound.setdefault(name, g) != g or g < lo or (hi is not None and g > hi):
+                    return False
+        return True
 
     def part_modules(self) -> list:
         return [getattr(self.gm, p) for p in self.parts]
@@ -57,12 +110,14 @@ class CompiledModule:
         self._constant_inputs = constant_inputs
         t0 = time.perf_counter()
         self._programs = {}
+        self._last_signature = None        # the last call's, when its program is symbolic
         self._program = self._build(example_inputs)
         self._program(self._flat(example_inputs, self._program))   # traces and compiles parts
         self.compile_seconds = time.perf_counter() - t0
 
     def _build(self, args: tuple) -> Program:
-        program = Program(self.module, args, {}, self.__name__, self._constant_inputs)
+        program = Program(self.module, args, {}, self.__name__, self._constant_inputs,
+                          self.dynamic)
         key = tuple(map(str, program.signature))
         self._programs[key] = program
         return program
@@ -86,11 +141,13 @@ class CompiledModule:
         program = self._program
         flat = self._flat(args, program)
         sig = _signature_of(flat)
-        if sig == program.signature:
+        if sig == program.signature or sig == self._last_signature:
             return program, flat
-        if self.dynamic:                   # a new shape: export and compile for it (cached)
-            program = self._programs.get(tuple(map(str, sig))) or self._build(args)
-            self._program = program
+        if self.dynamic:                   # a new shape: an export that admits it, or a new one
+            program = self._programs.get(tuple(map(str, sig))) or next(
+                (p for p in self._programs.values() if p.accepts(sig)), None) or \
+                self._build(args)
+            self._program, self._last_signature = program, sig
             return program, self._flat(args, program)
         for k, (got, want) in enumerate(zip(sig, program.signature)):
             if got != want:
@@ -137,6 +194,8 @@ class CompiledModule:
         if p.fallbacks:
             lines.append("fallback nodes (run in torch):")
             lines += [f"  {n}: {op}: {why}" for n, op, why in p.fallbacks]
+        if p.dynamic_note:
+            lines.append(f"dynamic=True: {p.dynamic_note}")
         if p.views_in_torch:
             lines.append(f"views left in torch (no data moved): {', '.join(p.views_in_torch)}")
         for name, part, ex in self._examples():
@@ -156,7 +215,11 @@ def compile(module: torch.nn.Module, *example_inputs, dynamic: bool = False) -> 
     constants (weights prepacked, constant subgraphs folded); supported nodes compile into
     jitcore graphs, the rest run in torch (`explain()` lists them). Call the result with torch
     tensors: they are read in place, outputs wrap jitcore's arrays without copies.
-    dynamic=True: a call with new input shapes exports and compiles again for them (cached per
-    signature); dynamic=False: a new shape raises ShapeError.
+    dynamic=True: exported once with dynamic extents (torch.export's Dim.AUTO on every axis;
+    export keeps static what the model fixes), and the parts are jc.jit(dynamic=True): calls
+    with another batch size reuse the export and the compiled code; another sequence length
+    reuses the export and compiles the parts for it (a sequence axis is not a leading one);
+    a shape the export does not admit exports again. dynamic=False: a new shape raises
+    ShapeError.
     """
     return CompiledModule(module, example_inputs, dynamic)

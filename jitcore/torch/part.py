@@ -19,7 +19,7 @@ from jitcore.ir.errors import JitcoreError, TraceError
 from jitcore.ir.graph import Graph as IRGraph
 from jitcore.tracer import Tracer, node_of
 
-from .lowering import LOWERINGS, fit_to
+from .lowering import LOWERINGS, bind_symbols, bound_symbols, fit_to
 
 
 def _lower_node(node: torch.fx.Node, env: dict):
@@ -41,11 +41,12 @@ def _lower_node(node: torch.fx.Node, env: dict):
 class Part(JitFunction):
     """The jitted function of one part. `constants`: placeholder index -> ConstArray."""
 
-    def __init__(self, name: str, graph: torch.fx.Graph, constants: dict):
+    def __init__(self, name: str, graph: torch.fx.Graph, constants: dict,
+                 dynamic: bool = False):
         def fn(*args):
             raise TraceError("a jitcore.torch part is traced from its fx graph")
         fn.__name__ = name
-        super().__init__(fn)
+        super().__init__(fn, dynamic=dynamic)
         self._fx = graph
         self._fx_constants = constants
         placeholders = [n for n in graph.nodes if n.op == "placeholder"]
@@ -61,12 +62,17 @@ class Part(JitFunction):
         inputs = [b.input_node(n, shape, dtype) for n, (shape, dtype, _) in zip(names, sigs)]
         env = {fx: Tracer(i) for fx, i in zip(self._fx_inputs, inputs)}
         env.update({fx: Tracer(b.const_array(c)) for fx, c in self._fx_const_nodes.items()})
+        bindings = {}                  # an export with dynamic dims: its symbols' extents here
+        for fx, i in zip(self._fx_inputs, inputs):
+            if isinstance(fx.meta.get("val"), torch.Tensor):
+                bind_symbols(bindings, fx.meta["val"], i.shape)
         outputs = None
-        for node in self._fx.nodes:
-            if node.op == "call_function":
-                env[node] = _lower_node(node, env)
-            elif node.op == "output":
-                outputs = torch.fx.node.map_arg(node.args[0], lambda n: env[n])
+        with bound_symbols(bindings):
+            for node in self._fx.nodes:
+                if node.op == "call_function":
+                    env[node] = _lower_node(node, env)
+                elif node.op == "output":
+                    outputs = torch.fx.node.map_arg(node.args[0], lambda n: env[n])
         outputs = outputs if isinstance(outputs, (tuple, list)) else [outputs]
         return _checked(IRGraph(self.__name__, inputs, [node_of(o) for o in outputs]))
 

@@ -38,16 +38,18 @@ class Exported:
     in_spec: object            # pytree spec of (args, kwargs)
     out_spec: object           # pytree spec of the module's result
     inputs: list               # user-input placeholders, in call order
+    ranges: dict = None        # dynamic export: symbol name -> (lowest, highest or None)
 
 
 def export_graph(module: torch.nn.Module, args: tuple, kwargs: dict | None = None,
-                 constant_inputs: dict | None = None) -> Exported:
+                 constant_inputs: dict | None = None, dynamic_shapes=None) -> Exported:
     """Export `module` for these example inputs, in core ATen, with every parameter, buffer and
     lifted constant (and the user inputs of `constant_inputs`, flat index -> tensor) as a
     get_attr node of the returned GraphModule."""
     module.eval()
     with torch.no_grad():
-        ep = torch.export.export(module, tuple(args), kwargs or {}).run_decompositions()
+        ep = torch.export.export(module, tuple(args), kwargs or {},
+                                 dynamic_shapes=dynamic_shapes).run_decompositions()
     gm, sig = ep.graph_module, ep.graph_signature
     bad = [s for s in sig.output_specs if s.kind != OutputKind.USER_OUTPUT]
     if bad:
@@ -74,7 +76,17 @@ def export_graph(module: torch.nn.Module, args: tuple, kwargs: dict | None = Non
                 and getattr(node.target, "__name__", "").startswith("_assert"):
             gm.graph.erase_node(node)
     gm.recompile()
-    return Exported(gm, ep.call_spec.in_spec, ep.call_spec.out_spec, user)
+    ranges = {str(sym): (_bound(r.lower, 0), _bound(r.upper, None))
+              for sym, r in ep.range_constraints.items()}
+    return Exported(gm, ep.call_spec.in_spec, ep.call_spec.out_spec, user, ranges)
+
+
+def _bound(value, unbounded):
+    """A symbolic extent's range bound as an int (`unbounded` for an infinite one)."""
+    try:
+        return int(value)
+    except (TypeError, ValueError, AttributeError, OverflowError):
+        return unbounded
 
 
 def _to_constant(gm: torch.fx.GraphModule, node: torch.fx.Node, value,
@@ -159,8 +171,6 @@ def why_unsupported(node: torch.fx.Node) -> str | None:
             return f"dtype {t.dtype}"
         if t.device.type != "cpu":
             return f"device {t.device}"
-        if any(not isinstance(d, int) for d in t.shape):
-            return "symbolic shape"
     if "val" not in node.meta:
         return "no shape information"
     return entry.check(node) if entry.check else None
@@ -179,9 +189,9 @@ class _Support(OperatorSupportBase):
         return why_unsupported(node) is None
 
 
-def partition(gm: torch.fx.GraphModule, name: str = "model") -> list:
+def partition(gm: torch.fx.GraphModule, name: str = "model", dynamic: bool = False) -> list:
     """Replace every maximal supported region by one PartModule (one jitcore graph).
-    Returns the part names."""
+    Returns the part names. `dynamic`: the parts are jc.jit(dynamic=True) functions."""
     partitioner = CapabilityBasedPartitioner(gm, _Support(), allows_single_node_partition=True)
     proposed = [p for p in partitioner.propose_partitions()
                 if any(str(n.target) not in VIEW_OPS for n in p.nodes)]
@@ -204,7 +214,7 @@ def partition(gm: torch.fx.GraphModule, name: str = "model") -> list:
                 dynamic.append(arg)
         out = next(n for n in sub.graph.nodes if n.op == "output").args[0]
         single = not isinstance(out, (tuple, list))
-        part = Part(f"{name}_{node.target[len(PART_PREFIX):]}", sub.graph, constants)
+        part = Part(f"{name}_{node.target[len(PART_PREFIX):]}", sub.graph, constants, dynamic)
         delattr(fused, node.target)
         fused.add_submodule(node.target, PartModule(part, 1 if single else len(out), single))
         node.args = tuple(dynamic)

@@ -1,0 +1,188 @@
+"""Which graphs can run with run-time extents (jc.jit(dynamic=True)), and why not.
+
+The front traces a dynamic graph with each dynamic extent replaced by its placeholder
+(`symbolic.dynamic_extent(k)`). The code is correct for every run-time value of the symbol
+only if no pass used the placeholder's value: loop bounds and buffer sizes may be the
+placeholder itself (the backend reads the call's extent there), but nothing may be
+computed from it. Two checks make sure:
+
+- `check_graph` (the primitive graph): every op that sees a dynamic extent keeps it as an
+  axis of its own (elementwise ops, broadcasts, reductions, transposes, matmuls) or merges
+  it with static axes (a reshape to c * s); slicing, indexing, joining, convolution,
+  pooling and forked tasks on a dynamic axis need its value; a constant computed from an
+  extent (the 1/n of a mean over a dynamic axis) does too.
+- `check_lowered` (the kernels): every integer in the kernels is a real (small) value or
+  a placeholder times a static count c, standing as a loop extent (axes merged into one
+  loop), a buffer's dimension, a stride or an offset (the axes inside a dynamic one), and
+  each kernel is of a kind whose emitter reads run-time extents.
+
+A failed check raises `NotDynamic` with a reason for explain(); the front then compiles that
+shape statically.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from jitcore.ir.ops import ELEMENTWISE, INDEX_REDUCE, REDUCE, Op
+
+from .kernel import Buffer, Const, Gather, Kernel, walk
+from .symbolic import HUGE, Div, Lin, Mod, Var, extent_text, scaled_symbol, symbol_of
+
+
+DIMS_SLOT = -1      # a kernel's pointer to the call's extent array (i64[symbols]), as a slot
+
+
+class NotDynamic(Exception):
+    """The graph needs the value of a dynamic extent; `reason` says where."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _dynamic_axes(shape) -> list:
+    """(c, k) per axis of `shape` that is c times dynamic symbol k."""
+    return [scaled_symbol(d) for d in shape if scaled_symbol(d) is not None]
+
+
+_KEEPS_AXES = ELEMENTWISE | REDUCE | {Op.PERMUTE, Op.EXPAND, Op.MATMUL}
+
+
+def check_graph(graph) -> None:
+    """Raise NotDynamic unless every op keeps the dynamic extents it sees as axes of their
+    own, or merges them with static axes (reshapes); joins, gathers, convolutions, pooling
+    and the rest are compiled per shape."""
+    for node in graph.nodes():
+        if node.op == Op.CONST:
+            _check_constant(node)
+            continue
+        if node.op == Op.INPUT:
+            continue
+        seen = [s for s in node.src if _dynamic_axes(s.shape)]
+        if not seen:
+            continue
+        what = f"{node.op.name.lower()} of {_shape_text(seen[0].shape)}"
+        if node.op in INDEX_REDUCE:
+            raise NotDynamic(f"{what}: arg-reductions are compiled per shape")
+        if node.op in _KEEPS_AXES:
+            continue
+        if node.op == Op.RESHAPE:
+            # merging a dynamic axis with static ones gives c * s; the lowered check makes
+            # sure no index needs more (a split of it, or an axis inside it)
+            if any(abs(d) >= HUGE and scaled_symbol(d) is None for d in node.shape):
+                raise NotDynamic(f"{what} to {_shape_text(node.shape)} merges dynamic axes "
+                                 "or splits one")
+            continue
+        if node.op == Op.SLICE:
+            if _dynamic_axes(node.src[0].shape) != _dynamic_axes(node.shape):
+                raise NotDynamic(f"{what}: slicing a dynamic axis needs its extent")
+            continue
+        raise NotDynamic(f"{what}: {node.op.name.lower()} is compiled per shape")
+
+
+def _check_constant(node) -> None:
+    value = node.arg
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value != 0 \
+            and math.isfinite(value) and not (2.0 ** -36 < abs(value) < HUGE):
+        raise NotDynamic(f"constant {value!r} is computed from a dynamic extent (a mean "
+                         "over a dynamic axis?)")
+
+
+def _shape_text(shape) -> str:
+    return "(" + ", ".join(extent_text(d) for d in shape) + ")"
+
+
+# kernels whose emitters read run-time extents (codegen.py, gemm.py)
+DYNAMIC_KINDS = frozenset({"pointwise", "reduce_horizontal", "reduce_vertical", "rows", "gemm"})
+
+
+def check_lowered(lowered) -> None:
+    """Raise NotDynamic unless every placeholder in the kernels is c * s_k of an input's
+    symbol, as a loop extent, a buffer dimension, a stride or an offset, in kernels that
+    read run-time extents."""
+    if any(step != "kernel" for step, _ in lowered.steps):
+        raise NotDynamic("forked tasks are compiled per shape")
+    given = {symbol_of(d) for b in lowered.buffers_of_kind("input") for d in b.shape}
+    for buf in lowered.buffers:
+        _check_buffer(buf)
+        for d in buf.shape:
+            found = scaled_symbol(d)
+            if found is not None and found[1] not in given:
+                raise NotDynamic(f"buffer {buf.name}: extent s{found[1]} is no input's")
+    for kernel in lowered.kernels:
+        _check_kernel(kernel)
+
+
+def _check_buffer(buf: Buffer) -> None:
+    for d in buf.shape:
+        if scaled_symbol(d) is None and abs(d) >= HUGE:
+            raise NotDynamic(f"buffer {buf.name} has an extent computed from dynamic ones")
+    if any(abs(s) >= HUGE and scaled_symbol(s) is None for s in buf.strides):
+        raise NotDynamic(f"{buf.name}: a stride computed from two dynamic extents")
+
+
+def uses_dynamic(kernel: Kernel) -> bool:
+    """Whether a kernel's loops or buffers have run-time extents (its code then reads the
+    call's extent array)."""
+    loops = list(kernel.loops) + [lp for p in kernel.parts for lp in p.loops]
+    return any(scaled_symbol(lp.var.extent) is not None for lp in loops) or any(
+        scaled_symbol(d) is not None for b in kernel.buffers() for d in b.shape)
+
+
+def _check_kernel(kernel: Kernel) -> None:
+    if not uses_dynamic(kernel):
+        return
+    name = f"kernel {kernel.name} ({kernel.kind})"
+    if kernel.kind not in DYNAMIC_KINDS:
+        raise NotDynamic(f"{name}: this kernel kind is compiled per shape")
+    if kernel.reduction is not None and kernel.reduction.op in INDEX_REDUCE:
+        raise NotDynamic(f"{name}: arg-reductions are compiled per shape")
+    if kernel.tile_var is not None and scaled_symbol(kernel.vector_var.extent):
+        raise NotDynamic(f"{name}: transposed tiles with a dynamic vector axis")
+    g = kernel.gemm
+    if g is not None and any(scaled_symbol(v.extent) for v in (g.n, g.k)):
+        raise NotDynamic(f"{name}: a GEMM's N and K are static (M and the batch vary)")
+    for part in [kernel] + list(kernel.parts):
+        for lp in part.loops:
+            _check_int(lp.var.extent, name, loop=True)
+        values = part.values() + ([g.a, g.b] if g is not None else [])
+        for node in walk(values):
+            _check_node(node, name)
+        for st in part.stores:
+            _check_lin(st.offset, name)
+
+
+def _check_node(node, name: str) -> None:
+    if isinstance(node, Const):
+        if isinstance(node.value, (int, float)) and not isinstance(node.value, bool) \
+                and math.isfinite(node.value) and abs(node.value) >= HUGE:
+            raise NotDynamic(f"{name}: a constant computed from a dynamic extent")
+        return
+    if isinstance(node, Gather):
+        raise NotDynamic(f"{name}: gathers are compiled per shape")
+    if hasattr(node, "offset"):
+        _check_lin(node.offset, name)
+    for f in dataclasses.fields(node) if dataclasses.is_dataclass(node) else ():
+        v = getattr(node, f.name)
+        if isinstance(v, int) and not isinstance(v, bool):
+            _check_int(v, name)
+
+
+def _check_lin(e: Lin, name: str) -> None:
+    _check_int(e.const, name, loop=True)        # (c * s: a stride of an axis inside s)
+    for atom, c in e.terms:
+        _check_int(c, name, loop=True)
+        if isinstance(atom, Var):
+            _check_int(atom.extent, name, loop=True)
+        elif isinstance(atom, (Div, Mod)):
+            _check_int(atom.d, name)
+            _check_lin(atom.expr, name)
+
+
+def _check_int(v: int, name: str, loop: bool = False) -> None:
+    """`loop`: v may be c times a placeholder (a loop extent, a stride, an offset)."""
+    if abs(v) < HUGE or (loop and scaled_symbol(v) is not None):
+        return
+    raise NotDynamic(f"{name}: an index, stride or extent computed from dynamic extents "
+                     f"other than as c * s (two of them multiplied, or a split of one: {v})")

@@ -1,0 +1,436 @@
+"""jc.jit(dynamic=True): leading extents are run-time values (README "Shapes that vary").
+
+Every family runs over many leading sizes, 0 and 1 included, and is held to numpy in float64
+(dtypes asserted) and to the static code of the same function; the compile count shows one
+compile serving every size >= 2 (sizes 0 and 1 compile on their own). Graphs that need an
+extent's value compile per shape and say why in explain(); extents the graph combines must
+agree at each call (ShapeError otherwise).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import jitcore as jc
+from helpers import F32, F64, assert_close, make, reduction_tol, rng_for
+
+SIZES = [2, 5, 17, 100, 3, 1, 0]      # 0 and 1 last: they compile on their own
+STATIC_TOO = {17, 1}                  # sizes also run through the static code (a compile each)
+TEN_SIZES = [2, 3, 4, 5, 7, 9, 16, 17, 33, 100]
+FLOATS = [F32, F64]
+
+
+def compiles() -> int:
+    return jc.cache_info()["compiles"]
+
+
+def check_sizes(fn, make_args, ref, dtype, *, sizes=SIZES, rtol=None, atol=None,
+                dynamic_compiles=1, **options):
+    """fn under dynamic=True over `sizes`: each result against the float64 reference (dtype
+    `dtype`) and against the static code; the sizes >= 2 take `dynamic_compiles` compiles."""
+    if rtol is None and np.dtype(dtype).kind == "f":   # a few roundings of a short chain
+        rtol, atol = (1e-5, 1e-6) if dtype == F32 else (1e-12, 1e-12)
+    dyn, static = jc.jit(fn, dynamic=True, **options), jc.jit(fn, **options)
+    before = compiles()
+    results = {}
+    for n in sizes:
+        args = make_args(n)
+        results[n] = (args, dyn(*args))
+    big = [n for n in sizes if n >= 2]
+    small = [n for n in sizes if n < 2]
+    # (at most: another test may have compiled the same graph already in this process)
+    assert compiles() - before <= dynamic_compiles + len(small), \
+        f"{compiles() - before} compiles for sizes {sizes}"
+    for n, (args, got) in results.items():
+        want = ref(*[np.asarray(a, np.float64) if np.asarray(a).dtype.kind == "f" else a
+                     for a in args])
+        assert_close(got, want, dtype, rtol=rtol, atol=atol, msg=f"size {n}")
+        if n not in STATIC_TOO:
+            continue
+        same = static(*args)
+        assert got.shape == same.shape and got.dtype == same.dtype
+        assert_close(got, np.asarray(same, np.float64), dtype, rtol=rtol, atol=atol,
+                     msg=f"size {n} vs static code")
+    return dyn, big
+
+
+# ---- elementwise ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype,inner", [(F32, ()), (F64, ()), (F32, (33,)), (F64, (7,)),
+                                         (F32, (3, 5))], ids=str)
+def test_elementwise_chain(dtype, inner):
+    def fn(a, b, c):
+        return jc.relu(a * b + c) * 0.5 - jc.tanh(a)
+
+    def args(n):
+        rng = rng_for("chain", n, inner, str(dtype))
+        return [make((n, *inner), dtype, rng=rng) for _ in range(3)]
+    check_sizes(fn, args, lambda a, b, c: np.maximum(a * b + c, 0) * 0.5 - np.tanh(a), dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64], ids=str)
+def test_integer_elementwise_exact(dtype):
+    def fn(a, b):
+        return jc.maximum(a * 3 - b, 0) + (a & 7)
+
+    def args(n):
+        rng = rng_for("int", n, str(dtype))
+        return [make((n, 9), dtype, rng=rng), make((n, 9), dtype, rng=rng)]
+    dyn, _ = check_sizes(fn, args, lambda a, b: np.maximum(a * 3 - b, 0) + (a & 7),
+                         np.dtype(dtype))
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_broadcasts(dtype):
+    """A weight vector along the static axis, a column (n, 1) and a scalar argument."""
+    rng0 = rng_for("bias", str(dtype))
+    w = make((12,), dtype, rng=rng0)
+
+    def fn(x, col, w, s):
+        return x * w + col * s
+
+    def args(n):
+        rng = rng_for("bcast", n, str(dtype))
+        return [make((n, 12), dtype, rng=rng), make((n, 1), dtype, rng=rng), w, 2.5]
+    check_sizes(fn, args, lambda x, col, w, s: x * w + col * s, dtype)
+
+
+def test_weight_as_long_as_the_batch_stays_static():
+    """A weight vector whose length equals this call's batch size is not taken for a batch:
+    it is combined with a static axis, so only the first argument's leading extent varies."""
+    w = make((8,), F32)
+    f = jc.jit(lambda x, w: x * w, dynamic=True)
+    before = compiles()
+    for n in [8, 3, 9, 8]:
+        x = make((n, 8), F32)
+        assert_close(f(x, w), np.float64(x) * w, F32)
+    assert compiles() - before == 1
+    assert "s0 (x dim 0)" in f.explain(x, w)
+
+
+# ---- reductions and rows ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype,op", [(F32, "sum"), (F64, "sum"), (F32, "max"), (F64, "min")],
+                         ids=str)
+@pytest.mark.parametrize("axis", [-1, 0, 1, None])
+def test_reductions(dtype, op, axis):
+    def fn(x):
+        return getattr(x, op)(axis=axis)
+
+    def args(n):
+        return [make((n, 6, 20), dtype, rng=rng_for("red", n, op, axis, str(dtype)))]
+    sizes = SIZES if op == "sum" else [n for n in SIZES if n]   # max of nothing: an error
+    rtol, atol = reduction_tol(dtype, 100 * 120, 3.0)
+    check_sizes(fn, args, lambda x: getattr(np, op)(x, axis=axis), dtype, sizes=sizes,
+                rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_mean_over_a_static_axis(dtype):
+    check_sizes(lambda x: x.mean(axis=-1), lambda n: [make((n, 30), dtype)],
+                lambda x: x.mean(axis=-1), dtype)
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_softmax_and_layer_norm_rows(dtype):
+    rng0 = rng_for("ln", str(dtype))
+    g, b = make((48,), dtype, rng=rng0), make((48,), dtype, rng=rng0)
+
+    def fn(x):
+        return jc.softmax(x) + jc.layer_norm(x, g, b)
+
+    def ref(x):
+        e = np.exp(x - x.max(-1, keepdims=True))
+        ln = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5)
+        return e / e.sum(-1, keepdims=True) + ln * g + b
+    check_sizes(fn, lambda n: [make((n, 48), dtype, rng=rng_for("sm", n))], ref, dtype)
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_reshapes_that_merge_the_dynamic_axis_with_static_ones(dtype):
+    """(n, 10, 32) -> (10n, 32) @ W -> (n, 10, 8): a loop of 10 * n rows; flatten; a
+    reshape of the static axes only; axes inside the dynamic one (strides 32n, 160n)."""
+    W = make((32, 8), dtype, rng=rng_for("rw", str(dtype)))
+
+    def fn(x):
+        n = x.shape[0]
+        y = (x.reshape(n * 10, 32) @ W).reshape(n, 10, 8)
+        return (y, x.reshape(-1) * 2.0, x.reshape(n, 20, 16).sum(axis=1),
+                x.transpose(1, 0, 2).reshape(10, -1) + 1.0, x.reshape(2, -1) * 3.0)
+
+    def ref(x):
+        n = x.shape[0]
+        return ((x.reshape(-1, 32) @ W).reshape(n, 10, 8), x.reshape(-1) * 2,
+                x.reshape(n, 20, 16).sum(axis=1), x.transpose(1, 0, 2).reshape(10, -1) + 1,
+                x.reshape(2, -1) * 3)
+    dyn, static = jc.jit(fn, dynamic=True), jc.jit(fn)
+    before = compiles()
+    rtol, atol = reduction_tol(dtype, 32, 9.0)
+    for n in [2, 3, 9, 4]:
+        x = make((n, 10, 32), dtype, rng=rng_for("rx", n))
+        for got, want, same in zip(dyn(x), ref(np.float64(x)), static(x)):
+            assert_close(got, want, dtype, rtol=rtol, atol=atol)
+            assert got.shape == same.shape
+    assert compiles() - before == 1 + 4           # (4: the static function's)
+    assert "0..10*s0" in dyn.explain(x)
+
+
+# ---- GEMM ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype,k,n_out", [(F32, 40, 36), (F64, 40, 36), (F32, 64, 96),
+                                           (F64, 3, 5)], ids=str)
+@pytest.mark.parametrize("bound", [True, False], ids=["W-constant", "W-argument"])
+def test_gemm_dynamic_m(dtype, k, n_out, bound):
+    rng0 = rng_for("gemm", k, n_out, str(dtype))
+    W, bias = make((k, n_out), dtype, rng=rng0), make((n_out,), dtype, rng=rng0)
+
+    def ref(x, W=W):
+        return np.maximum(x @ W + bias, 0)
+    rtol, atol = reduction_tol(dtype, k, 9.0)
+    if bound:                       # prepacked into the GEMM's panels
+        check_sizes(lambda x, W: jc.relu(x @ W + bias),
+                    lambda n: [make((n, k), dtype, rng=rng_for("x", n))], ref, dtype,
+                    rtol=rtol, atol=atol, constants={"W": W})
+    else:
+        check_sizes(lambda x, W: jc.relu(x @ W + bias),
+                    lambda n: [make((n, k), dtype, rng=rng_for("x", n)), W], ref, dtype,
+                    rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_batched_gemm_dynamic_batch(dtype):
+    rng0 = rng_for("bgemm", str(dtype))
+    W = make((24, 40), dtype, rng=rng0)
+    rtol, atol = reduction_tol(dtype, 24, 9.0)
+    check_sizes(lambda x, y: (x @ W) @ y,
+                lambda n: [make((n, 5, 24), dtype, rng=rng_for("bx", n)),
+                           make((n, 40, 3), dtype, rng=rng_for("by", n))],
+                lambda x, y: (x @ W) @ y, dtype, rtol=rtol, atol=atol * 40)
+
+
+# ---- an attention-like graph ---------------------------------------------------------------------
+
+S, D = 12, 32
+
+
+def _weights(dtype, key="attn"):
+    rng = rng_for(key, str(dtype))
+    return [make((D, D), dtype, rng=rng) / 6 for _ in range(3)]
+
+
+def attention(Wq, Wk, Wv):
+    def fn(x):
+        q, k, v = x @ Wq, x @ Wk, x @ Wv
+        scores = q @ k.transpose(0, 2, 1) * (1.0 / D ** 0.5)
+        return jc.layer_norm(jc.softmax(scores) @ v + x)
+    return fn
+
+
+def attention_ref(Wq, Wk, Wv):
+    def ref(x):
+        q, k, v = x @ Wq, x @ Wk, x @ Wv
+        s = q @ k.transpose(0, 2, 1) / D ** 0.5
+        p = np.exp(s - s.max(-1, keepdims=True))
+        y = p / p.sum(-1, keepdims=True) @ v + x
+        return (y - y.mean(-1, keepdims=True)) / np.sqrt(y.var(-1, keepdims=True) + 1e-5)
+    return ref
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_attention_dynamic_batch(dtype):
+    Ws = _weights(dtype)
+    check_sizes(attention(*Ws), lambda n: [make((n, S, D), dtype, rng=rng_for("ax", n))],
+                attention_ref(*[np.float64(w) for w in Ws]), dtype, rtol=1e-4 if dtype == F32
+                else 1e-10, atol=1e-4 if dtype == F32 else 1e-10)
+
+
+def test_one_compile_across_ten_batch_sizes():
+    Ws = _weights(F32, "ten sizes")         # (weights of its own: a graph no other test has)
+    graphs = {"chain": (lambda a, b: jc.relu(a * b + 1.0) * 0.375, lambda n: [
+        make((n, 64), F32), make((n, 64), F32)]),
+        "gemm": (lambda x: jc.gelu(x @ Ws[0]), lambda n: [make((n, D), F32)]),
+        "attention": (attention(*Ws), lambda n: [make((n, S, D), F32)])}
+    for name, (fn, args) in graphs.items():
+        f = jc.jit(fn, dynamic=True)
+        before = compiles()
+        for n in TEN_SIZES:
+            f(*args(n))
+        assert compiles() - before == 1, name
+        assert len(set(TEN_SIZES)) == 10
+
+
+# ---- what stays static -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("name,fn,ref,why", [
+    ("slice", lambda x: x[:2] * 2.0, lambda x: x[:2] * 2, "slicing a dynamic axis"),
+    ("transpose", lambda x: x.T + 1.0, lambda x: x.T + 1, "transposed tiles"),
+    ("square", lambda x: (x @ x.T).reshape(-1) + 1.0, lambda x: (x @ x.T).reshape(-1) + 1,
+     "merges dynamic axes"),
+    ("mean", lambda x: x.mean(axis=0), lambda x: x.mean(axis=0), "computed from a dynamic"),
+    ("argmax", lambda x: jc.argmax(x, axis=0), lambda x: x.argmax(axis=0), "arg-reductions"),
+])
+def test_graphs_that_need_the_extent_compile_per_shape(name, fn, ref, why):
+    f = jc.jit(fn, dynamic=True)
+    before = compiles()
+    sizes = [3, 4, 5]
+    for n in sizes:
+        x = make((n, 24), F32, rng=rng_for(name, n))
+        want = ref(np.float64(x))
+        got = f(x)
+        if name == "argmax":
+            assert_close(got, want, got.dtype, exact=True)
+        else:
+            assert_close(got, want, F32, rtol=1e-5, atol=1e-5)
+    assert compiles() - before == len(sizes)          # one per shape, as documented
+    text = f.explain(x)
+    assert text.startswith("shapes: every extent static (compiled per shape)")
+    assert why in text, text
+
+
+def test_strided_inputs_are_static():
+    f = jc.jit(lambda x: x * 2.0, dynamic=True)
+    x = make((6, 10), F32)[:, ::2]
+    assert_close(f(x), np.float64(x) * 2, F32)
+    assert "no extent can vary" in f.explain(x)
+
+
+def test_explain_names_the_run_time_extents():
+    f = jc.jit(lambda a, b: a + b, dynamic=True)
+    a, b = make((5, 4), F32), make((5, 4), F32)
+    text = f.explain(a, b)
+    assert text.startswith("shapes: run-time extents s0 (a dim 0 = b dim 0)"), text
+    assert "f32[s0,4]" in text and "0..4*s0" in text
+
+
+# ---- checks at the call ------------------------------------------------------------------------
+
+def test_mismatched_dynamic_extents_raise_shape_error():
+    f = jc.jit(lambda a, b: a + b, dynamic=True)
+    f(make((5, 4), F32), make((5, 4), F32))
+    f(make((9, 4), F32), make((9, 4), F32))
+    with pytest.raises(jc.ShapeError, match=r"\(6, 4\).*\(5, 4\)|\(5, 4\).*\(6, 4\)|broadcast"):
+        f(make((6, 4), F32), make((5, 4), F32))
+    with pytest.raises(jc.ShapeError):
+        f(make((6, 4), F32), make((6, 5), F32))      # a static extent differs
+
+
+def test_extents_the_graph_does_not_combine_may_differ():
+    """Two arguments with equal leading extents at the first call, independent in the graph:
+    a later call where they differ compiles once more (another shape class) and is right."""
+    f = jc.jit(lambda a, b: (a * 2.0, b.sum(axis=0)), dynamic=True)
+    a, b = make((5, 3), F32), make((5, 3), F32)
+    f(a, b)
+    before = compiles()
+    a, b = make((7, 3), F32), make((4, 3), F32)
+    r1, r2 = f(a, b)
+    assert_close(r1, np.float64(a) * 2, F32)
+    assert_close(r2, np.float64(b).sum(0), F32)
+    assert compiles() - before == 1
+    for n, m in [(3, 9), (11, 2)]:
+        a, b = make((n, 3), F32), make((m, 3), F32)
+        r1, r2 = f(a, b)
+        assert_close(r2, np.float64(b).sum(0), F32)
+    assert compiles() - before == 1
+
+
+def test_out_and_aliasing():
+    f = jc.jit(lambda a, b: a * b + 1.0, dynamic=True)
+    for n in [4, 9, 2]:
+        a, b = make((n, 8), F32), make((n, 8), F32)
+        want = np.float64(a) * b + 1
+        out = np.empty((n, 8), np.float32)
+        assert f(a, b, out=out) is out
+        assert_close(out, want, F32)
+        f(a, b, out=a)                                 # out= is an input: computed, then copied
+        assert_close(a, want, F32)
+        with pytest.raises(jc.ShapeError):
+            f(a, b, out=np.empty((n + 1, 8), np.float32))
+
+
+def test_many_sizes_alternating_calls():
+    """Sizes alternate call after call: each goes through its own plan, one compile."""
+    f = jc.jit(lambda x: jc.softmax(x * 2.0), dynamic=True)
+    xs = [make((n, 40), F32, rng=rng_for("alt", n)) for n in (3, 50, 7)]
+    before = compiles()
+    for _ in range(3):
+        for x in xs:
+            e = np.exp(2 * np.float64(x) - 2 * np.float64(x).max(-1, keepdims=True))
+            assert_close(f(x), e / e.sum(-1, keepdims=True), F32, rtol=1e-5, atol=1e-7)
+    assert compiles() - before == 1
+
+
+def test_dynamic_axis_moved_inside():
+    """(n, 6, 8) -> (6, n, 8) -> softmax -> back: the temp's leading stride is 8n."""
+    def fn(x):
+        y = jc.softmax(x.transpose(1, 0, 2) * 2.0)
+        return (y + 1.0).transpose(1, 0, 2)
+
+    def ref(x):
+        y = x.transpose(1, 0, 2) * 2
+        e = np.exp(y - y.max(-1, keepdims=True))
+        return (e / e.sum(-1, keepdims=True) + 1).transpose(1, 0, 2)
+    check_sizes(fn, lambda n: [make((n, 6, 8), F32, rng=rng_for("mv", n))], ref, F32)
+
+
+def test_torch_compile_dynamic_one_export_one_compile():
+    """jitcore.torch.compile(dynamic=True): one export for every batch size and sequence
+    length; the batch sizes share one compile, each new sequence length compiles once."""
+    torch = pytest.importorskip("torch")
+    jt = pytest.importorskip("jitcore.torch")
+
+    class Block(torch.nn.Module):
+        def __init__(self, d=32, h=4):
+            super().__init__()
+            self.qkv, self.o, self.h = torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d), h
+            self.ln = torch.nn.LayerNorm(d)
+
+        def forward(self, x):
+            B, T, C = x.shape
+            q, k, v = self.qkv(x).split(C, dim=-1)
+            q, k, v = (t.view(B, T, self.h, C // self.h).transpose(1, 2) for t in (q, k, v))
+            a = torch.softmax(q @ k.transpose(-1, -2) * (C // self.h) ** -0.5, dim=-1) @ v
+            return self.ln(self.o(a.transpose(1, 2).reshape(B, T, C)) + x)
+    torch.manual_seed(0)
+    m = Block().eval()
+    c = jt.compile(m, torch.randn(2, 8, 32), dynamic=True)
+    before = compiles()
+    with torch.no_grad():
+        for b in [3, 5, 2, 9, 4, 6, 7, 8, 10, 11]:
+            x = torch.randn(b, 8, 32)
+            torch.testing.assert_close(c(x), m(x), rtol=1e-4, atol=1e-5)
+        assert compiles() - before == 0               # the first batch size's compile serves
+        for t in [5, 12, 5]:
+            x = torch.randn(3, t, 32)
+            torch.testing.assert_close(c(x), m(x), rtol=1e-4, atol=1e-5)
+    assert compiles() - before == 2                   # one per new sequence length
+    assert len(c._programs) == 1                      # one export
+    assert "shapes: run-time extents s0 (in0 dim 0)" in c.explain()
+
+
+def test_torch_tensors_with_dynamic():
+    torch = pytest.importorskip("torch")
+    f = jc.jit(lambda x: jc.relu(x) * 3.0, dynamic=True)
+    before = compiles()
+    for n in [3, 8]:
+        t = torch.randn(n, 5)
+        assert_close(f(t), np.maximum(t.numpy().astype(np.float64), 0) * 3, F32)
+    assert compiles() - before == 1
+
+
+@pytest.mark.parametrize("name", ["softmax", "col_sum", "gemm"])
+def test_two_threads_split_the_run_time_range(name):
+    """Sizes large enough for the pool to split the range (a run-time extent over grain)."""
+    W = make((64, 96), F32, rng=rng_for("threads"))
+    fn, ref = {"softmax": (lambda x: jc.softmax(x) * 2.0, lambda x: 2 * np.exp(
+                   x - x.max(-1, keepdims=True)) / np.exp(x - x.max(-1, keepdims=True)).sum(
+                   -1, keepdims=True)),
+               "col_sum": (lambda x: x.sum(axis=0), lambda x: x.sum(axis=0)),
+               "gemm": (lambda x: jc.gelu(x @ W, approximate="tanh") + 0.0, None)}[name]
+    dyn, static = jc.jit(fn, dynamic=True, num_threads=2), jc.jit(fn, num_threads=2)
+    for n in [3, 2000, 4099]:
+        x = make((n, 64), F32, rng=rng_for("t", n))
+        got, same = dyn(x), static(x)
+        rtol, atol = reduction_tol(F32, n, 3.0)
+        assert_close(got, np.float64(same), F32, rtol=rtol, atol=atol)
+        if ref is not None:
+            assert_close(got, ref(np.float64(x)), F32, rtol=rtol, atol=atol)
