@@ -266,3 +266,28 @@ def test_fresh_outputs_stream_correctly(dtype):
     want = (a == b) if dtype == np.bool_ else (a.astype(np.float64) + b
                                                if np.issubdtype(dtype, np.floating) else a + b)
     assert_close(f(a, b), want, np.bool_ if dtype == np.bool_ else dtype)
+
+
+@pytest.mark.parametrize("threads", THREADS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32])
+def test_dynamic_kernels_decide_streaming_from_the_calls_own_size(dtype, threads):
+    """With run-time extents (dynamic=True) the compile sees placeholders, so the kernel
+    compares the call's own output size with the threshold: one compile serves batches
+    under it (plain stores) and over it (streamed), each equal to numpy."""
+    f = jc.jit(fma, num_threads=threads, dynamic=True)
+    before = jc.cache_info()["compiles"]
+    cols = 48
+    for rows in (2, 3, 7, 16, 21, 40, 97):      # 4096 bytes at 16-21 rows of f32/i32
+        a, b, c = (x.reshape(rows, cols) for x in inputs(dtype, rows * cols, seed=rows))
+        with config.override(stream_stores=4096):
+            got = f(a, b, c)
+            if rows == 97:
+                assert streams(f.llvm_ir(a, b, c))
+        assert got.dtype == np.dtype(dtype) and got.shape == (rows, cols)
+        if dtype == np.int32:
+            np.testing.assert_array_equal(got, a * b + c)
+        else:
+            a64 = a.astype(np.float64)
+            assert_close(got, a64 * b + c, dtype, scale=np.abs(a64 * b) + np.abs(c),
+                         msg=f"{rows} rows")
+    assert jc.cache_info()["compiles"] - before == 1
