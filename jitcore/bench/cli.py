@@ -90,8 +90,20 @@ def cores_for(threads: int):
     return sorted(os.sched_getaffinity(0))[:threads]
 
 
-def child_env(threads: int, cache_dir: str) -> dict:
+# glibc: keep freed large blocks in the heap (no mmap per output, no trimming), so a system
+# that allocates a fresh output per call reuses mapped pages as numpy's allocator and
+# jitcore's output cache do; torch's CPU allocator asks for transparent huge pages
+FAIR_ALLOCATION = {"MALLOC_MMAP_THRESHOLD_": str(1 << 30), "MALLOC_TRIM_THRESHOLD_": str(1 << 31),
+                   "MALLOC_TOP_PAD_": str(256 << 20), "THP_MEM_ALLOC_ENABLE": "1"}
+
+
+def child_env(threads: int, cache_dir: str, own_allocators: bool = False) -> dict:
+    """Each system's child: its thread settings at `threads`, its caches in `cache_dir`,
+    and (unless `own_allocators`) allocator settings under which no system page-faults the
+    fresh outputs of a loop of calls (FAIR_ALLOCATION)."""
     env = {**os.environ, **{v: str(threads) for v in THREAD_VARIABLES}}
+    if not own_allocators:
+        env.update(FAIR_ALLOCATION)
     env.pop("JITCORE_DISK_CACHE", None)                # warm first calls need the disk cache
     env.update({
         "XLA_FLAGS": (f"--xla_cpu_multi_thread_eigen={'true' if threads > 1 else 'false'} "
@@ -114,17 +126,18 @@ def run_child(system: str, threads: int, names: list, opts, progress: Progress,
         (["--data-dir", data_dir] if data_dir else []) + \
         (["--first-calls-only"] if first_calls_only else [])
     label = f"{system} @ {threads}{' cold' * first_calls_only}"
-    return spawn_child(cmd, threads, names, progress, cache_dir, label)
+    return spawn_child(cmd, threads, names, progress, cache_dir, label,
+                       getattr(opts, "own_allocators", False))
 
 
 def spawn_child(cmd: list, threads: int, names: list, progress: Progress, cache_dir: str,
-                label: str) -> dict:
+                label: str, own_allocators: bool = False) -> dict:
     """Run one child pinned to `threads` cores with the thread variables and cache
     directories set; count its progress lines; return its final JSON report (every name
     failed, with the child's last stderr line, when it printed none)."""
     cores = cores_for(threads)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=child_env(threads, cache_dir),
+                            env=child_env(threads, cache_dir, own_allocators),
                             preexec_fn=None if cores is None else
                             lambda: os.sched_setaffinity(0, cores))
     report = None
@@ -445,6 +458,10 @@ def parse(argv) -> argparse.Namespace:
     ap.add_argument("--json", help="write all results to this JSON file")
     ap.add_argument("--plot", help="write a PNG bar chart to this path (needs matplotlib)")
     ap.add_argument("--tiny", action="store_true", help="small sizes, few repeats")
+    ap.add_argument("--own-allocators", action="store_true",
+                    help="each system's default allocator settings in the natural-use column "
+                         "(default: glibc and torch set so that no system page-faults its "
+                         "fresh outputs)")
     opts = ap.parse_args(argv)
     names = opts.only.split(",") if opts.only else [w.name for w in SUITE]
     unknown = [n for n in names if n not in BY_NAME]
