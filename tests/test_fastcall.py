@@ -234,3 +234,25 @@ def test_eager_fast_path_in_threads():
     assert not errors and len(results) == 800
     for x, r in results[::37]:
         assert_close(r, np.exp(f64(x)), x.dtype)
+
+
+@pytest.mark.parametrize("n_inputs", [1, 8, 9, 25])
+def test_graphs_with_many_inputs_call_through_the_entry(n_inputs):
+    """The fast call is emitted for up to FASTCALL_MAX_INPUTS array inputs (its checks are
+    IR of their own, compiled per graph); wider graphs give the same results via the entry."""
+    from jitcore.llvm.entry import FASTCALL_MAX_INPUTS
+
+    def total(*xs):
+        acc = xs[0] * 1.0
+        for k, x in enumerate(xs[1:]):
+            acc = acc + x * float(k + 2)
+        return acc
+    rng = rng_for("many-inputs", n_inputs)
+    xs = [make((37,), F32, rng=rng) for _ in range(n_inputs)]
+    f = jc.jit(total)
+    want = f64(xs[0]) + sum(f64(x) * (k + 2) for k, x in enumerate(xs[1:]))
+    for _ in range(3):                                   # first call, then the steady path
+        got = f(*xs)
+        assert_close(got, want, F32, scale=sum(np.abs(f64(x)) * (k + 1) for k, x in enumerate(xs)))
+    compiled = next(iter(f._plans.values())).compiled
+    assert (compiled.fastcall_address is not None) == (n_inputs <= FASTCALL_MAX_INPUTS)
