@@ -434,3 +434,27 @@ def test_two_threads_split_the_run_time_range(name):
         assert_close(got, np.float64(same), F32, rtol=rtol, atol=atol)
         if ref is not None:
             assert_close(got, ref(np.float64(x)), F32, rtol=rtol, atol=atol)
+
+
+def test_the_native_fast_call_serves_every_batch_size_of_a_dynamic_plan():
+    """A dynamic graph's native fast call reads the extents from its inputs and allocates the
+    output at this call's shape: calls with new batch sizes stay on the fast path."""
+    f = jc.jit(lambda a, b: a * b + 1.0, dynamic=True)
+    x = np.arange(5 * 7, dtype=np.float32).reshape(5, 7)
+    f(x, x)
+    plan = next(iter(f._plans.values()))
+    assert plan.compiled.fastcall_address is not None
+    for rows in (2, 3, 9, 64, 5):
+        a = np.linspace(-1, 1, rows * 7, dtype=np.float32).reshape(rows, 7)
+        got = plan.fast((a, a))
+        assert got.shape == (rows, 7) and got.dtype == np.float32
+        np.testing.assert_allclose(got, a.astype(np.float64) ** 2 + 1, rtol=1e-6)
+    from jitcore.callpath import MISMATCH
+    assert plan.fast((x[:1], x[:1])) is MISMATCH            # size 1 compiles on its own
+    # outputs from the output cache's size on go to the Python path (which takes them there)
+    from jitcore import output_cache
+    from jitcore.llvm.entry import FASTCALL_MAX_DYNAMIC_OUTPUT_BYTES
+    assert FASTCALL_MAX_DYNAMIC_OUTPUT_BYTES == output_cache.MIN_BYTES
+    big = np.ones((output_cache.MIN_BYTES // 28 + 1, 7), np.float32)
+    assert plan.fast((big, big)) is MISMATCH
+    np.testing.assert_array_equal(f(big, big), np.full(big.shape, 2, np.float32))

@@ -189,13 +189,15 @@ FAST_SELF_MISMATCH, FAST_SELF_OOM, FAST_SELF_DESCR, FAST_SELF_CONSTS = 0, 1, 2, 
 # array inputs (a 12-layer MLP with weights as arguments: 25) that cost ~40% more LLVM time
 # at compile, while its gain (~1 us per call) only matters for cheap calls of a few arrays
 FASTCALL_MAX_INPUTS = 8
+# a dynamic graph's fast call serves every batch size; outputs from this size on are left to
+# the Python path, which takes them from the output buffer cache (output_cache.MIN_BYTES)
+FASTCALL_MAX_DYNAMIC_OUTPUT_BYTES = 32 << 20
 
 
 def fastcall_eligible(lowered) -> bool:
-    """One output buffer, no index checks, static shapes and at most FASTCALL_MAX_INPUTS
-    array inputs: what the native fast call handles (other graphs call through the entry)."""
-    static = all(symbol_of(d) is None for buf in lowered.buffers for d in buf.shape)
-    return len(lowered.buffers_of_kind("output")) == 1 and not lowered.checks and static \
+    """One output buffer, no index checks and at most FASTCALL_MAX_INPUTS array inputs:
+    what the native fast call handles (other graphs call through the entry)."""
+    return len(lowered.buffers_of_kind("output")) == 1 and not lowered.checks \
         and len(lowered.buffers_of_kind("input")) <= FASTCALL_MAX_INPUTS
 
 
@@ -234,18 +236,34 @@ def emit_fastcall(module, lowered, run, name, release_gil: bool):
     n_external = sum(1 for buf in lowered.buffers if buf.kind != "temp")
     ptrs = b.alloca(ir.ArrayType(u.I8P, max(n_external, 1)), name="ptrs")
     ptrs = b.bitcast(ptrs, u.I8P.as_pointer())
+    # run-time extents (dynamic=True): read from the inputs as the entry does
+    symbols = sorted({symbol_of(d) for buf in inputs for d in buf.shape} - {None})
+    extents = b.alloca(ir.ArrayType(u.I64, max(symbols, default=-1) + 1 or 1), name="extents")
+    given = {"array": b.bitcast(extents, u.I64.as_pointer())}
     for i, buf in enumerate(inputs):
         item = b.load(u.gep_bytes(b, tup, TUPLE_ITEMS_OFFSET + 8 * i, u.I8P))
-        _check_array(b, item, buf, ndarray_type, fail_bb)
+        _check_array(b, item, buf, ndarray_type, fail_bb, given)
         b.store(b.load(u.gep_bytes(b, item, ARRAY_DATA_OFFSET, u.I8P)),
                 b.gep(ptrs, [u.I64(buf.slot)]))
     for k, buf in enumerate(lowered.buffers_of_kind("const")):
         data = b.load(u.gep_bytes(b, self_item(FAST_SELF_CONSTS + k), ARRAY_DATA_OFFSET, u.I8P))
         b.store(data, b.gep(ptrs, [u.I64(buf.slot)]))
     (out,) = lowered.buffers_of_kind("output")
-    dims = ir.GlobalVariable(module, ir.ArrayType(u.I64, max(len(out.shape), 1)), f"{name}.dims")
-    dims.linkage, dims.global_constant = "internal", True
-    dims.initializer = ir.Constant(dims.type.pointee, [u.I64(d) for d in out.shape] or [u.I64(0)])
+    if all(symbol_of(d) is None for d in out.shape):
+        dims = ir.GlobalVariable(module, ir.ArrayType(u.I64, max(len(out.shape), 1)),
+                                 f"{name}.dims")
+        dims.linkage, dims.global_constant = "internal", True
+        dims.initializer = ir.Constant(dims.type.pointee,
+                                       [u.I64(d) for d in out.shape] or [u.I64(0)])
+    else:                                           # the output's shape from this call's extents
+        dims = b.alloca(ir.ArrayType(u.I64, len(out.shape)), name="out_dims")
+        nbytes = u.I64(out.dtype.itemsize)
+        for k, d in enumerate(out.shape):
+            extent = _value(b, d, given)
+            b.store(extent, b.gep(dims, [u.I32(0), u.I32(k)]))
+            nbytes = b.mul(nbytes, extent)
+        _fail_unless(b, b.icmp_signed("<", nbytes, u.I64(FASTCALL_MAX_DYNAMIC_OUTPUT_BYTES)),
+                     fail_bb)
     descr = self_item(FAST_SELF_DESCR)
     b.call(incref, [descr])                         # PyArray_Empty steals a reference
     result = b.call(empty, [u.I32(len(out.shape)), b.bitcast(dims, u.I64.as_pointer()),
@@ -258,15 +276,15 @@ def emit_fastcall(module, lowered, run, name, release_gil: bool):
     b.position_at_end(allocated)
     b.store(b.load(u.gep_bytes(b, result, ARRAY_DATA_OFFSET, u.I8P)),
             b.gep(ptrs, [u.I64(out.slot)]))
-    no_extents = ir.Constant(u.I64.as_pointer(), None)     # (static shapes only)
+    extents_arg = given["array"]
     if release_gil:
         save = _declare(module, PY_SAVE_THREAD, u.I8P, [])
         restore = _declare(module, PY_RESTORE_THREAD, ir.VoidType(), [u.I8P])
         state = b.call(save, [])
-        rc = b.call(run, [ptrs, no_extents])
+        rc = b.call(run, [ptrs, extents_arg])
         b.call(restore, [state])
     else:
-        rc = b.call(run, [ptrs, no_extents])
+        rc = b.call(run, [ptrs, extents_arg])
     ok, failed = b.append_basic_block("ok"), b.append_basic_block("failed")
     b.cbranch(b.icmp_unsigned("==", rc, u.I32(OK)), ok, failed)
     b.position_at_end(ok)
