@@ -250,6 +250,30 @@ def f64(x):
     """A float64 copy, for references."""
     return np.asarray(x).astype(np.float64)
 
+def softmax_ref(x, axis=-1):
+    """float64 softmax along `axis`, for references."""
+    x = f64(x)
+    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def log_softmax_ref(x, axis=-1):
+    x = f64(x)
+    m = np.max(x, axis=axis, keepdims=True)
+    return x - m - np.log(np.exp(x - m).sum(axis=axis, keepdims=True))
+
+
+def layer_norm_ref(x, w=None, b=None, eps=1e-5):
+    """float64 layer norm over the last axis (two-pass variance), optional scale and shift."""
+    x = f64(x)
+    mu = x.mean(axis=-1, keepdims=True)
+    y = (x - mu) / np.sqrt(((x - mu) ** 2).mean(axis=-1, keepdims=True) + eps)
+    if w is not None:
+        y = y * f64(w)
+    if b is not None:
+        y = y + f64(b)
+    return y
+
 
 def jc_dtype(d):
     """The jitcore dtype constant for a numpy dtype."""

@@ -11,7 +11,8 @@ import pytest
 
 import jitcore as jc
 from helpers import (BOOL, EPS, F32, F64, FLOAT_DTYPES, I32, I64, NARROW_WIDTHS, TOL, U8,
-                     assert_close, assert_same, dtype_id, f64, make, reduction_tol, rng_for)
+                     assert_close, assert_same, dtype_id, f64, layer_norm_ref, log_softmax_ref,
+                     make, reduction_tol, rng_for, softmax_ref)
 
 OPS = ["sum", "prod", "max", "min", "mean", "argmax", "argmin"]
 ARG_OPS = {"argmax", "argmin"}
@@ -357,30 +358,6 @@ def test_empty_max_over_axis_of_2d_raises():
 
 
 # ---- softmax / log_softmax / layer_norm ----------------------------------------------------------
-
-def softmax_ref(x, axis):
-    x = f64(x)
-    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
-    return e / e.sum(axis=axis, keepdims=True)
-
-
-def log_softmax_ref(x, axis):
-    x = f64(x)
-    m = np.max(x, axis=axis, keepdims=True)
-    return x - m - np.log(np.exp(x - m).sum(axis=axis, keepdims=True))
-
-
-def layer_norm_ref(x, w=None, b=None, eps=1e-5):
-    x = f64(x)
-    mu = x.mean(axis=-1, keepdims=True)
-    var = ((x - mu) ** 2).mean(axis=-1, keepdims=True)
-    y = (x - mu) / np.sqrt(var + eps)
-    if w is not None:
-        y = y * f64(w)
-    if b is not None:
-        y = y + f64(b)
-    return y
-
 
 ROW_SHAPES = [(7,), (33, 65), (4, 5, 6), (2, 1023)]
 

@@ -16,34 +16,11 @@ import numpy as np
 import pytest
 
 import jitcore as jc
-from helpers import EPS, FLOAT_DTYPES, assert_close, dtype_id, f64, make, reduction_tol, \
-    rng_for
+from helpers import (EPS, FLOAT_DTYPES, assert_close, dtype_id, f64, layer_norm_ref,
+                     log_softmax_ref, make, reduction_tol, rng_for, softmax_ref)
 
 ROW_LENGTHS = [1, 7, 16, 768, 1000, 1024, 4097]
 ROWS = 3
-
-
-def softmax_ref(x, axis=-1):
-    x = f64(x)
-    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
-    return e / e.sum(axis=axis, keepdims=True)
-
-
-def log_softmax_ref(x, axis=-1):
-    x = f64(x)
-    m = np.max(x, axis=axis, keepdims=True)
-    return x - m - np.log(np.exp(x - m).sum(axis=axis, keepdims=True))
-
-
-def layer_norm_ref(x, w=None, b=None, eps=1e-5):
-    x = f64(x)
-    mu = x.mean(axis=-1, keepdims=True)
-    y = (x - mu) / np.sqrt(((x - mu) ** 2).mean(axis=-1, keepdims=True) + eps)
-    if w is not None:
-        y = y * f64(w)
-    if b is not None:
-        y = y + f64(b)
-    return y
 
 
 def _ln_tol(dtype, ref, n):
