@@ -24,12 +24,13 @@ from collections import OrderedDict
 import numpy as np
 
 from . import config
+from .llvm.entry import LARGE_OUTPUT_BYTES
 
 # Smaller outputs keep numpy's allocator: glibc's malloc serves a block freed earlier from its
 # heap without new faults up to its dynamic mmap threshold's ceiling (32 MB on 64-bit), and
 # measured level with `out=` there (examples/output_cache_bench.py), while the lease costs
 # a few microseconds. From 32 MB up every np.empty is a fresh mmap: faults and zeroing.
-MIN_BYTES = 32 << 20
+MIN_BYTES = LARGE_OUTPUT_BYTES      # (the native fast call leaves these to the cache)
 ALIGN = 64                 # the data of a cached output starts on a cache line
 _PAGE = 4096
 

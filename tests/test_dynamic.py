@@ -453,8 +453,8 @@ def test_the_native_fast_call_serves_every_batch_size_of_a_dynamic_plan():
     assert plan.fast((x[:1], x[:1])) is MISMATCH            # size 1 compiles on its own
     # outputs from the output cache's size on go to the Python path (which takes them there)
     from jitcore import output_cache
-    from jitcore.llvm.entry import FASTCALL_MAX_DYNAMIC_OUTPUT_BYTES
-    assert FASTCALL_MAX_DYNAMIC_OUTPUT_BYTES == output_cache.MIN_BYTES
+    from jitcore.llvm.entry import LARGE_OUTPUT_BYTES
+    assert LARGE_OUTPUT_BYTES == output_cache.MIN_BYTES
     big = np.ones((output_cache.MIN_BYTES // 28 + 1, 7), np.float32)
     assert plan.fast((big, big)) is MISMATCH
     np.testing.assert_array_equal(f(big, big), np.full(big.shape, 2, np.float32))

@@ -184,8 +184,9 @@ def test_a_forked_child_has_its_own_cache(large_args):
     other."""
     a, b, c = large_args
     f = jc.jit(_relu_affine)
-    f(a, b, c)                                    # leaves an idle block
-    live = f(a, b, c)
+    first = f(a, b, c)
+    live = f(a, b, c)                             # (first is still alive: its own block)
+    del first                                     # leaves an idle block
     assert jc.cache_info()["output_cache_bytes"] > 0
     snapshot = live[:1000].copy()
     r, w = os.pipe()

@@ -134,6 +134,18 @@ def _fail_if_overlapping(b, data: dict, inputs: list, outputs: list, fail_bb, di
             _fail_unless(b, disjoint, fail_bb)
 
 
+def _frame(b, lowered) -> tuple:
+    """The run function's arguments as allocas: the pointer array of inputs, constants and
+    outputs, and the run-time extents' dict for _check_array ("array": the i64 array that
+    it fills from the inputs, one entry per symbol; unused by static graphs)."""
+    n_external = sum(1 for buf in lowered.buffers if buf.kind != "temp")
+    ptrs = b.alloca(ir.ArrayType(u.I8P, max(n_external, 1)), name="ptrs")
+    symbols = {symbol_of(d) for buf in lowered.buffers_of_kind("input") for d in buf.shape}
+    symbols.discard(None)
+    extents = b.alloca(ir.ArrayType(u.I64, max(symbols, default=0) + 1), name="extents")
+    return b.bitcast(ptrs, u.I8P.as_pointer()), {"array": b.bitcast(extents, u.I64.as_pointer())}
+
+
 def emit_entry(module, lowered, run, name):
     """`i32 entry(tuple)`: check that the tuple holds inputs and outputs of exactly the
     compiled signature, outputs writeable and not overlapping inputs (else return
@@ -148,12 +160,7 @@ def emit_entry(module, lowered, run, name):
     n_external = sum(1 for buf in lowered.buffers if buf.kind != "temp")
     size = b.load(u.gep_bytes(b, tup, TUPLE_SIZE_OFFSET, u.I64))
     _fail_unless(b, b.icmp_unsigned("==", size, u.I64(n_external)), fail_bb)
-    ptrs = b.alloca(ir.ArrayType(u.I8P, max(n_external, 1)), name="ptrs")
-    ptrs = b.bitcast(ptrs, u.I8P.as_pointer())
-    symbols = sorted({symbol_of(d) for buf in lowered.buffers_of_kind("input")
-                      for d in buf.shape} - {None})
-    extents = b.alloca(ir.ArrayType(u.I64, max(symbols, default=-1) + 1 or 1), name="dims")
-    dims = {"array": b.bitcast(extents, u.I64.as_pointer())}
+    ptrs, dims = _frame(b, lowered)
     data = {}
     for buf in lowered.buffers:
         if buf.kind == "temp":
@@ -189,9 +196,10 @@ FAST_SELF_MISMATCH, FAST_SELF_OOM, FAST_SELF_DESCR, FAST_SELF_CONSTS = 0, 1, 2, 
 # array inputs (a 12-layer MLP with weights as arguments: 25) that cost ~40% more LLVM time
 # at compile, while its gain (~1 us per call) only matters for cheap calls of a few arrays
 FASTCALL_MAX_INPUTS = 8
-# a dynamic graph's fast call serves every batch size; outputs from this size on are left to
-# the Python path, which takes them from the output buffer cache (output_cache.MIN_BYTES)
-FASTCALL_MAX_DYNAMIC_OUTPUT_BYTES = 32 << 20
+# outputs from this size on come from the output buffer cache (jitcore/output_cache.py says
+# why 32 MB), so a dynamic graph's fast call, which serves every batch size, leaves them to
+# the Python path
+LARGE_OUTPUT_BYTES = 32 << 20
 
 
 def fastcall_eligible(lowered) -> bool:
@@ -233,13 +241,7 @@ def emit_fastcall(module, lowered, run, name, release_gil: bool):
     inputs = lowered.buffers_of_kind("input")
     size = b.load(u.gep_bytes(b, tup, TUPLE_SIZE_OFFSET, u.I64))
     _fail_unless(b, b.icmp_unsigned("==", size, u.I64(len(inputs))), fail_bb)
-    n_external = sum(1 for buf in lowered.buffers if buf.kind != "temp")
-    ptrs = b.alloca(ir.ArrayType(u.I8P, max(n_external, 1)), name="ptrs")
-    ptrs = b.bitcast(ptrs, u.I8P.as_pointer())
-    # run-time extents (dynamic=True): read from the inputs as the entry does
-    symbols = sorted({symbol_of(d) for buf in inputs for d in buf.shape} - {None})
-    extents = b.alloca(ir.ArrayType(u.I64, max(symbols, default=-1) + 1 or 1), name="extents")
-    given = {"array": b.bitcast(extents, u.I64.as_pointer())}
+    ptrs, given = _frame(b, lowered)        # (run-time extents read as the entry does)
     for i, buf in enumerate(inputs):
         item = b.load(u.gep_bytes(b, tup, TUPLE_ITEMS_OFFSET + 8 * i, u.I8P))
         _check_array(b, item, buf, ndarray_type, fail_bb, given)
@@ -262,7 +264,7 @@ def emit_fastcall(module, lowered, run, name, release_gil: bool):
             extent = _value(b, d, given)
             b.store(extent, b.gep(dims, [u.I32(0), u.I32(k)]))
             nbytes = b.mul(nbytes, extent)
-        _fail_unless(b, b.icmp_signed("<", nbytes, u.I64(FASTCALL_MAX_DYNAMIC_OUTPUT_BYTES)),
+        _fail_unless(b, b.icmp_signed("<", nbytes, u.I64(LARGE_OUTPUT_BYTES)),
                      fail_bb)
     descr = self_item(FAST_SELF_DESCR)
     b.call(incref, [descr])                         # PyArray_Empty steals a reference
@@ -276,15 +278,14 @@ def emit_fastcall(module, lowered, run, name, release_gil: bool):
     b.position_at_end(allocated)
     b.store(b.load(u.gep_bytes(b, result, ARRAY_DATA_OFFSET, u.I8P)),
             b.gep(ptrs, [u.I64(out.slot)]))
-    extents_arg = given["array"]
     if release_gil:
         save = _declare(module, PY_SAVE_THREAD, u.I8P, [])
         restore = _declare(module, PY_RESTORE_THREAD, ir.VoidType(), [u.I8P])
         state = b.call(save, [])
-        rc = b.call(run, [ptrs, extents_arg])
+        rc = b.call(run, [ptrs, given["array"]])
         b.call(restore, [state])
     else:
-        rc = b.call(run, [ptrs, extents_arg])
+        rc = b.call(run, [ptrs, given["array"]])
     ok, failed = b.append_basic_block("ok"), b.append_basic_block("failed")
     b.cbranch(b.icmp_unsigned("==", rc, u.I32(OK)), ok, failed)
     b.position_at_end(ok)
