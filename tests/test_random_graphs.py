@@ -31,6 +31,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import jitcore as jc
+from jitcore import config
 from jitcore.llvm import graph_module
 from helpers import (BOOL, F32, F64, TOL, U8, ULP, assert_close, ref_conv2d,
                      saturating_astype)
@@ -1085,6 +1086,22 @@ def test_random_programs_match_numpy(program):
         except AssertionError as e:
             graph = _graph_text(f, call_args(program, inputs))
             raise AssertionError(f"{e}\nprogram:\n{program}\ngraph:\n{graph}") from None
+
+
+@settings(max_examples=40, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                 HealthCheck.filter_too_much])
+@given(programs())
+def test_random_programs_with_streaming_stores_match_numpy(program):
+    """The same programs with the streaming-store threshold at 64 bytes: every elementwise
+    output the drawn programs write (at any offset, any dtype) goes through the alignment
+    peel, the non-temporal stores and the fence, on 1 thread and on 2 with tiny chunks."""
+    with config.override(stream_stores=64):
+        test_random_programs_match_numpy.hypothesis.inner_test(program)
+        rng = np.random.default_rng(program.seed)
+        _same_bits_on_one_and_two_threads(program, [
+            (rng.standard_normal(s) * 2.0).astype(d)
+            for s, d in zip(program.input_shapes, program.input_dtypes)])
 
 
 def _resized(program, inputs, n: int) -> list | None:
