@@ -450,7 +450,8 @@ class JitFunction:
         return list(target._compiled(args).kernels)
 
     def llvm_ir(self, *args, optimized: bool = True, **kwargs) -> str:
-        """The LLVM IR of the compiled graph, after O3 (default) or as generated."""
+        """The LLVM IR of the compiled graph, as compiled (default: the kernels after O3, the
+        graph's own glue module as generated) or as generated."""
         target, args = self._inspected(args, kwargs)
         compiled = target._compiled(args)
         return compiled.optimized_ir if optimized else compiled.llvm_ir

@@ -1,9 +1,14 @@
-"""LLVM itself, behind one module: parse + verify, O3, machine code, and the in-process JIT.
+"""LLVM itself, behind one module: parse + verify, optimize, machine code, and the in-process JIT.
 
 One target machine and one LLJIT serve the whole process (a second MCJIT engine on a shared
 target machine segfaulted; LLJIT with resource trackers did not). Each compiled graph is a
 JIT library whose `ResourceTracker` the owner keeps for as long as its code may run; dropping
 it frees the code. LLVM calls are serialized by a lock: compiles may come from many threads.
+
+How hard LLVM works on a module is a property of the module (its PIPELINE, declared in its
+text by `with_pipeline`): kernels get the O3 pipeline and the code generator's highest level;
+a graph's glue (graph_module.py's run function, entry.py's checks and fast call) goes to fast
+instruction selection unoptimized.
 """
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ import itertools
 import sys
 import threading
 import time
+from dataclasses import dataclass
 
 import llvmlite.binding as llvm
 
@@ -25,17 +31,63 @@ hold_during_fork(sys.modules[__name__], "_LOCK", threading.RLock)   # no fork in
 _LIB_IDS = itertools.count()
 
 
+@dataclass(frozen=True)
+class Pipeline:
+    """What LLVM does to a module between parsing and linking: `ir_level`, the speed level
+    of LLVM's default optimization pipeline (0: none, the IR goes to the code generator as
+    written); `codegen_level`, the target machine's optimization level (0: fast instruction
+    selection and register allocation)."""
+    name: str
+    ir_level: int
+    codegen_level: int
+
+
+KERNEL = Pipeline("kernel", 3, 3)
+# The glue runs once per call: straight-line loads, compares and calls, no loops. O3 and the
+# full code generator cost it 20-40 ms per graph (most of a small graph's LLVM time); fast
+# instruction selection on the IR as written builds it in a few ms, and calls are no slower
+# (a few more instructions per array checked: examples/dispatch_bench.py). SROA and
+# SimplifyCFG before it only made FastISel's code longer.
+GLUE = Pipeline("glue", 0, 0)
+PIPELINES = {p.name: p for p in (KERNEL, GLUE)}
+_MARKER = "; jitcore.pipeline = "
+
+
+def with_pipeline(text: str, pipeline: Pipeline) -> str:
+    """The module text, declaring the pipeline it is compiled with (part of its text, so of
+    every cache key derived from it). Modules that declare none get KERNEL."""
+    return f"{_MARKER}{pipeline.name}\n{text}"
+
+
+def pipeline_of(text: str) -> Pipeline:
+    if text.startswith(_MARKER):
+        return PIPELINES[text[len(_MARKER):text.index("\n")].strip()]
+    return KERNEL
+
+
 class _Machine:
-    """The target machine and JIT for one Target (CPU + features)."""
+    """The target machines and JIT for one Target (CPU + features)."""
 
     def __init__(self, target: Target):
         llvm.initialize_native_target()
         llvm.initialize_native_asmprinter()
-        self.tm = llvm.Target.from_triple(target.triple).create_target_machine(
-            cpu=target.cpu, features=target.features, opt=3, jit=True)
+        self._target = target
+        self.tm = self._create(KERNEL.codegen_level)
         self.jit = llvm.create_lljit_compiler(self.tm)
         self.data_layout = str(self.tm.target_data)
         self.tm_key = (target.triple, target.cpu, target.features)
+        self._by_level = {KERNEL.codegen_level: self.tm}
+
+    def _create(self, level: int):
+        return llvm.Target.from_triple(self._target.triple).create_target_machine(
+            cpu=self._target.cpu, features=self._target.features, opt=level, jit=True)
+
+    def codegen(self, level: int):
+        """The target machine that emits code at this optimization level (the JIT's own
+        for KERNEL's; objects of any level link into the one JIT)."""
+        if level not in self._by_level:
+            self._by_level[level] = self._create(level)
+        return self._by_level[level]
 
 
 _MACHINES: dict = {}
@@ -53,9 +105,11 @@ class Library:
     """JIT-compiled code of one graph: exported addresses, kept alive by the tracker."""
 
     def __init__(self, tracker, addresses: dict, optimized_ir: list, mach: _Machine,
-                 seconds: dict):
+                 seconds: dict, pipelines: tuple):
         self._tracker, self.addresses = tracker, addresses
         self._optimized_parts, self._machine, self._asm = optimized_ir, mach, None
+        # the name of each linked module's Pipeline, in the order of optimized_ir
+        self.pipelines = pipelines
         # where LLVM's time went, summed over the modules: parse (+ verify), optimize,
         # machine_code, disk_load, disk_store, link
         self.seconds = seconds
@@ -79,8 +133,10 @@ class Library:
     def asm(self) -> str:
         if self._asm is None:
             with _LOCK:
-                self._asm = "\n".join(self._machine.tm.emit_assembly(llvm.parse_assembly(t))
-                                      for t in self._optimized_parts)
+                self._asm = "\n".join(
+                    self._machine.codegen(PIPELINES[p].codegen_level).emit_assembly(
+                        llvm.parse_assembly(t))
+                    for t, p in zip(self._optimized_parts, self.pipelines))
         return self._asm
 
 
@@ -110,7 +166,9 @@ STATS = {"modules_compiled": 0, "modules_reused": 0}
 
 
 def _machine_code(text: str, mach: _Machine, seconds: dict) -> tuple:
-    """(object bytes, optimized IR text) of a module; adds each stage's time to `seconds`."""
+    """(object bytes, optimized IR text) of a module, built with the pipeline its text
+    declares; adds each stage's time to `seconds`."""
+    pipeline = pipeline_of(text)
     t0 = time.perf_counter()
     try:
         mod = llvm.parse_assembly(text)
@@ -118,12 +176,12 @@ def _machine_code(text: str, mach: _Machine, seconds: dict) -> tuple:
     except RuntimeError as e:
         raise CompileError(f"LLVM rejected the generated IR: {e}") from None
     t1 = time.perf_counter()
-    _optimize(mod, mach.tm)
+    _optimize(mod, mach.tm, pipeline)
     t2 = time.perf_counter()
-    obj = mach.tm.emit_object(mod)
+    obj = mach.codegen(pipeline.codegen_level).emit_object(mod)
     t3 = time.perf_counter()
     _add(seconds, parse=t1 - t0, optimize=t2 - t1, machine_code=t3 - t2)
-    return obj, str(mod)
+    return obj, str(mod) if pipeline.ir_level else text     # (unoptimized: as written)
 
 
 def _add(seconds: dict, **stages) -> None:
@@ -131,8 +189,10 @@ def _add(seconds: dict, **stages) -> None:
         seconds[stage] = seconds.get(stage, 0.0) + s
 
 
-def _optimize(mod, tm):
-    pto = llvm.create_pipeline_tuning_options(speed_level=3)
+def _optimize(mod, tm, pipeline: Pipeline = KERNEL):
+    if pipeline.ir_level == 0:
+        return
+    pto = llvm.create_pipeline_tuning_options(speed_level=pipeline.ir_level)
     # kernels are vectorized explicitly by codegen; LLVM's vectorizers would only re-vectorize
     # scalar tails and fallback loops, costing compile time and code size
     pto.loop_vectorization = False
@@ -165,14 +225,15 @@ def compile_ir(text: str, exports: list, target: Target, imports: dict | None = 
 
 def compile_modules(modules: list, exports: list, target: Target,
                     imports: dict | None = None) -> Library:
-    """Parse, verify, optimize at O3 and emit machine code for each module, then link them
-    all into one JIT library of this process. `modules`: (IR text, cache) pairs, where
+    """Parse, verify, optimize and emit machine code for each module (with the pipeline its
+    text declares, see with_pipeline), then link them all into one JIT library of this
+    process. `modules`: (IR text, cache) pairs, where
     cache is None or an object with `key`, load() -> (object, optimized IR) | None and
     store(object, optimized IR) (the disk cache): a hit skips LLVM's optimizer and code
     generator. Objects are also kept in memory (OBJECTS) by that key, or by the text's hash.
     `imports` binds external symbols of the modules to addresses of this process."""
     mach = machine(target)
-    seconds, objects, optimized, reused = {}, [], [], 0
+    seconds, objects, optimized, pipelines, reused = {}, [], [], [], 0
     linked = set()
     for text, cache in modules:
         key = (mach.tm_key, cache.key if cache is not None else
@@ -204,6 +265,7 @@ def compile_modules(modules: list, exports: list, target: Target,
                 OBJECTS.put(key, *hit)
         objects.append(hit[0])
         optimized.append(hit[1])
+        pipelines.append(pipeline_of(text).name)
     t0 = time.perf_counter()
     with _LOCK:
         builder = llvm.JITLibraryBuilder().add_current_process()
@@ -219,6 +281,6 @@ def compile_modules(modules: list, exports: list, target: Target,
             raise CompileError(f"JIT link failed: {e}") from None
         addresses = {n: tracker[n] for n in exports}
     _add(seconds, link=time.perf_counter() - t0)
-    library = Library(tracker, addresses, optimized, mach, seconds)
+    library = Library(tracker, addresses, optimized, mach, seconds, tuple(pipelines))
     library.modules, library.reused = len(modules), reused
     return library

@@ -4,7 +4,9 @@ It lets Python make one call with a tuple of arrays: it reads `ob_item[i]` of th
 `data` field of each ndarray at the offsets below, which `jitcore.callpath` checks at import.
 It first checks that every input is an ndarray of the compiled shape, strides and dtype (and
 every output writeable and apart from the inputs), so Python's fast path needs no signature
-lookup of its own. Return codes: OK, OUT_OF_MEMORY (from run), SIGNATURE_MISMATCH.
+lookup of its own. Return codes: OK, OUT_OF_MEMORY (from run), SIGNATURE_MISMATCH. The input
+checks are one internal function of the graph's module (emit_input_checks), which the entry
+and the native fast call (below) both call.
 
 A graph with run-time extents (jc.jit(dynamic=True)) has placeholders in its buffers'
 shapes (passes/symbolic.py): the entry reads each dynamic extent from the first input that
@@ -44,50 +46,61 @@ def _fail_unless(b: ir.IRBuilder, cond, fail_bb):
     b.position_at_end(ok)
 
 
-def _check_array(b, item, buf, ndarray_type, fail_bb, dims=None):
+def _all(b: ir.IRBuilder, conds: list):
+    """The conjunction of i1 values (one branch for a group of checks: fewer blocks, which
+    is what the glue's fast code generator spends its time on)."""
+    out = conds[0]
+    for c in conds[1:]:
+        out = b.and_(out, c)
+    return out
+
+
+def _check_array(b, item, buf, ndarray_type, fail_bb, dims):
     """Branch to fail_bb unless `item` is an ndarray of exactly buf's shape, strides and dtype
     (outputs must also be writeable). `dims`: symbol -> its i64 value (filled here from the
-    first array that has it) and "array" -> the extent array (graphs with run-time extents)."""
+    first array that has it) and "array" -> the extent array (graphs with run-time extents).
+    Three branches: the type (nothing else may be read from a non-array), the header (rank,
+    dtype, byte order, flags: the rank bounds the dims read next), then dims and strides."""
     typ = b.load(u.gep_bytes(b, item, OB_TYPE_OFFSET, u.I8P))
     _fail_unless(b, b.icmp_unsigned("==", typ, ndarray_type), fail_bb)
     nd = b.load(u.gep_bytes(b, item, ARRAY_ND_OFFSET, u.I32))
-    _fail_unless(b, b.icmp_unsigned("==", nd, u.I32(len(buf.shape))), fail_bb)
     descr = b.load(u.gep_bytes(b, item, ARRAY_DESCR_OFFSET, u.I8P))
     type_num = b.load(u.gep_bytes(b, descr, DESCR_TYPE_NUM_OFFSET, u.I32))
-    _fail_unless(b, b.icmp_unsigned("==", type_num, u.I32(buf.dtype.np.num)), fail_bb)
     byteorder = b.load(u.gep_bytes(b, descr, DESCR_BYTEORDER_OFFSET, u.I8))
-    _fail_unless(b, b.icmp_unsigned("!=", byteorder, u.I8(ord(">"))), fail_bb)
+    header = [b.icmp_unsigned("==", nd, u.I32(len(buf.shape))),
+              b.icmp_unsigned("==", type_num, u.I32(buf.dtype.np.num)),
+              b.icmp_unsigned("!=", byteorder, u.I8(ord(">")))]
     if buf.kind == "output":
         flags = b.load(u.gep_bytes(b, item, ARRAY_FLAGS_OFFSET, u.I32))
         writeable = b.and_(flags, u.I32(NPY_ARRAY_WRITEABLE))
-        _fail_unless(b, b.icmp_unsigned("!=", writeable, u.I32(0)), fail_bb)
+        header.append(b.icmp_unsigned("!=", writeable, u.I32(0)))
+    _fail_unless(b, _all(b, header), fail_bb)
     if not buf.shape:
         return
-    strides = b.load(u.gep_bytes(b, item, ARRAY_STRIDES_OFFSET, u.I64.as_pointer()))
-    given_dims = dims
-    dims = b.load(u.gep_bytes(b, item, ARRAY_DIMS_OFFSET, u.I64.as_pointer()))
+    shape = b.load(u.gep_bytes(b, item, ARRAY_DIMS_OFFSET, u.I64.as_pointer()))
+    conds = []
     for k, d in enumerate(buf.shape):
-        got = b.load(b.gep(dims, [u.I64(k)]))
+        got = b.load(b.gep(shape, [u.I64(k)]))
         found = scaled_symbol(d)
         c, sym = found if found is not None else (None, None)
         if found is None:
-            _fail_unless(b, b.icmp_unsigned("==", got, u.I64(d)), fail_bb)
-        elif sym in given_dims:       # (an output's axis may be c times it: a reshape)
-            want = given_dims[sym] if c == 1 else b.mul(given_dims[sym], u.I64(c))
-            _fail_unless(b, b.icmp_unsigned("==", got, want), fail_bb)
+            conds.append(b.icmp_unsigned("==", got, u.I64(d)))
+        elif sym in dims:             # (an output's axis may be c times it: a reshape)
+            want = dims[sym] if c == 1 else b.mul(dims[sym], u.I64(c))
+            conds.append(b.icmp_unsigned("==", got, want))
         else:                         # the symbol's value; 0 and 1 have code of their own
             assert c == 1, "a run-time extent first met as a multiple (passes/dynamic.py)"
-            _fail_unless(b, b.icmp_signed(">=", got, u.I64(2)), fail_bb)
-            _fail_unless(b, b.icmp_signed("<", got, u.I64(1 << 36)), fail_bb)
-            b.store(got, b.gep(given_dims["array"], [u.I64(sym)]))
-            given_dims[sym] = got
-    if 0 in buf.shape:
-        return                        # nothing is read: strides do not matter
-    for k, (d, st) in enumerate(zip(buf.shape, buf.strides)):
-        if d > 1:                     # a size-1 axis is only ever read at index 0
-            got = b.load(b.gep(strides, [u.I64(k)]))
-            want = _value(b, st * buf.dtype.itemsize, given_dims)
-            _fail_unless(b, b.icmp_signed("==", got, want), fail_bb)
+            conds += [b.icmp_signed(">=", got, u.I64(2)),
+                      b.icmp_signed("<", got, u.I64(1 << 36))]
+            b.store(got, b.gep(dims["array"], [u.I64(sym)]))   # (moot if a check fails)
+            dims[sym] = got
+    if 0 not in buf.shape:            # (else nothing is read: strides do not matter)
+        strides = b.load(u.gep_bytes(b, item, ARRAY_STRIDES_OFFSET, u.I64.as_pointer()))
+        for k, (d, st) in enumerate(zip(buf.shape, buf.strides)):
+            if d > 1:                 # a size-1 axis is only ever read at index 0
+                got = b.load(b.gep(strides, [u.I64(k)]))
+                conds.append(b.icmp_signed("==", got, _value(b, st * buf.dtype.itemsize, dims)))
+    _fail_unless(b, _all(b, conds), fail_bb)
 
 
 def _value(b, n: int, dims: dict):
@@ -100,10 +113,15 @@ def _value(b, n: int, dims: dict):
 
 
 def _byte_extent(b, buf, dims: dict):
-    """[lo, hi) of the bytes an array of buf's layout touches, relative to its data pointer,
-    as i64 values (None when it touches none); dynamic extents are the call's values."""
+    """[lo, hi) of the bytes an array of buf's layout touches, relative to its data pointer
+    (None when it touches none): Python ints for a static layout, else i64 values from the
+    call's dynamic extents."""
     if 0 in buf.shape:
         return None
+    if all(scaled_symbol(n) is None for n in buf.shape + buf.strides):
+        lo = sum((d - 1) * st for d, st in zip(buf.shape, buf.strides) if st < 0)
+        hi = sum((d - 1) * st for d, st in zip(buf.shape, buf.strides) if st > 0)
+        return lo * buf.dtype.itemsize, (hi + 1) * buf.dtype.itemsize
     lo, hi = u.I64(0), u.I64(buf.dtype.itemsize)
     for d, st in zip(buf.shape, buf.strides):
         last = b.sub(_value(b, d, dims), u.I64(1))
@@ -115,63 +133,129 @@ def _byte_extent(b, buf, dims: dict):
     return lo, hi
 
 
+def _plus(b, base, offset):
+    if isinstance(offset, int):
+        return base if offset == 0 else b.add(base, u.I64(offset))
+    return b.add(base, offset)
+
+
 def _fail_if_overlapping(b, data: dict, inputs: list, outputs: list, fail_bb, dims: dict):
     """Outputs must not share bytes with inputs (out= aliasing an input): the slow path
     then computes into fresh memory and copies."""
+    def span(buf):
+        ext = _byte_extent(b, buf, dims)
+        if ext is None:
+            return None
+        base = b.ptrtoint(data[buf.slot], u.I64)
+        return _plus(b, base, ext[0]), _plus(b, base, ext[1])
+
+    spans = {buf.slot: span(buf) for buf in inputs + outputs}
+    conds = []
     for o in outputs:
-        oext = _byte_extent(b, o, dims)
-        if oext is None:
-            continue
-        o_base = b.ptrtoint(data[o.slot], u.I64)
-        o_lo, o_hi = b.add(o_base, oext[0]), b.add(o_base, oext[1])
         for i in inputs:
-            iext = _byte_extent(b, i, dims)
-            if iext is None:
-                continue
-            i_base = b.ptrtoint(data[i.slot], u.I64)
-            i_lo, i_hi = b.add(i_base, iext[0]), b.add(i_base, iext[1])
-            disjoint = b.or_(b.icmp_unsigned("<=", o_hi, i_lo), b.icmp_unsigned("<=", i_hi, o_lo))
-            _fail_unless(b, disjoint, fail_bb)
+            if spans[o.slot] is not None and spans[i.slot] is not None:
+                (o_lo, o_hi), (i_lo, i_hi) = spans[o.slot], spans[i.slot]
+                conds.append(b.or_(b.icmp_unsigned("<=", o_hi, i_lo),
+                                   b.icmp_unsigned("<=", i_hi, o_lo)))
+    if conds:
+        _fail_unless(b, _all(b, conds), fail_bb)
 
 
 def _frame(b, lowered) -> tuple:
-    """The run function's arguments as allocas: the pointer array of inputs, constants and
-    outputs, and the run-time extents' dict for _check_array ("array": the i64 array that
-    it fills from the inputs, one entry per symbol; unused by static graphs)."""
+    """The run function's arguments as allocas (in the entry block): the pointer array of
+    inputs, constants and outputs, and the i64 array of run-time extents, one entry per
+    symbol (unused by static graphs)."""
     n_external = sum(1 for buf in lowered.buffers if buf.kind != "temp")
-    ptrs = b.alloca(ir.ArrayType(u.I8P, max(n_external, 1)), name="ptrs")
+    ptrs = u.alloca_once(b, ir.ArrayType(u.I8P, max(n_external, 1)), name="ptrs")
+    n_symbols = max(_symbols(lowered), default=0) + 1
+    extents = u.alloca_once(b, ir.ArrayType(u.I64, n_symbols), name="extents")
+    return b.bitcast(ptrs, u.I8P.as_pointer()), b.bitcast(extents, u.I64.as_pointer())
+
+
+def _symbols(lowered) -> set:
+    """The run-time extents' symbols (all met in inputs' shapes first)."""
     symbols = {symbol_of(d) for buf in lowered.buffers_of_kind("input") for d in buf.shape}
     symbols.discard(None)
-    extents = b.alloca(ir.ArrayType(u.I64, max(symbols, default=0) + 1), name="extents")
-    return b.bitcast(ptrs, u.I8P.as_pointer()), {"array": b.bitcast(extents, u.I64.as_pointer())}
+    return symbols
 
 
-def emit_entry(module, lowered, run, name):
+def emit_input_checks(module, lowered, name):
+    """`i1 check(i8** items, i8** ptrs, i64* extents)` (internal): checks input k, items[k],
+    against its compiled layout as _check_array does, stores its data pointer in
+    ptrs[slot] and its run-time extents in extents; returns whether all match. Emitted once
+    per graph, called by both the entry and the fast call."""
+    fn = ir.Function(module, ir.FunctionType(u.I1, [u.I8P.as_pointer(), u.I8P.as_pointer(),
+                                                    u.I64.as_pointer()]), name=name)
+    fn.linkage = "internal"
+    items, ptrs, extents = fn.args
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    fail_bb = fn.append_basic_block("mismatch")
+    ndarray_type = _external(module, NDARRAY_TYPE_SYMBOL)
+    dims = {"array": extents}
+    for k, buf in enumerate(lowered.buffers_of_kind("input")):
+        item = b.load(b.gep(items, [u.I64(k)]))
+        _check_array(b, item, buf, ndarray_type, fail_bb, dims)
+        b.store(b.load(u.gep_bytes(b, item, ARRAY_DATA_OFFSET, u.I8P)),
+                b.gep(ptrs, [u.I64(buf.slot)]))
+    b.ret(ir.Constant(u.I1, 1))
+    b.position_at_end(fail_bb)
+    b.ret(ir.Constant(u.I1, 0))
+    return fn
+
+
+def _checked_inputs(b, lowered, check, items, fail_bb) -> tuple:
+    """Call the input checks (`items`: the inputs' objects, in order); on a mismatch branch
+    to fail_bb. Returns the run function's arguments and the extents' dict that
+    _check_array and _value read (symbol -> value, "array" -> the extent array)."""
+    ptrs, extents = _frame(b, lowered)
+    _fail_unless(b, b.call(check, [items, ptrs, extents]), fail_bb)
+    dims = {"array": extents}
+    for sym in sorted(_symbols(lowered)):
+        dims[sym] = b.load(b.gep(extents, [u.I64(sym)]))
+    return ptrs, dims
+
+
+def _external(module, symbol):
+    gv = module.globals.get(symbol)
+    if gv is None:
+        gv = ir.GlobalVariable(module, u.I8, symbol)
+        gv.linkage = "external"
+    return gv
+
+
+def _tuple_items(b, tup):
+    """&tup->ob_item[0]."""
+    return u.gep_bytes(b, tup, TUPLE_ITEMS_OFFSET, u.I8P)
+
+
+def emit_entry(module, lowered, run, name, check):
     """`i32 entry(tuple)`: check that the tuple holds inputs and outputs of exactly the
-    compiled signature, outputs writeable and not overlapping inputs (else return
-    SIGNATURE_MISMATCH, and Python takes its slow path); read the data pointers of inputs,
-    constants and outputs and call run."""
+    compiled signature (inputs through `check`, emit_input_checks), outputs writeable and
+    not overlapping inputs (else return SIGNATURE_MISMATCH, and Python takes its slow path);
+    read the data pointers of inputs, constants and outputs and call run."""
     fn = ir.Function(module, ir.FunctionType(u.I32, [u.I8P]), name=name)
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     fail_bb = fn.append_basic_block("mismatch")
-    ndarray_type = ir.GlobalVariable(module, u.I8, NDARRAY_TYPE_SYMBOL)
-    ndarray_type.linkage = "external"
+    ndarray_type = _external(module, NDARRAY_TYPE_SYMBOL)
     tup = fn.args[0]
     n_external = sum(1 for buf in lowered.buffers if buf.kind != "temp")
     size = b.load(u.gep_bytes(b, tup, TUPLE_SIZE_OFFSET, u.I64))
     _fail_unless(b, b.icmp_unsigned("==", size, u.I64(n_external)), fail_bb)
-    ptrs, dims = _frame(b, lowered)
-    data = {}
+    items = _tuple_items(b, tup)
+    inputs = lowered.buffers_of_kind("input")
+    # input k is tuple item k in both calls: the lowered graph's slots start with the inputs
+    assert [buf.slot for buf in inputs] == list(range(len(inputs)))
+    ptrs, dims = _checked_inputs(b, lowered, check, items, fail_bb)
+    data = {buf.slot: b.load(b.gep(ptrs, [u.I64(buf.slot)])) for buf in inputs}
     for buf in lowered.buffers:
-        if buf.kind == "temp":
+        if buf.kind not in ("const", "output"):
             continue
-        item = b.load(u.gep_bytes(b, tup, TUPLE_ITEMS_OFFSET + 8 * buf.slot, u.I8P))
-        if buf.kind in ("input", "output"):
+        item = b.load(b.gep(items, [u.I64(buf.slot)]))
+        if buf.kind == "output":
             _check_array(b, item, buf, ndarray_type, fail_bb, dims)
         data[buf.slot] = b.load(u.gep_bytes(b, item, ARRAY_DATA_OFFSET, u.I8P))
         b.store(data[buf.slot], b.gep(ptrs, [u.I64(buf.slot)]))
-    _fail_if_overlapping(b, data, lowered.buffers_of_kind("input"),
-                         [o for o in lowered.buffers if o.kind == "output"], fail_bb, dims)
+    _fail_if_overlapping(b, data, inputs, lowered.buffers_of_kind("output"), fail_bb, dims)
     b.ret(b.call(run, [ptrs, dims["array"]]))
     b.position_at_end(fail_bb)
     b.ret(u.I32(SIGNATURE_MISMATCH))
@@ -213,11 +297,11 @@ def _declare(module, name, ret, args):
     return module.globals.get(name) or ir.Function(module, ir.FunctionType(ret, args), name)
 
 
-def emit_fastcall(module, lowered, run, name, release_gil: bool):
+def emit_fastcall(module, lowered, run, name, check, release_gil: bool):
     """`PyObject* fastcall(PyObject* self, PyObject* args)`, a METH_O builtin called with the
-    tuple of input arrays: checks them as the entry does, allocates the output with numpy's
-    PyArray_Empty, runs the graph (without the GIL when `release_gil`) and returns the new
-    array; returns self[FAST_SELF_MISMATCH] (new reference) when the arguments do not have
+    tuple of input arrays: checks them as the entry does (`check`: emit_input_checks),
+    allocates the output with numpy's PyArray_Empty, runs the graph (without the GIL when
+    `release_gil`) and returns the new array; returns self[FAST_SELF_MISMATCH] (new reference) when the arguments do not have
     the compiled signature, self[FAST_SELF_OOM] when a temporary could not be allocated, and
     NULL (with numpy's MemoryError set) when the output could not."""
     fn = ir.Function(module, ir.FunctionType(u.I8P, [u.I8P, u.I8P]), name=name)
@@ -227,11 +311,7 @@ def emit_fastcall(module, lowered, run, name, release_gil: bool):
     incref = _declare(module, PY_INCREF, ir.VoidType(), [u.I8P])
     decref = _declare(module, PY_DECREF, ir.VoidType(), [u.I8P])
     empty = _declare(module, NP_EMPTY, u.I8P, [u.I32, u.I64.as_pointer(), u.I8P, u.I32])
-    ndarray_type = module.globals.get(NDARRAY_TYPE_SYMBOL) or ir.GlobalVariable(
-        module, u.I8, NDARRAY_TYPE_SYMBOL)
-    ndarray_type.linkage = "external"
-    tuple_type = ir.GlobalVariable(module, u.I8, TUPLE_TYPE_SYMBOL)
-    tuple_type.linkage = "external"
+    tuple_type = _external(module, TUPLE_TYPE_SYMBOL)
 
     def self_item(i):
         return b.load(u.gep_bytes(b, self_, TUPLE_ITEMS_OFFSET + 8 * i, u.I8P))
@@ -241,12 +321,7 @@ def emit_fastcall(module, lowered, run, name, release_gil: bool):
     inputs = lowered.buffers_of_kind("input")
     size = b.load(u.gep_bytes(b, tup, TUPLE_SIZE_OFFSET, u.I64))
     _fail_unless(b, b.icmp_unsigned("==", size, u.I64(len(inputs))), fail_bb)
-    ptrs, given = _frame(b, lowered)        # (run-time extents read as the entry does)
-    for i, buf in enumerate(inputs):
-        item = b.load(u.gep_bytes(b, tup, TUPLE_ITEMS_OFFSET + 8 * i, u.I8P))
-        _check_array(b, item, buf, ndarray_type, fail_bb, given)
-        b.store(b.load(u.gep_bytes(b, item, ARRAY_DATA_OFFSET, u.I8P)),
-                b.gep(ptrs, [u.I64(buf.slot)]))
+    ptrs, given = _checked_inputs(b, lowered, check, _tuple_items(b, tup), fail_bb)
     for k, buf in enumerate(lowered.buffers_of_kind("const")):
         data = b.load(u.gep_bytes(b, self_item(FAST_SELF_CONSTS + k), ARRAY_DATA_OFFSET, u.I8P))
         b.store(data, b.gep(ptrs, [u.I64(buf.slot)]))

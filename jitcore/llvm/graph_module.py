@@ -3,7 +3,8 @@ by a hash of its code, and the graph's own module: the `run` function that alloc
 temps and launches the kernels (and forked tasks) on the runtime's pool, and the native entry
 (`entry.py`). A kernel reads its buffers from its own pointer array, which `run` fills from the
 graph's slots, so a kernel repeated in a graph, or shared by graphs, is one module, and its IR
-is generated once per process (memoized by `passes.kernel_key`).
+is generated once per process (memoized by `passes.kernel_key`). The graph's own module is
+glue, run once per call: it declares engine.GLUE, so LLVM compiles it without optimizing.
 
 ABI (room for the parallel runtime: a kernel runs any sub-range of its first loop):
     void  jck_<hash>(i64 start, i64 stop, i8** bufs)     kernel over [start, stop) of loop 0,
@@ -12,6 +13,8 @@ ABI (room for the parallel runtime: a kernel runs any sub-range of its first loo
                                                          (dims: the call's run-time extents,
                                                          jc.jit(dynamic=True); else unused)
     i32   <graph>_entry(PyTupleObject* arrays)           reads each ndarray's data pointer
+    i1    <graph>_check_inputs(items, ptrs, extents)     (internal) the inputs' checks, which
+                                                         the entry and the fast call share
     PyObject* <graph>_fastcall(self, PyTupleObject* inputs)  a METH_O builtin: checks the
                                                          inputs, allocates the output, runs
 """
@@ -37,8 +40,9 @@ from jitcore.runtime import emit_parallel_for, emit_spawn, emit_wait, kernel_typ
 from . import irutil as u
 from .codegen import KernelEmitter, streams_by_rows
 from .conv import plan as conv_plan
+from .engine import GLUE, with_pipeline
 from .entry import (GIL_RELEASE_BYTES, OK, OUT_OF_MEMORY, emit_entry, emit_fastcall,
-                    fastcall_eligible)
+                    emit_input_checks, fastcall_eligible)
 from .gemm import plan as gemm_plan
 from .gemm import plan_threads
 from .gemv import plan as gemv_plan
@@ -95,14 +99,16 @@ def build_module(lowered, vector_bits: int, triple: str, data_layout: str,
     module.triple, module.data_layout = triple, data_layout
     prefix = f"jc_{lowered.name}"
     run = _emit_run(module, lowered, kernels, f"{prefix}_run", threads)
-    entry = emit_entry(module, lowered, run, f"{prefix}_entry")
+    check = emit_input_checks(module, lowered, f"{prefix}_check_inputs")
+    entry = emit_entry(module, lowered, run, f"{prefix}_entry", check)
     fastcall = None
     if fastcall_eligible(lowered):
         moved = sum(bytes_moved(k) for k in lowered.kernels)
-        fastcall = emit_fastcall(module, lowered, run, f"{prefix}_fastcall",
+        fastcall = emit_fastcall(module, lowered, run, f"{prefix}_fastcall", check,
                                  release_gil=moved > GIL_RELEASE_BYTES).name
-    return GraphModule(kernels, _with_vector_attributes(str(module), vector_bits), run.name,
-                       entry.name, fastcall)
+    # the glue runs once per call and has no loops: compiled with a cheap pipeline (engine.py)
+    text = with_pipeline(_with_vector_attributes(str(module), vector_bits), GLUE)
+    return GraphModule(kernels, text, run.name, entry.name, fastcall)
 
 
 # kernels emitted in this process, by structure (passes/kernel_key.py) and target settings:
@@ -228,15 +234,15 @@ def dim_value(b: ir.IRBuilder, dims, n: int):
     return v if c == 1 else b.mul(v, u.I64(c))
 
 
-def _launch(b: ir.IRBuilder, code: KernelCode, slots, threads: int, dims=None) -> None:
-    """parallel_for over one kernel, with its own array of buffer pointers (and the call's
-    extent array where the kernel reads run-time extents)."""
+def _launch(b: ir.IRBuilder, code: KernelCode, pointer, threads: int, dims=None) -> None:
+    """parallel_for over one kernel, with its own array of buffer pointers (`pointer(slot)`:
+    the graph slot's pointer value; the call's extent array where the kernel reads run-time
+    extents)."""
     n = max(len(code.buffer_slots), 1)
     own = b.bitcast(u.alloca_once(b, ir.ArrayType(u.I8P, n), name="kbufs"),
                     u.I8P.as_pointer())
     for local, slot in enumerate(code.buffer_slots):
-        ptr = b.bitcast(dims, u.I8P) if slot == DIMS_SLOT else \
-            b.load(b.gep(slots, [u.I64(slot)]))
+        ptr = b.bitcast(dims, u.I8P) if slot == DIMS_SLOT else pointer(slot)
         b.store(ptr, b.gep(own, [u.I64(local)]))
     extent = code.extent if scaled_symbol(code.extent) is None else \
         dim_value(b, dims, code.extent)
@@ -250,7 +256,7 @@ def _emit_task(module, lowered, kernels, task: int, name: str, threads: int) -> 
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     for kernel, code in zip(lowered.kernels, kernels):
         if kernel.task == task:
-            _launch(b, code, fn.args[0], threads)
+            _launch(b, code, lambda slot: b.load(b.gep(fn.args[0], [u.I64(slot)])), threads)
     b.ret_void()
     return fn
 
@@ -280,12 +286,9 @@ def _emit_run(module, lowered, kernels, name, threads: int):
                      name=name)
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     given, dims = fn.args
-    nslots = len(lowered.buffers)
-    bufs = b.alloca(ir.ArrayType(u.I8P, max(nslots, 1)), name="bufs")
-    slots = b.bitcast(bufs, u.I8P.as_pointer())
     aligned_alloc = ir.Function(module, ir.FunctionType(u.I8P, [u.I64, u.I64]), "aligned_alloc")
     free = ir.Function(module, ir.FunctionType(ir.VoidType(), [u.I8P]), "free")
-    temps = []
+    temps, failed = [], None
     plan = plan_temps(lowered)                  # temps with disjoint lifetimes share a block
     for block, size in enumerate(plan.sizes):
         if _sized_at_run_time(size):
@@ -293,24 +296,32 @@ def _emit_run(module, lowered, kernels, name, threads: int):
         else:
             size = u.I64(size)
         p = b.call(aligned_alloc, [u.I64(ALIGN), size], name=f"block{len(temps)}")
-        fail = b.icmp_unsigned("==", p, ir.Constant(u.I8P, None))
-        with b.if_then(fail, likely=False):
+        null = b.icmp_unsigned("==", p, ir.Constant(u.I8P, None))
+        failed = null if failed is None else b.or_(failed, null)
+        temps.append(p)
+    if temps:                                   # one test for all (free(NULL) does nothing)
+        with b.if_then(failed, likely=False):
             for t in temps:
                 b.call(free, [t])
             b.ret(u.I32(OUT_OF_MEMORY))
-        temps.append(p)
+    pointers = {}                               # graph slot -> its pointer, loaded once
     for buf in lowered.buffers:
-        dst = b.gep(slots, [u.I64(buf.slot)])
         if buf.kind == "temp" and buf.slot not in plan.block_of:  # its kernels were fused away
-            b.store(ir.Constant(u.I8P, None), dst)
+            pointers[buf.slot] = ir.Constant(u.I8P, None)
         elif buf.kind == "temp":
-            b.store(temps[plan.block_of[buf.slot]], dst)
+            pointers[buf.slot] = temps[plan.block_of[buf.slot]]
         else:
-            b.store(b.load(b.gep(given, [u.I64(buf.slot)])), dst)
+            pointers[buf.slot] = b.load(b.gep(given, [u.I64(buf.slot)]))
+    slots = None                                # every slot's pointer, for forked tasks
+    if any(step == "spawn" for step, _ in lowered.steps):
+        slots = b.bitcast(b.alloca(ir.ArrayType(u.I8P, max(len(lowered.buffers), 1)),
+                                   name="bufs"), u.I8P.as_pointer())
+        for slot, ptr in pointers.items():
+            b.store(ptr, b.gep(slots, [u.I64(slot)]))
     handles = {}
     for step, arg in lowered.steps:
         if step == "kernel":
-            _launch(b, kernels[arg], slots, threads, dims)
+            _launch(b, kernels[arg], pointers.__getitem__, threads, dims)
         elif step == "spawn":
             task_fn = _emit_task(module, lowered, kernels, arg, f"{name}_task{arg}", threads)
             handles[arg] = emit_spawn(b, task_fn, slots)
