@@ -402,10 +402,13 @@ class KernelEmitter:
 
     def trips(self, lo, hi, step: int, name: str, trip, on_block=None):
         """trip(i) for i in range(lo, hi, step); with on_block, in blocks of BLOCK_TRIPS
-        trips, each followed by on_block() (the trips left over run after the blocks)."""
+        trips, each followed by on_block() (the trips left over run after the blocks).
+        LLVM may unroll these loops only when the kernel's body is cheap: a costly one
+        (vector math) is throughput-bound, and unrolling copies its math per trip."""
+        unroll = self.cheap_body()
         if on_block is None:
             if _may_run(lo, hi, step):
-                with u.for_range(self.b, lo, hi, step, name=name) as i:
+                with u.for_range(self.b, lo, hi, step, name=name, unroll=unroll) as i:
                     trip(i)
             return
         span = step * BLOCK_TRIPS
@@ -416,12 +419,19 @@ class KernelEmitter:
             # (LLVM would unroll a few blocks, copying the whole inner loop each time)
             with u.for_range(self.b, lo, blocks_end, span, name=name + "b",
                              unroll=False) as i0:
-                with u.for_range(self.b, i0, u.add(b, i0, u.I64(span)), step, name=name) as i:
+                with u.for_range(self.b, i0, u.add(b, i0, u.I64(span)), step, name=name,
+                                 unroll=unroll) as i:
                     trip(i)
                 on_block()
         if _may_run(blocks_end, hi, step):
-            with u.for_range(self.b, blocks_end, hi, step, name=name + "r") as i:
+            with u.for_range(self.b, blocks_end, hi, step, name=name + "r",
+                             unroll=unroll) as i:
                 trip(i)
+
+    def cheap_body(self) -> bool:
+        """Whether every store's expression of the kernel (or row part) at hand costs at
+        most CHEAP_BODY (_compute_cost)."""
+        return all(_compute_cost(st.value) <= CHEAP_BODY for st in self.kernel.stores)
 
     # -- kernel shapes ----------------------------------------------------------------------
     def emit(self):
