@@ -54,6 +54,12 @@ STREAM_UNROLL = 1      # vectors per trip of a streaming (non-temporal) loop (2 
                        # noise on chain and broadcast3)
 TILE_BLOCK = 8         # tiles along the tile loop per column step of a transposing kernel
 TILE_COLUMNS = 8       # ...and columns of tiles per block (tile_block)
+def _may_run(lo, hi, step: int) -> bool:
+    """Whether for_range(lo, hi, step) can run a trip (False only when both are constants)."""
+    a, z = u.constant_int(lo), u.constant_int(hi)
+    return a is None or z is None or a + step <= z
+
+
 def streams_by_rows(kernel: Kernel) -> bool:
     """A column reduction with no outer loop accumulates into its output row by row."""
     return kernel.kind == "reduce_vertical" and kernel.range_loop is kernel.loops[-1] \
@@ -117,25 +123,32 @@ class KernelEmitter:
 
     # -- memory ---------------------------------------------------------------------------
     def base_ptr(self, buf):
-        if buf.slot not in self.ptrs:
-            local = len(self.buffer_slots)
-            self.buffer_slots.append(buf.slot)
+        """The buffer's typed pointer, loaded and cast once in the entry block."""
+        key = (buf.slot, buf.dtype.name)
+        if key not in self.ptrs:
+            if buf.slot not in self.ptrs:
+                local = len(self.buffer_slots)
+                self.buffer_slots.append(buf.slot)
+                with self.b.goto_entry_block():
+                    self.ptrs[buf.slot] = self.b.load(self.b.gep(self.bufs, [u.I64(local)]),
+                                                      name=f"buf{local}")
             with self.b.goto_entry_block():
-                raw = self.b.load(self.b.gep(self.bufs, [u.I64(local)]), name=f"buf{local}")
-                self.ptrs[buf.slot] = raw
-        return self.b.bitcast(self.ptrs[buf.slot], u.memory_type(buf.dtype).as_pointer())
+                self.ptrs[key] = self.b.bitcast(self.ptrs[buf.slot],
+                                                u.memory_type(buf.dtype).as_pointer())
+        return self.ptrs[key]
 
     def index(self, e: Lin):
         """An index expression as i64 (its constant and coefficients may be multiples of a
         run-time extent: strides of the axes inside a dynamic one)."""
-        acc = self.extent(e.const)
+        acc = self.extent(e.const) if e.const else None     # (no `add 0, x`)
         for atom, coeff in e.terms:
             if isinstance(atom, Var):
                 v = self.env[atom]
             else:
                 v = self.floor_divmod(atom)
-            acc = self.b.add(acc, v if coeff == 1 else self.b.mul(v, self.extent(coeff)))
-        return acc
+            term = v if coeff == 1 else self.b.mul(v, self.extent(coeff))
+            acc = term if acc is None else self.b.add(acc, term)
+        return u.I64(0) if acc is None else acc
 
     def floor_divmod(self, atom):
         """`e // d` or `e % d` with Python's (floor) meaning, as the symbolic pass assumes.
@@ -300,12 +313,15 @@ class KernelEmitter:
         if lanes == 1:
             return self.trips(lo, hi, 1, lp.var.name, lambda i: self._at(lp, i, body, 1, single),
                               on_block)
-        n = self.b.sub(hi, lo)
-        vec_end = self.b.add(lo, self.b.mul(self.b.sdiv(n, u.I64(lanes)), u.I64(lanes)))
+        # (folded where the bounds are constants: loops and tails that cannot run are not
+        # emitted, and LLVM does not spend time proving them dead)
+        b = self.b
+        n = u.sub(b, hi, lo)
+        vec_end = u.add(b, lo, u.mul(b, u.sdiv(b, n, u.I64(lanes)), u.I64(lanes)))
         start = lo
         if unroll > 1:
             block = lanes * unroll
-            start = self.b.add(lo, self.b.mul(self.b.sdiv(n, u.I64(block)), u.I64(block)))
+            start = u.add(b, lo, u.mul(b, u.sdiv(b, n, u.I64(block)), u.I64(block)))
 
             def trip(i):
                 if blocked:
@@ -325,11 +341,18 @@ class KernelEmitter:
         (self.mask set) or scalar code."""
         lanes = self.kernel.lanes
         if self.masked_tail:
-            rest = self.b.sub(hi, lo)
-            with self.b.if_then(self.b.icmp_signed(">", rest, u.I64(0))):
+            rest = u.sub(self.b, hi, lo)
+            known = u.constant_int(rest)
+
+            def masked():
                 self.env[lp.var], self.mask = lo, u.lane_mask(self.b, rest, lanes)
                 body(lanes, part)
                 self.mask = None
+            if known is None:
+                with self.b.if_then(self.b.icmp_signed(">", rest, u.I64(0))):
+                    masked()
+            elif known > 0:
+                masked()
             return
         with u.for_range(self.b, lo, hi, 1, name=lp.var.name + "t") as i:
             self.env[lp.var] = i
@@ -379,20 +402,36 @@ class KernelEmitter:
 
     def trips(self, lo, hi, step: int, name: str, trip, on_block=None):
         """trip(i) for i in range(lo, hi, step); with on_block, in blocks of BLOCK_TRIPS
-        trips, each followed by on_block() (the trips left over run after the blocks)."""
+        trips, each followed by on_block() (the trips left over run after the blocks).
+        LLVM may unroll these loops only when the kernel's body is cheap: a costly one
+        (vector math) is throughput-bound, and unrolling copies its math per trip."""
+        unroll = self.cheap_body()
         if on_block is None:
-            with u.for_range(self.b, lo, hi, step, name=name) as i:
-                trip(i)
+            if _may_run(lo, hi, step):
+                with u.for_range(self.b, lo, hi, step, name=name, unroll=unroll) as i:
+                    trip(i)
             return
         span = step * BLOCK_TRIPS
-        blocks_end = self.b.add(lo, self.b.mul(self.b.sdiv(self.b.sub(hi, lo), u.I64(span)),
-                                               u.I64(span)))
-        with u.for_range(self.b, lo, blocks_end, span, name=name + "b") as i0:
-            with u.for_range(self.b, i0, self.b.add(i0, u.I64(span)), step, name=name) as i:
+        b = self.b
+        blocks_end = u.add(b, lo, u.mul(b, u.sdiv(b, u.sub(b, hi, lo), u.I64(span)),
+                                        u.I64(span)))
+        if _may_run(lo, blocks_end, span):
+            # (LLVM would unroll a few blocks, copying the whole inner loop each time)
+            with u.for_range(self.b, lo, blocks_end, span, name=name + "b",
+                             unroll=False) as i0:
+                with u.for_range(self.b, i0, u.add(b, i0, u.I64(span)), step, name=name,
+                                 unroll=unroll) as i:
+                    trip(i)
+                on_block()
+        if _may_run(blocks_end, hi, step):
+            with u.for_range(self.b, blocks_end, hi, step, name=name + "r",
+                             unroll=unroll) as i:
                 trip(i)
-            on_block()
-        with u.for_range(self.b, blocks_end, hi, step, name=name + "r") as i:
-            trip(i)
+
+    def cheap_body(self) -> bool:
+        """Whether every store's expression of the kernel (or row part) at hand costs at
+        most CHEAP_BODY (_compute_cost)."""
+        return all(_compute_cost(st.value) <= CHEAP_BODY for st in self.kernel.stores)
 
     # -- kernel shapes ----------------------------------------------------------------------
     def emit(self):

@@ -209,12 +209,10 @@ class GemmEmitter:
         if not g.prepacked:
             self.pack_buf = u.alloca_once(b, self.panel_ty, name="bpack")
             self.pack_buf.align = 64
-        self.accs = [[u.alloca_once(b, self.vty, name=f"acc{r}_{h}") for h in range(p.nv)]
-                     for r in range(p.mr)]
         self.ctile = u.alloca_once(b, ir.ArrayType(self.vty, p.nv * p.mr), name="ctile")
         self.ctile.align = 64
         per_batch = p.n_blocks * p.m_groups
-        with u.for_range(b, ke.start, ke.stop, 1, name="item") as t:
+        with _loop(b, ke.start, ke.stop, 1, name="item") as t:
             flat, rem = b.sdiv(t, u.I64(per_batch)), b.srem(t, u.I64(per_batch))
             for v in reversed(g.batch):                       # the batch index, last fastest
                 ke.env[v] = b.srem(flat, ke.extent(v.extent))
@@ -226,13 +224,16 @@ class GemmEmitter:
             group_rows = u.I64(p.group_rows) if p.group_rows else self.run_time_group_rows(m_ext)
             m_lo = b.mul(group, group_rows)
             m_hi = u.imin(b, b.add(m_lo, group_rows), m_ext)
-            with u.for_range(b, u.I64(0), u.I64(p.k_blocks), 1, name="pcb") as pci:
+            with _loop(b, u.I64(0), u.I64(p.k_blocks), 1, name="pcb") as pci:
                 pc = b.mul(pci, u.I64(p.kc))
                 kc = u.imin(b, u.I64(p.kc), b.sub(u.I64(g.k.extent), pc))
                 npanels = b.sdiv(b.add(ncols, u.I64(p.nr - 1)), u.I64(p.nr))
                 panels = self.packed_block(pci, j, pc, kc, n0, ncols, npanels)
-                last = b.icmp_signed("==", pci, u.I64(p.k_blocks - 1))
-                first = b.icmp_signed("==", pci, u.I64(0))
+                if p.k_blocks == 1:           # one k block: known at compile time
+                    first = last = True
+                else:
+                    last = b.icmp_signed("==", pci, u.I64(p.k_blocks - 1))
+                    first = b.icmp_signed("==", pci, u.I64(0))
                 self.row_blocks(panels, pc, kc, n0, ncols, npanels, m_lo, m_hi, first, last)
 
     def run_time_group_rows(self, m_ext):
@@ -257,8 +258,9 @@ class GemmEmitter:
     def pack(self, panels, pc, kc, n0, ncols, npanels):
         """panels[jp][kk][c] = B[pc + kk, n0 + jp*NR + c], zero beyond the last column."""
         b, p, g, ke = self.b, self.p, self.g, self.ke
-        contiguous = g.b.offset.coeff(g.n) == 1
-        with u.for_range(b, u.I64(0), npanels, 1, name="jp") as jp:
+        if g.b.offset.coeff(g.n) != 1:
+            return self.pack_strided(panels, pc, kc, n0, ncols, npanels)
+        with _loop(b, u.I64(0), npanels, 1, name="jp") as jp:
             left = b.sub(ncols, b.mul(jp, u.I64(p.nr)))
             counts = [_clamp(b, b.sub(left, u.I64(h * p.lanes)), p.lanes)
                       for h in range(p.nv)]
@@ -270,10 +272,7 @@ class GemmEmitter:
                 dst = b.add(dst0, b.mul(kk, u.I64(p.nr)))
                 for h in range(p.nv):
                     col = b.add(col0, u.I64(h * p.lanes))
-                    if contiguous:
-                        vec = self.load_row(col, counts[h], masks[h])
-                    else:
-                        vec = self.gather_row(col, counts[h])
+                    vec = self.load_row(col, counts[h], masks[h])
                     ptr = b.gep(panels, [b.add(dst, u.I64(h * p.lanes))])
                     b.store(vec, b.bitcast(ptr, self.vty.as_pointer()), align=64)
 
@@ -297,39 +296,46 @@ class GemmEmitter:
         phi.add_incoming(part, else_bb)
         return phi
 
-    def gather_row(self, col, count):
-        """One element at a time (B strided along n); lanes at or past `count` are zero and
-        read nothing out of bounds (the column is clamped)."""
-        b, ke, g = self.b, self.ke, self.g
-        vec = u.const(self.vty, 0)
-        for c in range(self.p.lanes):
-            valid = b.icmp_signed(">", count, u.I64(c))
-            ke.env[g.n] = u.imin(b, b.add(col, u.I64(c)), u.I64(max(g.n.extent - 1, 0)))
-            x = b.load(b.gep(ke.base_ptr(g.b.buffer), [ke.index(g.b.offset)]))
-            vec = b.insert_element(vec, b.select(valid, x, u.const(self.elem, 0)), u.I32(c))
-        return vec
+    def pack_strided(self, panels, pc, kc, n0, ncols, npanels):
+        """pack() for a B strided along n (a transposed operand, often contiguous along k):
+        column by column, down k, one element at a time. Columns at or past the block's
+        last are zero and read the last column of B (clamped: in bounds). A loop over the
+        columns, not a vector built lane by lane: a sixteenth of the code."""
+        b, p, g, ke = self.b, self.p, self.g, self.ke
+        zero = u.const(self.elem, 0)
+        with _loop(b, u.I64(0), npanels, 1, name="jp") as jp:
+            count = b.sub(ncols, b.mul(jp, u.I64(p.nr)))       # > 0 columns left
+            col0 = b.add(n0, b.mul(jp, u.I64(p.nr)))
+            dst0 = b.mul(jp, u.I64(p.kc * p.nr))
+            with _loop(b, u.I64(0), u.I64(p.nr), 1, name="c") as c:
+                valid = b.icmp_signed("<", c, count)
+                ke.env[g.n] = u.imin(b, b.add(col0, c), u.I64(max(g.n.extent - 1, 0)))
+                dst = b.add(dst0, c)
+                with _loop(b, u.I64(0), kc, 1, name="kk") as kk:
+                    ke.env[g.k] = b.add(pc, kk)
+                    x = b.load(b.gep(ke.base_ptr(g.b.buffer), [ke.index(g.b.offset)]))
+                    b.store(b.select(valid, x, zero),
+                            b.gep(panels, [b.add(dst, b.mul(kk, u.I64(p.nr)))]))
 
     # -- rows and the micro-kernel ----------------------------------------------------------
     def row_blocks(self, panels, pc, kc, n0, ncols, npanels, m_lo, m_hi, first, last):
         b, p = self.b, self.p
-        with u.for_range(b, m_lo, m_hi, p.mc, "ic", partial=True) as ic:
+        with _loop(b, m_lo, m_hi, p.mc, "ic", partial=True) as ic:
             ic_end = u.imin(b, b.add(ic, u.I64(p.mc)), m_hi)
-            with u.for_range(b, u.I64(0), npanels, 1, name="jr") as jp:
+            with _loop(b, u.I64(0), npanels, 1, name="jr") as jp:
                 col0 = b.add(n0, b.mul(jp, u.I64(p.nr)))
                 ncol = u.imin(b, u.I64(p.nr), b.sub(b.add(n0, ncols), col0))
                 panel = b.gep(panels, [b.mul(jp, u.I64(p.kc * p.nr))])
-                with u.for_range(b, ic, ic_end, p.mr, "ir", partial=True) as row0:
+                with _loop(b, ic, ic_end, p.mr, "ir", partial=True) as row0:
                     nrow = u.imin(b, u.I64(p.mr), b.sub(ic_end, row0))
-                    self.micro(panel, pc, kc, row0)
-                    self.update(row0, nrow, col0, ncol, first, last)
+                    accs = self.micro(panel, pc, kc, row0)
+                    self.update(accs, row0, nrow, col0, ncol, first, last)
 
     def micro(self, panel, pc, kc, row0):
-        """accs[r][h] = sum over kk < kc of A[row0 + r, pc + kk] * panel[kk][h*lanes ...]."""
+        """accs[r][h] = sum over kk < kc of A[row0 + r, pc + kk] * panel[kk][h*lanes ...]:
+        the MR x NV accumulator vectors, phis of the k loop (SSA from the start: no stack
+        slots for LLVM to promote)."""
         b, p, g, ke = self.b, self.p, self.g, self.ke
-        zero = u.const(self.vty, 0)
-        for row in self.accs:
-            for acc in row:
-                b.store(zero, acc)
         ke.env[g.k] = pc
         a_rows, a_base = [], ke.base_ptr(g.a.buffer)
         last_row = self.last_row()
@@ -338,19 +344,37 @@ class GemmEmitter:
             a_rows.append(b.gep(a_base, [ke.index(g.a.offset)]))
         step = g.a.offset.coeff(g.k)        # None: A's index is not linear in k
         vptr = self.vty.as_pointer()
-        with u.for_range(b, u.I64(0), kc, 1, name="k") as kk:
-            bk = b.gep(panel, [b.mul(kk, u.I64(p.nr))])
-            # unaligned loads: a prepacked constant's array is only element-aligned
-            bv = [b.load(b.bitcast(b.gep(bk, [u.I64(h * p.lanes)]), vptr), align=1)
-                  for h in range(p.nv)]
-            ak = kk if step == 1 else b.mul(kk, ke.extent(step or 0))
-            for r in range(p.mr):
-                a = b.load(b.gep(a_rows[r], [ak])) if step is not None else \
-                    self.a_element(row0, r, b.add(pc, kk))
-                a = u.splat(b, a, p.lanes)
-                for h in range(p.nv):
-                    acc = self.accs[r][h]
-                    b.store(u.intrinsic(b, "fmuladd", [a, bv[h], b.load(acc)]), acc)
+        fn, before = b.function, b.block
+        cond, body, done = (fn.append_basic_block(f"k.{part}") for part in ("cond", "body", "end"))
+        b.branch(cond)
+        b.position_at_end(cond)
+        kk = b.phi(u.I64, name="k")
+        accs = [[b.phi(self.vty, name=f"acc{r}_{h}") for h in range(p.nv)] for r in range(p.mr)]
+        b.cbranch(b.icmp_signed("<", kk, kc), body, done)
+        b.position_at_end(body)
+        bk = b.gep(panel, [b.mul(kk, u.I64(p.nr))])
+        # unaligned loads: a prepacked constant's array is only element-aligned
+        bv = [b.load(b.bitcast(b.gep(bk, [u.I64(h * p.lanes)]), vptr), align=1)
+              for h in range(p.nv)]
+        ak = kk if step == 1 else b.mul(kk, ke.extent(step or 0))
+        sums = []
+        for r in range(p.mr):
+            a = b.load(b.gep(a_rows[r], [ak])) if step is not None else \
+                self.a_element(row0, r, b.add(pc, kk))
+            a = u.splat(b, a, p.lanes)
+            sums.append([u.intrinsic(b, "fmuladd", [a, bv[h], accs[r][h]])
+                         for h in range(p.nv)])
+        after = b.block
+        kk.add_incoming(u.I64(0), before)
+        kk.add_incoming(b.add(kk, u.I64(1)), after)
+        zero = u.const(self.vty, 0)
+        for row, new in zip(accs, sums):
+            for acc, value in zip(row, new):
+                acc.add_incoming(zero, before)
+                acc.add_incoming(value, after)
+        b.branch(cond).set_metadata("llvm.loop", u.no_unroll(b.module))
+        b.position_at_end(done)
+        return accs
 
     def last_row(self):
         """max(M - 1, 0) (rows past the edge read this row)."""
@@ -366,34 +390,48 @@ class GemmEmitter:
         ke.env[g.k] = k
         return b.load(b.gep(ke.base_ptr(g.a.buffer), [ke.index(g.a.offset)]))
 
-    def update(self, row0, nrow, col0, ncol, first, last):
+    def update(self, accs, row0, nrow, col0, ncol, first, last):
         """C rows row0.. (nrow valid), columns col0.. (ncol valid): add the partial sum kept
         in C (after the first k block); at the last k block apply the epilogue. The tile goes
         through a stack copy and runtime loops, so the epilogue is emitted twice (whole
-        vectors and masked edge vectors), not once per register."""
+        vectors and masked edge vectors), not once per register. Where every column block
+        is whole vectors (N and the block widths multiples of the vector), only the first
+        form is emitted: LLVM would otherwise spend time proving the masked one dead."""
         b, p, g, ke = self.b, self.p, self.g, self.ke
+        whole_vectors = scaled_symbol(g.n.extent) is None and g.n.extent % p.lanes == 0 \
+            and p.nc % p.lanes == 0
         tile = b.bitcast(self.ctile, self.vty.as_pointer())
         for r in range(p.mr):
             for h in range(p.nv):
-                b.store(b.load(self.accs[r][h]), b.gep(tile, [u.I64(p.nv * r + h)]), align=64)
-        with u.for_range(b, u.I64(0), nrow, 1, name="r") as r:
+                b.store(accs[r][h], b.gep(tile, [u.I64(p.nv * r + h)]), align=64)
+        with _loop(b, u.I64(0), nrow, 1, name="r") as r:
             ke.env[g.m] = b.add(row0, r)
+            # LLVM unrolls the column loop (the tile's NV vectors of a row), epilogue math
+            # included: rolled, the encoder layer's GELU GEMM (K = 256) took ~1 ms more
+            # (the layer 3.5 -> 4.5 ms), far more than its loop overhead
             with u.for_range(b, u.I64(0), u.I64(p.nv), 1, name="h") as h:
                 ke.env[g.n] = b.add(col0, b.mul(h, u.I64(p.lanes)))
                 acc = b.load(b.gep(tile, [b.add(b.mul(r, u.I64(p.nv)), h)]), align=64)
                 count = _clamp(b, b.sub(ncol, b.mul(h, u.I64(p.lanes))), p.lanes)
-                whole = b.icmp_signed("==", count, u.I64(p.lanes))
-                with b.if_else(whole) as (then, otherwise):
-                    with then:
+                if whole_vectors:            # count is lanes or 0
+                    with b.if_then(b.icmp_signed(">", count, u.I64(0))):
                         self.finish(acc, first, last, None)
-                    with otherwise:
-                        with b.if_then(b.icmp_signed(">", count, u.I64(0))):
-                            self.finish(acc, first, last, count)
+                else:
+                    whole = b.icmp_signed("==", count, u.I64(p.lanes))
+                    with b.if_else(whole) as (then, otherwise):
+                        with then:
+                            self.finish(acc, first, last, None)
+                        with otherwise:
+                            with b.if_then(b.icmp_signed(">", count, u.I64(0))):
+                                self.finish(acc, first, last, count)
 
     def finish(self, acc, first, last, count):
         """C = acc (+ C unless first); the epilogue when last. `count`: valid lanes (None:
-        all); stores and loads then touch only those."""
+        all); stores and loads then touch only those. `first` and `last` are i1 values, or
+        True when there is one k block."""
         b = self.b
+        if first is True and last is True:
+            return self.epilogue.emit(acc, count)
         with b.if_else(first) as (then, otherwise):
             with then:
                 total_first = acc
@@ -421,6 +459,13 @@ class GemmEmitter:
         st = self.store
         self.epilogue.masked(
             count, lambda: self.ke.store(st.buffer, st.offset, value, self.p.lanes))
+
+
+def _loop(b, start, stop, step: int = 1, name: str = "i", partial: bool = False):
+    """u.for_range that LLVM does not unroll: the register blocking is explicit, and LLVM's
+    unrolling of the GEMM's outer loops cost compile time for no measured speed. (The
+    contiguous packing loop, a few instructions, and the epilogue's column loop keep it.)"""
+    return u.for_range(b, start, stop, step, name, partial, unroll=False)
 
 
 def _clamp(b, x, hi: int):

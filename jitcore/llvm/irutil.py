@@ -40,10 +40,27 @@ def element_type(t: ir.Type) -> ir.Type:
     return t.element if isinstance(t, ir.VectorType) else t
 
 
+class _Splat(ir.Constant):
+    """A vector constant with one value in every lane, written `splat (float 0.5)`: a
+    sixteenth of the text of the lane-by-lane form, which LLVM parses faster too."""
+
+    def _get_reference(self):
+        return f"splat ({self.constant[0]})"
+
+
+_SPLATS: dict = {}       # (type, value) -> its _Splat: each formatted once per process
+
+
 def const(ty: ir.Type, value) -> ir.Constant:
-    """A constant of a scalar or vector type (vectors get the value in every lane)."""
+    """A constant of a scalar or vector type (vectors get the value in every lane). Vector
+    constants are shared across modules (a constant has no parent): llvmlite caches a
+    constant's text, so the common ones are formatted once per process."""
     if isinstance(ty, ir.VectorType):
-        return ir.Constant(ty, [ir.Constant(ty.element, value)] * ty.count)
+        key = (str(ty), repr(value))        # repr: 0.0 and -0.0 are different constants
+        found = _SPLATS.get(key)
+        if found is None:
+            found = _SPLATS[key] = _Splat(ty, [ir.Constant(ty.element, value)] * ty.count)
+        return found
     return ir.Constant(ty, value)
 
 
@@ -52,9 +69,17 @@ def splat(builder: ir.IRBuilder, value, lanes: int):
     if lanes == 1:
         return value
     vty = ir.VectorType(value.type, lanes)
-    v = builder.insert_element(ir.Constant(vty, ir.Undefined), value, I32(0))
-    return builder.shuffle_vector(v, ir.Constant(vty, ir.Undefined),
-                                  ir.Constant(ir.VectorType(I32, lanes), [I32(0)] * lanes))
+    undef = _shared(("undef", str(vty)), lambda: ir.Constant(vty, ir.Undefined))
+    v = builder.insert_element(undef, value, I32(0))
+    return builder.shuffle_vector(v, undef, const(ir.VectorType(I32, lanes), 0))
+
+
+def _shared(key, make):
+    """A constant made once per process (its text is formatted once)."""
+    found = _SPLATS.get(key)
+    if found is None:
+        found = _SPLATS[key] = make()
+    return found
 
 
 def mangle(ty: ir.Type) -> str:
@@ -115,12 +140,93 @@ def alloca_once(builder: ir.IRBuilder, ty: ir.Type, name: str = ""):
         return builder.alloca(ty, name=name)
 
 
+class _LoopID(ir.values.MDValue):
+    """A loop's `!llvm.loop` node: `distinct !{!self, properties...}` (llvmlite writes
+    neither the self-reference nor `distinct`, which LLVM requires of a loop ID)."""
+
+    def descr(self, buf):
+        props = ", ".join(op.get_reference() for op in self.operands)
+        buf += (f"distinct !{{ {self.get_reference()}, {props} }}", "\n")
+
+
+def no_unroll(module: ir.Module) -> ir.values.MDValue:
+    """The module's loop ID that keeps LLVM from unrolling a loop (one node per module)."""
+    found = getattr(module, "_jc_no_unroll", None)
+    if found is None:
+        disable = module.add_metadata([ir.MetaDataString(module, "llvm.loop.unroll.disable")])
+        found = _LoopID(module, [disable], name=str(len(module.metadata)))
+        module._jc_no_unroll = found
+    return found
+
+
+def constant_int(v):
+    """The value of an i64 constant, else None."""
+    if isinstance(v, ir.Constant) and v.type == I64 and isinstance(v.constant, int):
+        return v.constant
+    return None
+
+
+def add(builder: ir.IRBuilder, x, y):
+    """x + y for i64 values, folded when known at compile time (so is a loop's trip count,
+    and for_range drops or straightens loops of 0 or 1 trips)."""
+    cx, cy = constant_int(x), constant_int(y)
+    if cx is not None and cy is not None:
+        return I64(cx + cy)
+    return x if cy == 0 else y if cx == 0 else builder.add(x, y)
+
+
+def sub(builder: ir.IRBuilder, x, y):
+    """x - y for i64 values, folded when known (see add)."""
+    cx, cy = constant_int(x), constant_int(y)
+    if cx is not None and cy is not None:
+        return I64(cx - cy)
+    return x if cy == 0 else builder.sub(x, y)
+
+
+def mul(builder: ir.IRBuilder, x, y):
+    """x * y for i64 values, folded when known (see add)."""
+    cx, cy = constant_int(x), constant_int(y)
+    if cx is not None and cy is not None:
+        return I64(cx * cy)
+    return x if cy == 1 else y if cx == 1 else builder.mul(x, y)
+
+
+def sdiv(builder: ir.IRBuilder, x, y):
+    """x / y for i64 values (rounded toward zero, as sdiv), folded when known (see add)."""
+    cx, cy = constant_int(x), constant_int(y)
+    if cx is not None and cy:
+        q = abs(cx) // abs(cy)
+        return I64(q if (cx < 0) == (cy < 0) else -q)
+    return x if cy == 1 else builder.sdiv(x, y)
+
+
 @contextmanager
 def for_range(builder: ir.IRBuilder, start, stop, step: int = 1, name: str = "i",
-              partial: bool = False):
+              partial: bool = False, unroll: bool = True):
     """`for i in range(start, stop, step)` (i64, step > 0); yields i. The loop runs while
     i + step <= stop, so a vector loop with step = lanes never reads past the end; with
-    `partial`, while i < stop (the last block may be short: the body clips it)."""
+    `partial`, while i < stop (the last block may be short: the body clips it).
+
+    Constant bounds of 0 or 1 trips give no loop (the body in a block nothing reaches, or
+    once in line). With `unroll=False` LLVM does not unroll the loop: for loops whose
+    unrolling costs compile time for no speed (a constant-trip loop around vector math,
+    the GEMM's loops, whose register blocking is explicit), where full unrolling doubled
+    the optimizer's and code generator's time. Short inner vector loops keep it: fully
+    unrolled row reductions (layer_norm's) run measurably faster."""
+    lo, hi = constant_int(start), constant_int(stop)
+    if lo is not None and hi is not None:
+        trips = max(0, -(-(hi - lo) // step) if partial else (hi - lo) // step)
+        if trips == 1:                 # the body once, in line
+            yield start
+            return
+        if trips == 0:                 # the body in a block nothing branches to
+            after = builder.block
+            builder.position_at_end(builder.function.append_basic_block(f"{name}.none"))
+            yield start
+            if not builder.block.is_terminated:
+                builder.unreachable()
+            builder.position_at_end(after)
+            return
     fn = builder.function
     counter = alloca_once(builder, I64, name=f"{name}.addr")
     builder.store(start, counter)
@@ -135,7 +241,9 @@ def for_range(builder: ir.IRBuilder, start, stop, step: int = 1, name: str = "i"
     builder.position_at_end(body_bb)
     yield i
     builder.store(builder.add(i, I64(step)), counter)
-    builder.branch(cond_bb)
+    latch = builder.branch(cond_bb)
+    if not unroll:
+        latch.set_metadata("llvm.loop", no_unroll(builder.module))
     builder.position_at_end(end_bb)
 
 
@@ -147,7 +255,8 @@ def gep_bytes(builder: ir.IRBuilder, ptr, offset: int, to_type: ir.Type):
 
 def lane_mask(builder: ir.IRBuilder, count, lanes: int):
     """<lanes x i1> with the first `count` (an i64 < lanes) lanes set."""
-    iota = ir.Constant(ir.VectorType(I32, lanes), [I32(i) for i in range(lanes)])
+    iota = _shared(("iota", lanes), lambda: ir.Constant(ir.VectorType(I32, lanes),
+                                                         [I32(i) for i in range(lanes)]))
     return builder.icmp_unsigned("<", iota, splat(builder, builder.trunc(count, I32), lanes))
 
 

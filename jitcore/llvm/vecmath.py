@@ -32,6 +32,8 @@ from typing import Callable, Dict, NamedTuple, Sequence
 
 from llvmlite import ir
 
+from . import irutil as u
+
 __all__ = ["SUPPORTED", "emit_math"]
 
 SUPPORTED = frozenset({"exp", "log", "tanh", "erf", "sin", "cos", "atan"})
@@ -188,7 +190,7 @@ def _int_type(ty: ir.Type) -> ir.Type:
 def _splat(ty: ir.Type, value) -> ir.Constant:
     """Constant ``value`` of scalar or vector type ``ty`` (broadcast to every lane)."""
     if isinstance(ty, ir.VectorType):
-        return ir.Constant(ty, [ir.Constant(ty.element, value)] * ty.count)
+        return u.const(ty, value)
     return ir.Constant(ty, value)
 
 
