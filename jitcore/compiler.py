@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from jitcore.ir.errors import CompileError
 from jitcore.ir.graph import Graph
 from jitcore.passes.legality import bytes_moved, coverage, flops
 from jitcore.passes.pipeline import run_pipeline
@@ -25,7 +26,7 @@ from .llvm import conv, engine, gemm, graph_module
 from .llvm import entry as abi
 from .llvm.entry import NDARRAY_TYPE_SYMBOL
 from .llvm.graph_module import build_module
-from .llvm.target import Target
+from .llvm.target import Target, cache_sizes
 from .lru import LRU
 from .version import VERSION
 from jitcore.runtime import PARALLEL_FOR, TASK_SPAWN, TASK_WAIT
@@ -61,12 +62,21 @@ class KernelInfo:
 
 
 class CompiledGraph:
-    """A graph compiled for one input layout and target: its kernels, IR and native code."""
+    """A graph compiled for one input layout and target: its kernels, IR and native code.
 
-    def __init__(self, graph: Graph, lowered, target: Target, llvm_ir: str, library,
-                 run_name: str, entry_name: str, seconds: dict, fastcall_name=None):
+    `llvm_ir`: the generated LLVM IR, or a function that generates it (a graph loaded whole
+    from the disk cache generates its IR only when someone asks for it). `source`: where the
+    machine code came from: "compiled" (LLVM built some of its modules), "disk" (their
+    machine code came from the disk cache), "disk_graph" (the whole graph came from the disk
+    cache: no IR generated) or "memory" (every module was built earlier in this process);
+    explain.SOURCES words them."""
+
+    def __init__(self, graph: Graph, lowered, target: Target, llvm_ir, library,
+                 run_name: str, entry_name: str, seconds: dict, fastcall_name=None,
+                 source: str = "compiled"):
         self.graph, self.lowered, self.target = graph, lowered, target
-        self.llvm_ir, self.library, self.seconds = llvm_ir, library, seconds
+        self._llvm_ir, self.library, self.seconds = llvm_ir, library, seconds
+        self.source = source
         self.prepacked_bytes = 0          # constant GEMM/conv weights packed at compile time
         # the code lives as long as self.library; whoever calls these addresses holds self
         self.entry_address = library.addresses[entry_name]
@@ -77,6 +87,13 @@ class CompiledGraph:
                                    k.vectorized, k.reason, bytes_moved(k), flops(k), k.task,
                                    k.layout)
                         for k in lowered.kernels]
+
+    @property
+    def llvm_ir(self) -> str:
+        """The generated (unoptimized) LLVM IR of every module."""
+        if callable(self._llvm_ir):
+            self._llvm_ir = self._llvm_ir()
+        return self._llvm_ir
 
     @property
     def optimized_ir(self) -> str:
@@ -99,7 +116,8 @@ STATS = {"compiles": 0, "hits": 0}
 
 def cache_info() -> dict:
     """Compiles and cache hits so far, the compiled graphs held now, the disk cache's hits,
-    misses and rejected (corrupt or foreign) entries, the kernels whose LLVM IR was generated
+    misses and rejected (corrupt or foreign) entries (`disk_graph_hits`/`disk_graph_misses`:
+    graphs loaded whole from it, with no IR generated, or not found whole), the kernels whose LLVM IR was generated
     or reused and the LLVM modules compiled or reused (an equal kernel already built in this
     process is linked, not generated or compiled again), `code_cache_bytes`: what the
     process-wide caches of kernel IR and of built objects hold now (each bounded), and
@@ -148,7 +166,7 @@ def compile_graph(graph: Graph, strides: tuple, target: Target, threads: int = 0
             hit = _CACHE.get(key)
         if hit is None:
             hit = _compile(graph, strides, target, threads, prepack,
-                           {"trace": trace_seconds, "cache_key": key_seconds}, dynamic)
+                           {"trace": trace_seconds, "cache_key": key_seconds}, dynamic, key)
             with _CACHE_LOCK:
                 _CACHE.put(key, hit)
                 STATS["compiles"] += 1
@@ -157,13 +175,21 @@ def compile_graph(graph: Graph, strides: tuple, target: Target, threads: int = 0
     return hit
 
 
-def _runtime_imports(text: str) -> dict:
-    """Addresses for the external symbols a graph module uses."""
+RUNTIME_SYMBOLS = (abi.NP_EMPTY, PARALLEL_FOR, TASK_SPAWN, TASK_WAIT)
+
+
+def _runtime_symbols(text: str) -> tuple:
+    """The external symbols of this process a graph module's IR text uses."""
+    return tuple(symbol for symbol in RUNTIME_SYMBOLS if symbol in text)
+
+
+def _runtime_imports(symbols: tuple) -> dict:
+    """Addresses for the external symbols a graph module uses (`_runtime_symbols`)."""
     imports = {NDARRAY_TYPE_SYMBOL: id(np.ndarray)}
-    if abi.NP_EMPTY in text:
+    if abi.NP_EMPTY in symbols:
         imports.update(python_api())
     for symbol in (PARALLEL_FOR, TASK_SPAWN, TASK_WAIT):   # runtime functions it calls
-        if symbol in text:
+        if symbol in symbols:
             from .parallel import pool, start_interop
             lib = start_interop() if symbol == TASK_SPAWN else pool()
             imports[symbol] = lib.library.addresses[symbol]
@@ -191,7 +217,7 @@ def python_api() -> dict:
 def _log_compile(compiled: CompiledGraph, entries: list) -> None:
     log.info("%s: compiled %d kernel(s) in %.1f ms (memory cache miss, %s)",
              compiled.graph.name, len(compiled.kernels), 1e3 * compiled.seconds["total"],
-             _module_sources(entries, compiled.library))
+             _module_sources(entries, compiled))
     if not log.LOGGER.isEnabledFor(logging.DEBUG):
         return
     for k in compiled.kernels:
@@ -200,12 +226,15 @@ def _log_compile(compiled: CompiledGraph, entries: list) -> None:
                   else f"scalar, legality: {k.reason}")
 
 
-def _module_sources(entries: list, library) -> str:
-    """Where the graph's machine code came from: `disk cache hit` (every module LLVM would
+def _module_sources(entries: list, compiled: CompiledGraph) -> str:
+    """Where the graph's machine code came from: `whole graph from the disk cache` (its
+    manifest and objects, no IR generated), `disk cache hit` (every module LLVM would
     have built was on disk), `miss` (LLVM built some), `off`, plus the modules this process
     had built already (equal kernels of other graphs or layers)."""
     outcomes = [e.outcome for e in entries]
-    if "miss" in outcomes:
+    if compiled.source == "disk_graph":
+        disk = "whole graph from the disk cache"
+    elif "miss" in outcomes:
         disk = "disk cache miss"
     elif "hit" in outcomes:
         disk = "disk cache hit"
@@ -213,6 +242,7 @@ def _module_sources(entries: list, library) -> str:
         disk = "disk cache off"
     else:
         disk = "disk cache not needed"
+    library = compiled.library
     if library.reused:
         disk += f", {library.reused} of {library.modules} LLVM module(s) already built here"
     return disk
@@ -227,44 +257,114 @@ COMPILE_SECONDS = dict.fromkeys(STAGES + ("total",), 0.0)    # summed over this 
 
 
 def _compile(graph: Graph, strides: tuple, target: Target, threads: int,
-             prepack: bool, front_seconds: dict, dynamic: bool = False) -> CompiledGraph:
+             prepack: bool, front_seconds: dict, dynamic: bool = False,
+             key: tuple | None = None) -> CompiledGraph:
     t0 = time.perf_counter()
     input_strides = {inp.arg: s for inp, s in zip(graph.inputs, strides)}
     lowered = run_pipeline(graph, target.vector_bits, input_strides, target.masked_tails,
                            verify_stages=config.get().verify, dynamic=dynamic)
     t1 = time.perf_counter()
     packed = 0
-    if prepack:
+    if prepack:          # in place in `lowered`: the kernels read the packed constants
         packed += gemm.prepack(lowered, target.vector_bits, gemm.plan_threads(threads))
         packed += conv.prepack(lowered, target.vector_bits, gemm.plan_threads(threads))
     t2 = time.perf_counter()
     mach = engine.machine(target)
-    code = build_module(lowered, target.vector_bits, target.triple, mach.data_layout,
-                        target.masked_tails, threads, diskcache.KernelIR(target.key()),
-                        target.stream_bytes)
-    t3 = time.perf_counter()
-    text = code.text
-    # the process-wide runtime (built by the first graph that needs it) is not this graph's cost
-    imports = _runtime_imports(code.graph_text)
-    exports = [code.run_name, code.entry_name] + \
-        ([code.fastcall_name] if code.fastcall_name else [])
-    modules = [(k.text, diskcache.Entry(k.text, target.key(), [k.symbol]))
-               for k in code.kernels]
-    modules.append((code.graph_text, diskcache.Entry(code.graph_text, target.key(), exports)))
-    entries = [cache for _, cache in modules]
-    library = engine.compile_modules(modules, exports, target, imports=imports)
-    run_name, entry_name = code.run_name, code.entry_name
-    seconds = {**front_seconds, "passes": t1 - t0, "prepack": t2 - t1,
-               "ir_generation": t3 - t2, **library.seconds}
+
+    def generate():
+        return build_module(lowered, target.vector_bits, target.triple, mach.data_layout,
+                            target.masked_tails, threads, diskcache.KernelIR(target.key()),
+                            target.stream_bytes)
+
+    whole = None
+    if diskcache.directory() is not None:
+        key = key or cache_key(graph, strides, target, threads, prepack)
+        whole = diskcache.GraphEntry(_code_key(key, threads, dynamic), target.key())
+    loaded = _load_whole_graph(whole, target) if whole is not None else None
+    if loaded is not None:
+        manifest, library, manifest_seconds = loaded
+        entries, ir_source, source = [], lambda: generate().text, "disk_graph"
+        seconds = {**front_seconds, "passes": t1 - t0, "prepack": t2 - t1,
+                   "ir_generation": 0.0, **library.seconds}
+        # reading the manifest is the disk stage's time too
+        seconds["disk_load"] = seconds.get("disk_load", 0.0) + manifest_seconds
+    else:
+        code = generate()
+        t3 = time.perf_counter()
+        # the process-wide runtime (built by the first graph that needs it) is not this
+        # graph's cost
+        symbols = _runtime_symbols(code.graph_text)
+        exports = [code.run_name, code.entry_name] + \
+            ([code.fastcall_name] if code.fastcall_name else [])
+        modules = [(k.text, diskcache.Entry(k.text, target.key(), [k.symbol]))
+                   for k in code.kernels]
+        modules.append((code.graph_text, diskcache.Entry(code.graph_text, target.key(),
+                                                         exports)))
+        entries = [cache for _, cache in modules]
+        library = engine.compile_modules(modules, exports, target,
+                                         imports=_runtime_imports(symbols))
+        manifest = diskcache.GraphManifest(
+            tuple(dict.fromkeys(e.key for e in entries)), tuple(exports), symbols,
+            code.run_name, code.entry_name, code.fastcall_name)
+        seconds = {**front_seconds, "passes": t1 - t0, "prepack": t2 - t1,
+                   "ir_generation": t3 - t2, **library.seconds}
+        if whole is not None:
+            t4 = time.perf_counter()
+            whole.store(manifest)
+            seconds["disk_store"] = seconds.get("disk_store", 0.0) + time.perf_counter() - t4
+        ir_source = code.text
+        source = "compiled" if "machine_code" in library.seconds else \
+            "disk" if "disk_load" in library.seconds else "memory"
     seconds["total"] = sum(seconds.values())
     with _CACHE_LOCK:
         for stage, s in seconds.items():
             COMPILE_SECONDS[stage] += s
-    compiled = CompiledGraph(graph, lowered, target, text, library, run_name, entry_name, seconds,
-                             code.fastcall_name)
+    compiled = CompiledGraph(graph, lowered, target, ir_source, library, manifest.run_name,
+                             manifest.entry_name, seconds, manifest.fastcall_name, source)
     compiled.prepacked_bytes = packed
     _log_compile(compiled, entries)
     if config.get().dump_dir:
         from .dump import dump_or_warn
         dump_or_warn(compiled, config.get().dump_dir)
     return compiled
+
+
+def _code_key(key: tuple, threads: int, dynamic: bool) -> tuple:
+    """Everything a graph's code depends on: the memory cache's key (graph text, strides,
+    target, threads, prepacking, version), plus what the passes and code generation read
+    besides: the threads a plan splits work for, run-time extents, the host's cache sizes
+    (GEMM and conv blocking). The disk entry adds the sources and versions of the code
+    between (diskcache.GraphEntry)."""
+    return key + (gemm.plan_threads(threads), dynamic, _host_caches())
+
+
+@functools.lru_cache(maxsize=None)
+def _host_caches() -> tuple:
+    return tuple(sorted(cache_sizes().items()))
+
+
+def _load_whole_graph(whole, target: Target):
+    """(manifest, linked library, seconds reading the manifest) of a graph whose manifest
+    and module objects are all on disk (or the objects in memory), else None: a module gone
+    since (evicted, damaged) means the graph compiles normally, which rewrites it."""
+    t0 = time.perf_counter()
+    manifest = whole.load()
+    manifest_seconds = time.perf_counter() - t0
+    if manifest is None:
+        return None
+    modules = [(None, diskcache.StoredModule(k, target.key())) for k in manifest.modules]
+    try:
+        library = engine.compile_modules(modules, list(manifest.exports), target,
+                                         imports=_runtime_imports(manifest.imports))
+    except diskcache.ModuleMissing:
+        log.info("a module of a graph stored whole is no longer on disk: compiling it")
+        whole.count(loaded=False)
+        return None
+    except CompileError as e:         # e.g. a symbol the objects need is not there
+        log.warning("a graph stored whole on disk could not be linked (%s): compiling it", e)
+        whole.count(loaded=False)
+        diskcache.reject(whole.key)
+        return None
+    whole.count(loaded=True)
+    return manifest, library, manifest_seconds
+

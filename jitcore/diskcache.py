@@ -6,6 +6,11 @@ features, vector width), the LLVM and llvmlite versions, jitcore's version and t
 jitcore/llvm/engine.py (the optimizer settings). The generated IR already encodes the graph,
 its layouts and its block sizes, so equal keys mean equal code.
 
+Two kinds of entries skip IR generation as well: a kernel's generated IR (`KernelIR`, by the
+kernel's structure) and a whole graph's manifest (`GraphEntry`, by everything its code depends
+on): the keys of its modules' entries and the names the call path needs, so a warm start
+computes no module's IR text at all (it is generated when someone asks for it).
+
 Safety:
   - the directory is created private (0700); an existing one that others can write to is
     not used (a warning says why);
@@ -23,10 +28,12 @@ JITCORE_DISK_CACHE=0 turns it off.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
 import os
+import re
 import stat
 import struct
 import sys
@@ -45,7 +52,8 @@ from .version import VERSION
 
 MAGIC = b"JITCORE-OBJ-1\n"
 _HEADER = struct.Struct("<QQ32s")          # header json length, payload length, payload sha256
-STATS = {"disk_hits": 0, "disk_misses": 0, "disk_rejected": 0, "disk_evicted": 0}
+STATS = {"disk_hits": 0, "disk_misses": 0, "disk_rejected": 0, "disk_evicted": 0,
+         "disk_graph_hits": 0, "disk_graph_misses": 0}
 DEFAULT_MAX_MB = 512
 STALE_TMP_SECONDS = 3600                   # a temporary file this old belongs to no writer
 _LOCK = threading.Lock()
@@ -148,7 +156,112 @@ class KernelIR:
         text = json.dumps({"symbol": code.symbol, "text": code.text,
                            "buffers": list(code.buffer_slots), "extent": code.extent,
                            "grain": code.grain})
-        store(self._key(structure_key), self.target_key, b"", text)
+        store(self._key(structure_key), self.target_key, b"", text, "kernel-ir")
+
+
+@dataclasses.dataclass(frozen=True)
+class GraphManifest:
+    """What a compiled graph needs from its code besides the objects: the disk entries of its
+    modules (each distinct kernel, then the graph module), the symbols to export and those
+    its graph module imports from this process (compiler._runtime_imports), and the names of
+    its run function, native entry and fast call."""
+    modules: tuple
+    exports: tuple
+    imports: tuple
+    run_name: str
+    entry_name: str
+    fastcall_name: str | None
+
+    def to_json(self) -> str:
+        return json.dumps({"format": GraphEntry.FORMAT, **dataclasses.asdict(self)})
+
+    @classmethod
+    def from_json(cls, text: str) -> "GraphManifest | None":
+        """The manifest, or None for text that is not a well-formed one of this format."""
+        try:
+            d = json.loads(text)
+            if d.pop("format") != GraphEntry.FORMAT or set(d) != _MANIFEST_FIELDS:
+                return None
+            m = cls(tuple(d["modules"]), tuple(d["exports"]), tuple(d["imports"]),
+                    d["run_name"], d["entry_name"], d["fastcall_name"])
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return None
+        names = m.exports + m.imports + (m.run_name, m.entry_name)
+        if not m.modules or not all(isinstance(k, str) and _HEX64.fullmatch(k)
+                                    for k in m.modules):
+            return None
+        if not all(isinstance(n, str) and n for n in names) or \
+                {m.run_name, m.entry_name, m.fastcall_name or m.run_name} - set(m.exports):
+            return None
+        return m
+
+
+_MANIFEST_FIELDS = {f.name for f in dataclasses.fields(GraphManifest)}
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+class GraphEntry:
+    """A whole compiled graph's manifest on disk, keyed by everything its code depends on
+    (`parts`: the compile driver's key; plus the target, the LLVM, llvmlite and jitcore
+    versions and the source of everything from the graph to the machine code: the backend,
+    the optimizer settings and the compile driver). A hit links the modules' stored objects
+    without generating any IR; STATS counts `disk_graph_hits` (linked whole) and
+    `disk_graph_misses` (no manifest, or one of its modules is gone; a damaged manifest
+    counts as `disk_rejected`).
+    The manifest is an ordinary entry (checksummed, target-bound) whose object part is empty
+    and whose text is JSON."""
+
+    FORMAT = 1
+
+    def __init__(self, parts: tuple, target_key: tuple):
+        self.target_key = target_key
+        h = hashlib.sha256()
+        for part in ("graph", str(self.FORMAT), *map(repr, parts), repr(target_key),
+                     llvmlite.__version__, _llvm_version(), _jitcore_version(),
+                     _backend_fingerprint(), _engine_fingerprint(), _driver_fingerprint()):
+            h.update(part.encode())
+            h.update(b"\0")
+        self.key = h.hexdigest()
+
+    def load(self) -> GraphManifest | None:
+        found = load(self.key, self.target_key, None, "disk_graph_misses")
+        if found is None:
+            return None
+        manifest = GraphManifest.from_json(found[1])
+        if manifest is None:
+            reject(self.key)
+        return manifest
+
+    def count(self, loaded: bool) -> None:
+        """Count the outcome of a manifest found: the graph linked whole, or not (a module
+        it lists is gone)."""
+        _count("disk_graph_hits" if loaded else "disk_graph_misses")
+
+    def store(self, manifest: GraphManifest) -> None:
+        store(self.key, self.target_key, b"", manifest.to_json(), "graph")
+
+
+class ModuleMissing(Exception):
+    """A module a graph manifest lists is no longer on disk (evicted, damaged)."""
+
+
+class StoredModule:
+    """One module of a manifest, for engine.compile_modules: its object comes from memory
+    (engine.OBJECTS, by `key`) or from disk; when neither has it, load() raises ModuleMissing
+    (there is no IR text to build it from: the caller compiles the graph normally)."""
+
+    def __init__(self, entry_key: str, target_key: tuple):
+        self.key, self.target_key = entry_key, target_key
+        self.outcome = "hit"
+
+    def load(self):
+        found = load(self.key, self.target_key)
+        if found is None:
+            raise ModuleMissing(self.key)
+        return found
+
+    def store(self, obj: bytes, optimized_ir: str):       # never reached: load() hits or raises
+        raise ModuleMissing(self.key)
 
 
 @functools.lru_cache(maxsize=None)
@@ -178,6 +291,17 @@ def key(ir_text: str, target_key: tuple, exports: list) -> str:
     return h.hexdigest()
 
 
+@functools.lru_cache(maxsize=None)
+def _driver_fingerprint() -> str:
+    """The front modules that turn a lowered graph into modules (the compile driver, this
+    cache): a change there must not reuse a manifest written by the old code."""
+    h = hashlib.sha256()
+    for name in ("compiler.py", "diskcache.py"):
+        with open(os.path.join(os.path.dirname(__file__), name), "rb") as f:
+            h.update(f.read())
+    return h.hexdigest()
+
+
 def _llvm_version() -> str:
     import llvmlite.binding as llvm
     return ".".join(map(str, llvm.llvm_version_info))
@@ -196,8 +320,11 @@ def _jitcore_version() -> str:
     return str(VERSION)
 
 
-def load(entry_key: str, target_key: tuple) -> tuple | None:
-    """(object bytes, optimized IR) of a valid entry for this target, else None."""
+def load(entry_key: str, target_key: tuple, hit: str = "disk_hits",
+         miss: str = "disk_misses") -> tuple | None:
+    """(object bytes, optimized IR) of a valid entry for this target, else None. `hit` and
+    `miss`: the STATS counted (None: not counted; a rejected entry counts as
+    `disk_rejected`)."""
     root = directory()
     if root is None:
         return None
@@ -206,22 +333,29 @@ def load(entry_key: str, target_key: tuple) -> tuple | None:
         with open(path, "rb") as f:
             blob = f.read()
     except OSError:
-        _count("disk_misses")
+        _count(miss)
         return None
     parsed = _parse(blob, entry_key, target_key)
     if parsed is None:
-        _count("disk_rejected")
-        try:
-            os.remove(path)                  # rebuilt and rewritten by the caller
-        except OSError:
-            pass
+        reject(entry_key)
         return None
-    _count("disk_hits")
+    _count(hit)
     try:
         os.utime(path)                       # recently used: the last to be evicted
     except OSError:
         pass
     return parsed
+
+
+def reject(entry_key: str) -> None:
+    """Count an unusable entry and remove it (its caller rebuilds and rewrites it)."""
+    _count("disk_rejected")
+    root = directory()
+    if root is not None:
+        try:
+            os.remove(os.path.join(root, entry_key + ".jco"))
+        except OSError:
+            pass
 
 
 def _parse(blob: bytes, entry_key: str, target_key: tuple):
@@ -245,13 +379,15 @@ def _parse(blob: bytes, entry_key: str, target_key: tuple):
     return obj, ir_text
 
 
-def store(entry_key: str, target_key: tuple, obj: bytes, optimized_ir: str) -> None:
-    """Write an entry atomically; any failure leaves the cache as it was."""
+def store(entry_key: str, target_key: tuple, obj: bytes, optimized_ir: str,
+          kind: str = "object") -> None:
+    """Write an entry atomically; any failure leaves the cache as it was. `kind` (recorded
+    in the header, for people and tests): "object", "kernel-ir" or "graph"."""
     root = directory()
     if root is None:
         return
     header = json.dumps({"key": entry_key, "target": list(map(str, target_key)),
-                         "object_bytes": len(obj)}).encode()
+                         "object_bytes": len(obj), "kind": kind}).encode()
     payload = obj + zlib.compress(optimized_ir.encode(), 6)
     digest = hashlib.sha256(header + payload).digest()
     blob = MAGIC + _HEADER.pack(len(header), len(payload), digest) + header + payload
@@ -333,6 +469,8 @@ def _evict(root: str, goal: int) -> int:
     return total
 
 
-def _count(name: str):
+def _count(name: str | None):
+    if name is None:
+        return
     with _LOCK:
         STATS[name] += 1
