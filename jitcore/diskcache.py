@@ -264,6 +264,36 @@ class StoredModule:
         raise ModuleMissing(self.key)
 
 
+class ModuleRecipe:
+    """The disk entry of a module, found by what its IR is generated from (`parts`, plus the
+    target, versions and the backend's source) rather than by the IR text: a process loads
+    the module's object without generating its IR (the thread pool's runtime module). The
+    recipe is an ordinary entry (checksummed, target-bound) whose text is the module entry's
+    key; its loads are not counted in STATS (the module's own entry is)."""
+
+    def __init__(self, parts: tuple, target_key: tuple):
+        self.target_key = target_key
+        h = hashlib.sha256()
+        for part in ("module-recipe", *map(repr, parts), repr(target_key), llvmlite.__version__,
+                     _llvm_version(), _jitcore_version(), _backend_fingerprint(),
+                     _engine_fingerprint()):
+            h.update(part.encode())
+            h.update(b"\0")
+        self.key = h.hexdigest()
+
+    def load(self) -> StoredModule | None:
+        found = load(self.key, self.target_key, None, None)
+        if found is None:
+            return None
+        if not _HEX64.fullmatch(found[1]):
+            reject(self.key)
+            return None
+        return StoredModule(found[1], self.target_key)
+
+    def store(self, module_key: str) -> None:
+        store(self.key, self.target_key, b"", module_key, "recipe")
+
+
 @functools.lru_cache(maxsize=None)
 def _backend_fingerprint() -> str:
     """A hash of every source file between the kernels and their IR."""
@@ -382,7 +412,7 @@ def _parse(blob: bytes, entry_key: str, target_key: tuple):
 def store(entry_key: str, target_key: tuple, obj: bytes, optimized_ir: str,
           kind: str = "object") -> None:
     """Write an entry atomically; any failure leaves the cache as it was. `kind` (recorded
-    in the header, for people and tests): "object", "kernel-ir" or "graph"."""
+    in the header, for people and tests): "object", "kernel-ir", "graph" or "recipe"."""
     root = directory()
     if root is None:
         return

@@ -16,7 +16,10 @@ REPO = str(Path(__file__).resolve().parents[1])
 SCRIPT = """
 import json, os, time, numpy as np, jitcore as jc
 from jitcore import parallel
-parallel.pool()                        # the runtime's library: an entry of its own, built first
+generated = []                         # the runtime's IR, generated when not found by recipe
+build_pool_module = parallel.build_pool_module
+parallel.build_pool_module = lambda *a: generated.append(1) or build_pool_module(*a)
+parallel.pool()                        # the runtime's library: entries of its own, built first
 base = jc.cache_info()
 root = base["disk_dir"]
 before = set(os.listdir(root)) if root else set()
@@ -27,6 +30,7 @@ r = f(x, w)
 info = jc.cache_info()
 new = sorted(set(os.listdir(root)) - before) if root else []
 print(json.dumps({"hits": info["disk_hits"] - base["disk_hits"], "pool_hits": base["disk_hits"],
+                  "pool_generated": len(generated), "pool_rejected": base["disk_rejected"],
                   "graph_hits": info["disk_graph_hits"], "graph_misses": info["disk_graph_misses"],
                   "rejected": info["disk_rejected"] - base["disk_rejected"],
                   "new": [os.path.join(root, n) for n in new if n.endswith(".jco")],
@@ -77,8 +81,10 @@ def test_warm_start_loads_the_object_and_gives_the_same_result(tmp_path):
     assert cold["compiled"] == 3 and cold["generated"] == 2 and len(cold["new"]) == 6
     assert [len(of_kind(cold["new"], k)) for k in ("kernel-ir", "object", "graph")] == [2, 3, 1]
     assert cold["hits"] == 0 and cold["pool_hits"] == 0 and cold["graph_misses"] == 1
-    assert len(entries(tmp_path)) == 6 + 1                    # and the runtime
+    assert len(entries(tmp_path)) == 6 + 2       # and the runtime's object and its recipe
+    assert cold["pool_generated"] == 1
     warm = run(tmp_path)
+    assert warm["pool_generated"] == 0           # the runtime's object, found by recipe
     # the graph whole: its manifest and its modules' objects, no IR (generated or loaded)
     assert warm["graph_hits"] == 1 and warm["hits"] == 3 and warm["pool_hits"] == 1
     assert warm["sum"] == cold["sum"]
@@ -97,9 +103,17 @@ def test_directory_is_private(tmp_path):
 
 @pytest.mark.parametrize("damage,damaged", [("truncate", "graph"), ("flip_payload", "object"),
                                             ("flip_header", "kernel-ir"),
-                                            ("garbage", "object")])
+                                            ("garbage", "object"), ("garbage", "recipe")])
 def test_damaged_entry_is_detected_and_rebuilt(tmp_path, damage, damaged):
     cold = run(tmp_path)
+    if damaged == "recipe":                  # the runtime's: its IR is generated again
+        (recipe,) = of_kind(entries(tmp_path), "recipe")
+        recipe.write_bytes(b"not an entry at all")
+        again = run(tmp_path)
+        assert again["pool_rejected"] == 1 and again["pool_generated"] == 1
+        assert again["pool_hits"] == 1 and again["sum"] == cold["sum"]   # the same IR
+        assert run(tmp_path)["pool_generated"] == 0                       # rewritten
+        return
     entry = Path(of_kind(cold["new"], damaged)[0])
     if damaged == "kernel-ir":              # read only when the graph is not stored whole
         Path(of_kind(cold["new"], "graph")[0]).unlink()
