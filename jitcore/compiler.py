@@ -334,7 +334,9 @@ def _code_key(key: tuple, threads: int, dynamic: bool) -> tuple:
     target, threads, prepacking, version), plus what the passes and code generation read
     besides: the threads a plan splits work for, run-time extents, the host's cache sizes
     (GEMM and conv blocking). The disk entry adds the sources and versions of the code
-    between (diskcache.GraphEntry)."""
+    between (diskcache.GraphEntry). A new setting that changes the generated code (or the
+    optimizer's output) must join this key, or a warm start would link code built under the
+    old setting."""
     return key + (gemm.plan_threads(threads), dynamic, _host_caches())
 
 

@@ -232,3 +232,20 @@ print(after["disk_graph_hits"], after["disk_hits"] - info["disk_hits"],
     whole, hits, compiled = map(int, again.stdout.split()[-3:])
     # the newest entries stayed: the manifest, the kernel's and the graph module's objects
     assert whole == 1 and hits == 2 and compiled == 0, again.stderr[-2000:]
+
+
+def test_processes_writing_the_same_entries_at_once(tmp_path):
+    """Two cold processes store the same entries (objects, kernel IR, the graph's manifest,
+    the runtime's recipe) at the same time: each write is a rename of a whole file, so the
+    next process reads only valid entries and loads the graph whole."""
+    env = {**os.environ, "JITCORE_CACHE_DIR": str(tmp_path)}
+    procs = [subprocess.Popen([sys.executable, "-c", SCRIPT], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=env) for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err[-2000:] for _, err in outs]
+    sums = {json.loads(out.strip().splitlines()[-1])["sum"] for out, _ in outs}
+    assert not list(tmp_path.glob(".tmp-*"))                 # no half-written entry left
+    warm = run(tmp_path)
+    assert warm["rejected"] == 0 and warm["pool_rejected"] == 0
+    assert warm["graph_hits"] == 1 and warm["compiled"] == 0 and warm["pool_generated"] == 0
+    assert sums == {warm["sum"]}
