@@ -7,6 +7,7 @@ the same graph share code.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import functools
 import logging
 import sys
@@ -16,9 +17,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from jitcore.ir import dtypes as dt
 from jitcore.ir.errors import CompileError
 from jitcore.ir.graph import Graph
-from jitcore.passes.legality import bytes_moved, coverage, flops
+from jitcore.passes.legality import bytes_moved, flops
 from jitcore.passes.pipeline import run_pipeline
 
 from . import config, diskcache, log, output_cache
@@ -61,20 +63,82 @@ class KernelInfo:
                 f"    {self.loop_nest}\n    {self.bytes} bytes, {self.flops} flops")
 
 
+@dataclass(frozen=True)
+class CallLayout:
+    """What the call path reads of a lowered graph: the constant arrays passed after the
+    inputs, each output buffer's (shape, DType) in slot order, the output buffer of each graph
+    output, and the gathers' index checks ((op name, axis, extent) per site)."""
+    consts: tuple
+    outputs: tuple
+    out_index: tuple
+    checks: tuple
+
+    @classmethod
+    def of(cls, lowered) -> "CallLayout":
+        out_bufs = lowered.buffers_of_kind("output")
+        first_out = out_bufs[0].slot if out_bufs else 0
+        return cls(tuple(c.array for c in lowered.consts),
+                   tuple((tuple(b.shape), b.dtype) for b in out_bufs),
+                   tuple(s - first_out for s in lowered.outputs),
+                   tuple(tuple(c) for c in lowered.checks or ()))
+
+    def to_json(self, kernels: list) -> dict | None:
+        """The layout and kernels' reports as JSON data, for a graph stored whole; None when
+        it has constants (arrays stay out of the disk cache: such a graph runs its passes)."""
+        if self.consts:
+            return None
+        return {"outputs": [[list(shape), dtype.name] for shape, dtype in self.outputs],
+                "out_index": list(self.out_index), "checks": [list(c) for c in self.checks],
+                "kernels": [list(dataclasses.astuple(k)) for k in kernels]}
+
+    @classmethod
+    def from_json(cls, d: dict) -> tuple:
+        """(layout, kernels' reports) from to_json's data; ValueError/TypeError/KeyError
+        when malformed."""
+        outputs = tuple((tuple(_count(n) for n in shape), dt.as_dtype(name))
+                        for shape, name in d["outputs"])
+        out_index = tuple(_count(i) for i in d["out_index"])
+        if sorted(out_index) != list(range(len(outputs))):
+            raise ValueError("output buffers do not match the outputs")
+        checks = tuple((str(op), _count(axis), _count(extent)) for op, axis, extent in d["checks"])
+        kernels = [KernelInfo(*fields) for fields in d["kernels"]]
+        for k in kernels:
+            if not (isinstance(k.name, str) and isinstance(k.loop_nest, str)
+                    and all(isinstance(op, str) for op in k.ops)):
+                raise TypeError("malformed kernel report")
+        return cls((), outputs, out_index, checks), \
+            [dataclasses.replace(k, ops=tuple(k.ops)) for k in kernels]
+
+
+def _count(n) -> int:
+    if type(n) is not int or n < 0:
+        raise TypeError(f"expected a count, got {n!r}")
+    return n
+
+
+def kernel_infos(lowered) -> list:
+    return [KernelInfo(k.name, k.kind, k.ops, k.loop_nest, k.vector_bits, k.lanes,
+                       k.vectorized, k.reason, bytes_moved(k), flops(k), k.task, k.layout)
+            for k in lowered.kernels]
+
+
 class CompiledGraph:
     """A graph compiled for one input layout and target: its kernels, IR and native code.
 
-    `llvm_ir`: the generated LLVM IR, or a function that generates it (a graph loaded whole
-    from the disk cache generates its IR only when someone asks for it). `source`: where the
-    machine code came from: "compiled" (LLVM built some of its modules), "disk" (their
-    machine code came from the disk cache), "disk_graph" (the whole graph came from the disk
-    cache: no IR generated) or "memory" (every module was built earlier in this process);
-    explain.SOURCES words them."""
+    `lowered` and `llvm_ir`: the lowered graph and the generated LLVM IR, or functions that
+    compute them (a graph loaded whole from the disk cache computes them only when someone
+    asks). `layout`: what the call path reads (CallLayout); `kernels`: the kernels' reports
+    (both from `lowered` unless given). `source`: where the machine code came from:
+    "compiled" (LLVM built some of its modules), "disk" (their machine code came from the
+    disk cache), "disk_graph" (the whole graph came from the disk cache: no IR generated)
+    or "memory" (every module was built earlier in this process); explain.SOURCES words
+    them."""
 
     def __init__(self, graph: Graph, lowered, target: Target, llvm_ir, library,
                  run_name: str, entry_name: str, seconds: dict, fastcall_name=None,
-                 source: str = "compiled"):
-        self.graph, self.lowered, self.target = graph, lowered, target
+                 source: str = "compiled", layout: CallLayout | None = None,
+                 kernels: list | None = None):
+        self.graph, self._lowered, self.target = graph, lowered, target
         self._llvm_ir, self.library, self.seconds = llvm_ir, library, seconds
         self.source = source
         self.prepacked_bytes = 0          # constant GEMM/conv weights packed at compile time
@@ -83,10 +147,15 @@ class CompiledGraph:
         # the native fast call (llvm/entry.py emit_fastcall), for graphs it handles, else None
         self.fastcall_address = library.addresses[fastcall_name] if fastcall_name else None
         self.run = RUN_TYPE(library.addresses[run_name])
-        self.kernels = [KernelInfo(k.name, k.kind, k.ops, k.loop_nest, k.vector_bits, k.lanes,
-                                   k.vectorized, k.reason, bytes_moved(k), flops(k), k.task,
-                                   k.layout)
-                        for k in lowered.kernels]
+        self.layout = layout if layout is not None else CallLayout.of(lowered)
+        self.kernels = kernels if kernels is not None else kernel_infos(lowered)
+
+    @property
+    def lowered(self):
+        """The lowered graph (passes.lower.LoweredGraph)."""
+        if callable(self._lowered):
+            self._lowered = self._lowered()
+        return self._lowered
 
     @property
     def llvm_ir(self) -> str:
@@ -103,7 +172,8 @@ class CompiledGraph:
         return self.library.asm()
 
     def coverage(self) -> tuple:
-        return coverage(self.lowered.kernels)
+        """(vectorized kernels, all kernels)."""
+        return sum(k.vectorized for k in self.kernels), len(self.kernels)
 
 
 _CACHE = LRU()
@@ -259,19 +329,20 @@ COMPILE_SECONDS = dict.fromkeys(STAGES + ("total",), 0.0)    # summed over this 
 def _compile(graph: Graph, strides: tuple, target: Target, threads: int,
              prepack: bool, front_seconds: dict, dynamic: bool = False,
              key: tuple | None = None) -> CompiledGraph:
-    t0 = time.perf_counter()
-    input_strides = {inp.arg: s for inp, s in zip(graph.inputs, strides)}
-    lowered = run_pipeline(graph, target.vector_bits, input_strides, target.masked_tails,
-                           verify_stages=config.get().verify, dynamic=dynamic)
-    t1 = time.perf_counter()
-    packed = 0
-    if prepack:          # in place in `lowered`: the kernels read the packed constants
-        packed += gemm.prepack(lowered, target.vector_bits, gemm.plan_threads(threads))
-        packed += conv.prepack(lowered, target.vector_bits, gemm.plan_threads(threads))
-    t2 = time.perf_counter()
     mach = engine.machine(target)
 
-    def generate():
+    def lower():
+        input_strides = {inp.arg: s for inp, s in zip(graph.inputs, strides)}
+        lowered = run_pipeline(graph, target.vector_bits, input_strides, target.masked_tails,
+                               verify_stages=config.get().verify, dynamic=dynamic)
+        t = time.perf_counter()
+        packed = 0
+        if prepack:      # in place in `lowered`: the kernels read the packed constants
+            packed += gemm.prepack(lowered, target.vector_bits, gemm.plan_threads(threads))
+            packed += conv.prepack(lowered, target.vector_bits, gemm.plan_threads(threads))
+        return lowered, packed, t
+
+    def generate(lowered):
         return build_module(lowered, target.vector_bits, target.triple, mach.data_layout,
                             target.masked_tails, threads, diskcache.KernelIR(target.key()),
                             target.stream_bytes)
@@ -280,53 +351,96 @@ def _compile(graph: Graph, strides: tuple, target: Target, threads: int,
     if diskcache.directory() is not None:
         key = key or cache_key(graph, strides, target, threads, prepack)
         whole = diskcache.GraphEntry(_code_key(key, threads, dynamic), target.key())
-    loaded = _load_whole_graph(whole, target) if whole is not None else None
-    if loaded is not None:
-        manifest, library, manifest_seconds = loaded
-        entries, ir_source, source = [], lambda: generate().text, "disk_graph"
-        seconds = {**front_seconds, "passes": t1 - t0, "prepack": t2 - t1,
-                   "ir_generation": 0.0, **library.seconds}
-        # reading the manifest is the disk stage's time too
+    t0 = time.perf_counter()
+    manifest = whole.load() if whole is not None else None
+    stored = None
+    if manifest is not None and manifest.layout is not None:
+        stored = _stored_layout(manifest.layout)
+        if stored is None:                 # damaged: rejected, and the graph compiles
+            diskcache.reject(whole.key)
+            manifest = None
+    manifest_seconds = time.perf_counter() - t0
+    if stored is not None:
+        # the whole graph, passes included: the lowered graph is computed when asked for
+        library = _link_whole_graph(whole, manifest, target)
+        manifest = None if library is None else manifest
+        if library is not None:
+            layout, kernels = stored
+            seconds = {**front_seconds, "passes": 0.0, "prepack": 0.0, "ir_generation": 0.0,
+                       **library.seconds}
+            seconds["disk_load"] = seconds.get("disk_load", 0.0) + manifest_seconds
+            compiled = _finish(graph, (lambda: lower()[0]), target, None, library, manifest,
+                               seconds, "disk_graph", layout, kernels)
+            compiled._llvm_ir = lambda: generate(compiled.lowered).text
+            return _report(compiled, [])
+    t0 = time.perf_counter()
+    lowered, packed, t2 = lower()
+    t1 = time.perf_counter()
+    front_seconds = {**front_seconds, "passes": t2 - t0, "prepack": t1 - t2}
+    library = _link_whole_graph(whole, manifest, target) if manifest is not None else None
+    if library is not None:           # the graph's code, whole: no IR generated
+        seconds = {**front_seconds, "ir_generation": 0.0, **library.seconds}
         seconds["disk_load"] = seconds.get("disk_load", 0.0) + manifest_seconds
-    else:
-        code = generate()
-        t3 = time.perf_counter()
-        # the process-wide runtime (built by the first graph that needs it) is not this
-        # graph's cost
-        symbols = _runtime_symbols(code.graph_text)
-        exports = [code.run_name, code.entry_name] + \
-            ([code.fastcall_name] if code.fastcall_name else [])
-        modules = [(k.text, diskcache.Entry(k.text, target.key(), [k.symbol]))
-                   for k in code.kernels]
-        modules.append((code.graph_text, diskcache.Entry(code.graph_text, target.key(),
-                                                         exports)))
-        entries = [cache for _, cache in modules]
-        library = engine.compile_modules(modules, exports, target,
-                                         imports=_runtime_imports(symbols))
-        manifest = diskcache.GraphManifest(
-            tuple(dict.fromkeys(e.key for e in entries)), tuple(exports), symbols,
-            code.run_name, code.entry_name, code.fastcall_name)
-        seconds = {**front_seconds, "passes": t1 - t0, "prepack": t2 - t1,
-                   "ir_generation": t3 - t2, **library.seconds}
-        if whole is not None:
-            t4 = time.perf_counter()
-            whole.store(manifest)
-            seconds["disk_store"] = seconds.get("disk_store", 0.0) + time.perf_counter() - t4
-        ir_source = code.text
-        source = "compiled" if "machine_code" in library.seconds else \
-            "disk" if "disk_load" in library.seconds else "memory"
+        compiled = _finish(graph, lowered, target, lambda: generate(lowered).text, library,
+                           manifest, seconds, "disk_graph")
+        compiled.prepacked_bytes = packed
+        return _report(compiled, [])
+    code = generate(lowered)
+    t3 = time.perf_counter()
+    # the process-wide runtime (built by the first graph that needs it) is not this graph's
+    # cost
+    symbols = _runtime_symbols(code.graph_text)
+    exports = [code.run_name, code.entry_name] + \
+        ([code.fastcall_name] if code.fastcall_name else [])
+    modules = [(k.text, diskcache.Entry(k.text, target.key(), [k.symbol]))
+               for k in code.kernels]
+    modules.append((code.graph_text, diskcache.Entry(code.graph_text, target.key(), exports)))
+    entries = [cache for _, cache in modules]
+    library = engine.compile_modules(modules, exports, target,
+                                     imports=_runtime_imports(symbols))
+    seconds = {**front_seconds, "ir_generation": t3 - t1, **library.seconds}
+    source = "compiled" if "machine_code" in library.seconds else \
+        "disk" if "disk_load" in library.seconds else "memory"
+    layout = CallLayout.of(lowered)
+    kernels = kernel_infos(lowered)
+    manifest = diskcache.GraphManifest(
+        tuple(dict.fromkeys(e.key for e in entries)), tuple(exports), symbols,
+        code.run_name, code.entry_name, code.fastcall_name, layout.to_json(kernels))
+    if whole is not None:
+        t4 = time.perf_counter()
+        whole.store(manifest)
+        seconds["disk_store"] = seconds.get("disk_store", 0.0) + time.perf_counter() - t4
+    compiled = _finish(graph, lowered, target, code.text, library, manifest, seconds, source,
+                       layout, kernels)
+    compiled.prepacked_bytes = packed
+    return _report(compiled, entries)
+
+
+def _finish(graph, lowered, target, llvm_ir, library, manifest, seconds, source,
+            layout=None, kernels=None) -> CompiledGraph:
     seconds["total"] = sum(seconds.values())
     with _CACHE_LOCK:
         for stage, s in seconds.items():
             COMPILE_SECONDS[stage] += s
-    compiled = CompiledGraph(graph, lowered, target, ir_source, library, manifest.run_name,
-                             manifest.entry_name, seconds, manifest.fastcall_name, source)
-    compiled.prepacked_bytes = packed
+    return CompiledGraph(graph, lowered, target, llvm_ir, library, manifest.run_name,
+                         manifest.entry_name, seconds, manifest.fastcall_name, source, layout,
+                         kernels)
+
+
+def _report(compiled: CompiledGraph, entries: list) -> CompiledGraph:
     _log_compile(compiled, entries)
     if config.get().dump_dir:
         from .dump import dump_or_warn
         dump_or_warn(compiled, config.get().dump_dir)
     return compiled
+
+
+def _stored_layout(data: dict):
+    """(CallLayout, kernels' reports) from a manifest's layout, or None when malformed."""
+    try:
+        return CallLayout.from_json(data)
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
 
 
 def _code_key(key: tuple, threads: int, dynamic: bool) -> tuple:
@@ -345,15 +459,10 @@ def _host_caches() -> tuple:
     return tuple(sorted(cache_sizes().items()))
 
 
-def _load_whole_graph(whole, target: Target):
-    """(manifest, linked library, seconds reading the manifest) of a graph whose manifest
-    and module objects are all on disk (or the objects in memory), else None: a module gone
-    since (evicted, damaged) means the graph compiles normally, which rewrites it."""
-    t0 = time.perf_counter()
-    manifest = whole.load()
-    manifest_seconds = time.perf_counter() - t0
-    if manifest is None:
-        return None
+def _link_whole_graph(whole, manifest, target: Target):
+    """The linked library of a graph whose manifest was found, from its modules' objects on
+    disk (or in memory), else None: a module gone since (evicted, damaged) means the graph
+    compiles normally, which rewrites it."""
     modules = [(None, diskcache.StoredModule(k, target.key())) for k in manifest.modules]
     try:
         library = engine.compile_modules(modules, list(manifest.exports), target,
@@ -368,5 +477,4 @@ def _load_whole_graph(whole, target: Target):
         diskcache.reject(whole.key)
         return None
     whole.count(loaded=True)
-    return manifest, library, manifest_seconds
-
+    return library

@@ -163,14 +163,18 @@ class KernelIR:
 class GraphManifest:
     """What a compiled graph needs from its code besides the objects: the disk entries of its
     modules (each distinct kernel, then the graph module), the symbols to export and those
-    its graph module imports from this process (compiler._runtime_imports), and the names of
-    its run function, native entry and fast call."""
+    its graph module imports from this process (compiler._runtime_imports), the names of
+    its run function, native entry and fast call, and (`layout`, JSON data the compiler
+    reads and checks) what the call path needs of the lowered graph."""
     modules: tuple
     exports: tuple
     imports: tuple
     run_name: str
     entry_name: str
     fastcall_name: str | None
+    # what the call path and explain() read of the lowered graph (compiler.CallLayout), for a
+    # graph without constants: a hit skips the passes too; None otherwise
+    layout: dict | None = None
 
     def to_json(self) -> str:
         return json.dumps({"format": GraphEntry.FORMAT, **dataclasses.asdict(self)})
@@ -183,14 +187,15 @@ class GraphManifest:
             if d.pop("format") != GraphEntry.FORMAT or set(d) != _MANIFEST_FIELDS:
                 return None
             m = cls(tuple(d["modules"]), tuple(d["exports"]), tuple(d["imports"]),
-                    d["run_name"], d["entry_name"], d["fastcall_name"])
+                    d["run_name"], d["entry_name"], d["fastcall_name"], d["layout"])
         except (ValueError, KeyError, TypeError, AttributeError):
             return None
         names = m.exports + m.imports + (m.run_name, m.entry_name)
         if not m.modules or not all(isinstance(k, str) and _HEX64.fullmatch(k)
                                     for k in m.modules):
             return None
-        if not all(isinstance(n, str) and n for n in names) or \
+        if not isinstance(m.layout, (dict, type(None))) or \
+                not all(isinstance(n, str) and n for n in names) or \
                 {m.run_name, m.entry_name, m.fastcall_name or m.run_name} - set(m.exports):
             return None
         return m

@@ -62,6 +62,17 @@ def entries_of_kind(root, kind: str) -> list:
     return found
 
 
+def count_passes(monkeypatch) -> list:
+    """A list that grows by one each time the compile driver runs the passes."""
+    calls, run_pipeline = [], compiler.run_pipeline
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return run_pipeline(*args, **kwargs)
+    monkeypatch.setattr(compiler, "run_pipeline", counting)
+    return calls
+
+
 def randn(*shape, dtype=np.float32):
     return (RNG.standard_normal(shape) * 0.5).astype(dtype)
 
@@ -107,8 +118,10 @@ def test_warm_hit_generates_no_ir_and_gives_the_cold_result(cache_dir, monkeypat
     assert len(entries_of_kind(cache_dir, "graph")) == 1
 
     new_process(monkeypatch)
+    passes = count_passes(monkeypatch)
     warm_f = jc.jit(fn)
     warm, w = counted(lambda: warm_f(*args))
+    assert passes == [], "a graph without constants is stored with its call layout"
     assert w["disk_graph_hits"] == 1 and w["disk_graph_misses"] == 0, w
     # neither IR generation (not even IR loaded from disk) nor LLVM
     assert w["kernels_generated"] == w["kernels_loaded"] == w["modules_compiled"] == 0, w
@@ -119,9 +132,13 @@ def test_warm_hit_generates_no_ir_and_gives_the_cold_result(cache_dir, monkeypat
 
     report = warm_f.explain(*args)
     assert "whole graph from the disk cache" in report.splitlines()[-1]
-    assert "IR generation 0.0" in report and "disk cache load" in report
+    assert "passes 0.0" in report and "IR generation 0.0" in report
+    assert "disk cache load" in report
+    assert [str(k) for k in warm_f.kernels(*args)] == [str(k) for k in cold_f.kernels(*args)]
+    assert passes == []
     # what the user asks for is still there: generated now, equal to the cold start's
-    assert warm_f.llvm_ir(*args, optimized=False) == cold_ir
+    assert warm_f.llvm_ir(*args, optimized=False) == cold_ir     # (runs the passes now)
+    assert len(passes) == 1
     assert warm_f.llvm_ir(*args) == cold_f.llvm_ir(*args)
     assert "ret" in warm_f.asm(*args)
 
@@ -155,15 +172,45 @@ def test_constant_weights_prepacked_on_a_warm_hit(cache_dir, monkeypatch, prepac
     consts = {"w1": w1, "b1": b1, "w2": w2, "conv_w": conv_w}
     cold = jc.jit(fn, constants=consts, prepack_weights=prepack)(x, img)
     new_process(monkeypatch)
+    passes = count_passes(monkeypatch)
     f = jc.jit(fn, constants=consts, prepack_weights=prepack)
     warm, counts = counted(lambda: f(x, img))
     assert counts["disk_graph_hits"] == 1 and counts["modules_compiled"] == 0
+    assert passes == [1]          # constants are not stored: the passes (and packing) run
     assert ("prepacked" in f.explain(x, img)) == prepack
     for got, old in zip(warm, cold):
         np.testing.assert_array_equal(got, old)
     assert_close(warm[0], np.maximum(f64(x) @ w1 + b1, 0) @ w2, np.float32, **F32_SUMS)
     conv_ref, magnitude = ref_conv2d(img, conv_w, padding=1)
     assert_close(warm[1], np.maximum(conv_ref, 0), np.float32, scale=magnitude, **F32_SUMS)
+
+
+def test_several_outputs_and_index_checks_from_a_stored_layout(cache_dir, monkeypatch):
+    """The call layout a graph is stored with: outputs in their order, dtypes and shapes,
+    and the gathers' index checks (an out-of-range index still raises IndexError)."""
+    def fn(w, i, x):
+        return w[i] + 1.0, (x * 2).astype(jc.int32), x.sum()
+    w = randn(50, 19)
+    ids = np.array([3, 49, 0, 7], np.int64)
+    x = RNG.integers(-9, 9, (6, 5)).astype(np.int64)
+    cold = jc.jit(fn)(w, ids, x)
+    new_process(monkeypatch)
+    passes = count_passes(monkeypatch)
+    f = jc.jit(fn)
+    warm, counts = counted(lambda: f(w, ids, x))
+    assert counts["disk_graph_hits"] == 1 and passes == []
+    assert len(warm) == len(cold) == 3
+    for got, old in zip(warm, cold):
+        assert got.dtype == old.dtype and got.shape == old.shape
+        np.testing.assert_array_equal(got, old)
+    assert_close(warm[0], f64(w)[ids] + 1.0, np.float32)
+    assert_close(warm[1], (x * 2).astype(np.int32), np.int32)
+    assert_close(warm[2], x.sum(), np.int64)
+    bad = ids.copy()
+    bad[1] = 50
+    with pytest.raises(IndexError, match="take: index 50 is out of bounds for axis 0 with "
+                                         "size 50"):
+        f(w, bad, x)
 
 
 def test_prepacking_and_threads_are_part_of_the_key(cache_dir, monkeypatch):
@@ -243,7 +290,8 @@ def _manifest(path: Path) -> dict:
 
 
 DAMAGES = ["truncated", "flipped_byte", "not_json", "wrong_format", "unknown_field",
-           "export_missing", "module_gone", "module_unknown", "module_damaged",
+           "export_missing", "layout_not_a_dict", "layout_outputs_shuffled",
+           "layout_bad_dtype", "module_gone", "module_unknown", "module_damaged",
            "foreign_target"]
 
 
@@ -268,6 +316,14 @@ def test_damaged_manifest_or_module_falls_back_to_a_compile(cache_dir, monkeypat
         _rewrite_manifest(path, json.dumps({**manifest, "extra": 1}))
     elif damage == "export_missing":
         _rewrite_manifest(path, json.dumps({**manifest, "exports": manifest["exports"][1:]}))
+    elif damage == "layout_not_a_dict":
+        _rewrite_manifest(path, json.dumps({**manifest, "layout": [1, 2]}))
+    elif damage == "layout_outputs_shuffled":
+        layout = {**manifest["layout"], "out_index": [1]}
+        _rewrite_manifest(path, json.dumps({**manifest, "layout": layout}))
+    elif damage == "layout_bad_dtype":
+        layout = {**manifest["layout"], "outputs": [[[32, 16], "float16"]]}
+        _rewrite_manifest(path, json.dumps({**manifest, "layout": layout}))
     elif damage == "module_gone":
         objects[0].unlink()
     elif damage == "module_unknown":
