@@ -326,67 +326,84 @@ STAGES = ("trace", "cache_key", "passes", "prepack", "ir_generation", "parse", "
 COMPILE_SECONDS = dict.fromkeys(STAGES + ("total",), 0.0)    # summed over this process
 
 
+class _Job:
+    """One compile's inputs, and its two Python stages: the passes (with prepacking) and IR
+    generation."""
+
+    def __init__(self, graph, strides, target, threads, prepack, dynamic):
+        self.graph, self.strides, self.target = graph, strides, target
+        self.threads, self.prepack, self.dynamic = threads, prepack, dynamic
+        self.mach = engine.machine(target)
+
+    def lower(self) -> tuple:
+        """(lowered graph, bytes prepacked, seconds of the passes, of prepacking)."""
+        t0 = time.perf_counter()
+        target, threads = self.target, gemm.plan_threads(self.threads)
+        input_strides = {inp.arg: s for inp, s in zip(self.graph.inputs, self.strides)}
+        lowered = run_pipeline(self.graph, target.vector_bits, input_strides,
+                               target.masked_tails, verify_stages=config.get().verify,
+                               dynamic=self.dynamic)
+        t1 = time.perf_counter()
+        packed = 0
+        if self.prepack:     # in place in `lowered`: the kernels read the packed constants
+            packed += gemm.prepack(lowered, target.vector_bits, threads)
+            packed += conv.prepack(lowered, target.vector_bits, threads)
+        return lowered, packed, t1 - t0, time.perf_counter() - t1
+
+    def generate(self, lowered):
+        t = self.target
+        return build_module(lowered, t.vector_bits, t.triple, self.mach.data_layout,
+                            t.masked_tails, self.threads, diskcache.KernelIR(t.key()),
+                            t.stream_bytes)
+
+
 def _compile(graph: Graph, strides: tuple, target: Target, threads: int,
              prepack: bool, front_seconds: dict, dynamic: bool = False,
              key: tuple | None = None) -> CompiledGraph:
-    mach = engine.machine(target)
-
-    def lower():
-        input_strides = {inp.arg: s for inp, s in zip(graph.inputs, strides)}
-        lowered = run_pipeline(graph, target.vector_bits, input_strides, target.masked_tails,
-                               verify_stages=config.get().verify, dynamic=dynamic)
-        t = time.perf_counter()
-        packed = 0
-        if prepack:      # in place in `lowered`: the kernels read the packed constants
-            packed += gemm.prepack(lowered, target.vector_bits, gemm.plan_threads(threads))
-            packed += conv.prepack(lowered, target.vector_bits, gemm.plan_threads(threads))
-        return lowered, packed, t
-
-    def generate(lowered):
-        return build_module(lowered, target.vector_bits, target.triple, mach.data_layout,
-                            target.masked_tails, threads, diskcache.KernelIR(target.key()),
-                            target.stream_bytes)
-
+    """Compile: from the disk cache whole when it has the graph (without even the passes
+    when it has the call layout), else the passes, IR generation and LLVM (per module, from
+    the disk cache where it has the module)."""
+    job = _Job(graph, strides, target, threads, prepack, dynamic)
     whole = None
     if diskcache.directory() is not None:
         key = key or cache_key(graph, strides, target, threads, prepack)
         whole = diskcache.GraphEntry(_code_key(key, threads, dynamic), target.key())
     t0 = time.perf_counter()
-    manifest = whole.load() if whole is not None else None
-    stored = None
-    if manifest is not None and manifest.layout is not None:
-        stored = _stored_layout(manifest.layout)
-        if stored is None:                 # damaged: rejected, and the graph compiles
-            diskcache.reject(whole.key)
-            manifest = None
-    manifest_seconds = time.perf_counter() - t0
+    manifest, stored = _find_whole(whole) if whole is not None else (None, None)
+    # reading the manifest is the disk's time; looking for one in vain, the cache key's
+    looked = "disk_load" if manifest is not None else "cache_key"
+    front_seconds = {**front_seconds,
+                     looked: front_seconds.get(looked, 0.0) + time.perf_counter() - t0}
     if stored is not None:
-        # the whole graph, passes included: the lowered graph is computed when asked for
         library = _link_whole_graph(whole, manifest, target)
-        manifest = None if library is None else manifest
-        if library is not None:
+        if library is not None:      # the lowered graph and its IR: computed when asked for
             layout, kernels = stored
-            seconds = {**front_seconds, "passes": 0.0, "prepack": 0.0, "ir_generation": 0.0,
-                       **library.seconds}
-            seconds["disk_load"] = seconds.get("disk_load", 0.0) + manifest_seconds
-            compiled = _finish(graph, (lambda: lower()[0]), target, None, library, manifest,
+            seconds = {**front_seconds, "passes": 0.0, "prepack": 0.0, "ir_generation": 0.0}
+            compiled = _finish(graph, lambda: job.lower()[0], target, None, library, manifest,
                                seconds, "disk_graph", layout, kernels)
-            compiled._llvm_ir = lambda: generate(compiled.lowered).text
+            compiled._llvm_ir = lambda: job.generate(compiled.lowered).text
             return _report(compiled, [])
-    t0 = time.perf_counter()
-    lowered, packed, t2 = lower()
-    t1 = time.perf_counter()
-    front_seconds = {**front_seconds, "passes": t2 - t0, "prepack": t1 - t2}
+        manifest = None
+    lowered, packed, passes, prepacking = job.lower()
+    front_seconds = {**front_seconds, "passes": passes, "prepack": prepacking}
     library = _link_whole_graph(whole, manifest, target) if manifest is not None else None
-    if library is not None:           # the graph's code, whole: no IR generated
-        seconds = {**front_seconds, "ir_generation": 0.0, **library.seconds}
-        seconds["disk_load"] = seconds.get("disk_load", 0.0) + manifest_seconds
-        compiled = _finish(graph, lowered, target, lambda: generate(lowered).text, library,
-                           manifest, seconds, "disk_graph")
-        compiled.prepacked_bytes = packed
-        return _report(compiled, [])
-    code = generate(lowered)
-    t3 = time.perf_counter()
+    if library is not None:          # the code whole; the IR generated when asked for
+        compiled = _finish(graph, lowered, target, lambda: job.generate(lowered).text,
+                           library, manifest, {**front_seconds, "ir_generation": 0.0},
+                           "disk_graph")
+    else:
+        compiled, entries = _build(job, lowered, whole, front_seconds)
+    compiled.prepacked_bytes = packed
+    return _report(compiled, [] if library is not None else entries)
+
+
+def _build(job: _Job, lowered, whole, front_seconds: dict) -> tuple:
+    """(compiled graph, its modules' disk entries): IR generated, then each module's machine
+    code from LLVM or the disk cache; the graph stored whole (`whole`) for the next process."""
+    target = job.target
+    t0 = time.perf_counter()
+    code = job.generate(lowered)
+    ir_seconds = time.perf_counter() - t0
     # the process-wide runtime (built by the first graph that needs it) is not this graph's
     # cost
     symbols = _runtime_symbols(code.graph_text)
@@ -398,26 +415,41 @@ def _compile(graph: Graph, strides: tuple, target: Target, threads: int,
     entries = [cache for _, cache in modules]
     library = engine.compile_modules(modules, exports, target,
                                      imports=_runtime_imports(symbols))
-    seconds = {**front_seconds, "ir_generation": t3 - t1, **library.seconds}
+    seconds = {**front_seconds, "ir_generation": ir_seconds}
     source = "compiled" if "machine_code" in library.seconds else \
         "disk" if "disk_load" in library.seconds else "memory"
-    layout = CallLayout.of(lowered)
-    kernels = kernel_infos(lowered)
+    layout, kernels = CallLayout.of(lowered), kernel_infos(lowered)
     manifest = diskcache.GraphManifest(
         tuple(dict.fromkeys(e.key for e in entries)), tuple(exports), symbols,
         code.run_name, code.entry_name, code.fastcall_name, layout.to_json(kernels))
     if whole is not None:
-        t4 = time.perf_counter()
+        t0 = time.perf_counter()
         whole.store(manifest)
-        seconds["disk_store"] = seconds.get("disk_store", 0.0) + time.perf_counter() - t4
-    compiled = _finish(graph, lowered, target, code.text, library, manifest, seconds, source,
-                       layout, kernels)
-    compiled.prepacked_bytes = packed
-    return _report(compiled, entries)
+        seconds["disk_store"] = time.perf_counter() - t0
+    compiled = _finish(job.graph, lowered, target, code.text, library, manifest, seconds,
+                       source, layout, kernels)
+    return compiled, entries
 
 
-def _finish(graph, lowered, target, llvm_ir, library, manifest, seconds, source,
+def _find_whole(whole) -> tuple:
+    """(manifest, (CallLayout, kernels' reports) or None) of a graph stored whole, or
+    (None, None). A manifest whose layout is malformed is rejected."""
+    manifest = whole.load()
+    if manifest is None or manifest.layout is None:
+        return manifest, None
+    stored = _stored_layout(manifest.layout)
+    if stored is None:
+        diskcache.reject(whole.key)
+        return None, None
+    return manifest, stored
+
+
+def _finish(graph, lowered, target, llvm_ir, library, manifest, seconds: dict, source: str,
             layout=None, kernels=None) -> CompiledGraph:
+    """The CompiledGraph, with its stages' seconds (`seconds` plus LLVM's and the disk's
+    from the library) added to the process's."""
+    for stage, s in library.seconds.items():
+        seconds[stage] = seconds.get(stage, 0.0) + s
     seconds["total"] = sum(seconds.values())
     with _CACHE_LOCK:
         for stage, s in seconds.items():
