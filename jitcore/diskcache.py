@@ -8,8 +8,10 @@ its layouts and its block sizes, so equal keys mean equal code.
 
 Two kinds of entries skip IR generation as well: a kernel's generated IR (`KernelIR`, by the
 kernel's structure) and a whole graph's manifest (`GraphEntry`, by everything its code depends
-on): the keys of its modules' entries and the names the call path needs, so a warm start
-computes no module's IR text at all (it is generated when someone asks for it).
+on): the keys of its modules' entries, the names the call path needs and, for a graph without
+constants, what the call path reads of its lowered graph, so a warm start runs neither the
+passes nor IR generation (they run when someone asks for the IR). Constant arrays are never
+written to the cache.
 
 Safety:
   - the directory is created private (0700); an existing one that others can write to is
