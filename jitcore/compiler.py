@@ -28,7 +28,7 @@ from .llvm import conv, engine, gemm, graph_module
 from .llvm import entry as abi
 from .llvm.entry import NDARRAY_TYPE_SYMBOL
 from .llvm.graph_module import build_module
-from .llvm.target import Target, cache_sizes
+from .llvm.target import Target
 from .lru import LRU
 from .version import VERSION
 from jitcore.runtime import PARALLEL_FOR, TASK_SPAWN, TASK_WAIT
@@ -483,12 +483,7 @@ def _code_key(key: tuple, threads: int, dynamic: bool) -> tuple:
     between (diskcache.GraphEntry). A new setting that changes the generated code (or the
     optimizer's output) must join this key, or a warm start would link code built under the
     old setting."""
-    return key + (gemm.plan_threads(threads), dynamic, _host_caches())
-
-
-@functools.lru_cache(maxsize=None)
-def _host_caches() -> tuple:
-    return tuple(sorted(cache_sizes().items()))
+    return key + (gemm.plan_threads(threads), dynamic, diskcache.host_caches())
 
 
 def _link_whole_graph(whole, manifest, target: Target):
