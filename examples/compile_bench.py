@@ -1,6 +1,6 @@
 """Where compile time goes: per stage (trace, passes, IR generation, LLVM's optimization and
 machine code, link), for the benchmark suite's graphs and a few larger ones, cold (empty disk
-cache) and warm (a new process that finds the machine code on disk).
+cache) and warm (a new process that finds the graph stored whole on disk: no IR generation).
 
 Each graph compiles in a fresh process of its own, after a tiny warm-up graph so the one-time
 set-up (LLVM's target, the thread pools) is not counted; 1 thread. The figures are the first

@@ -1,6 +1,6 @@
 """Cold vs warm start: the first call of a few graphs in a fresh process, with an empty disk
 cache (trace, passes, LLVM O3, machine code, link) and again in a new process that finds the
-machine code on disk (trace, passes, codegen to IR text, load, link). Medians of --repeat
+graph stored whole on disk (trace, passes, load, link: no IR generated). Medians of --repeat
 process pairs, each pair with its own cache directory.
 
     python examples/warm_start.py [--repeat 5]

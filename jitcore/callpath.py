@@ -136,7 +136,7 @@ def native_fast_call(compiled: CompiledGraph, out_dtype: np.dtype, consts: tuple
     and raises MemoryError). Its `self` tuple keeps the code and the method table alive."""
     method = _MethodDef(compiled.graph.name.encode(), compiled.fastcall_address, _METH_O, None)
     self_tuple = (MISMATCH, MISMATCH, out_dtype, *consts, compiled, method)
-    assert len(consts) == len(compiled.lowered.buffers_of_kind("const"))
+    assert len(consts) == len(compiled.layout.consts)
     return _new_builtin(ctypes.byref(method), self_tuple, None)
 
 
@@ -218,22 +218,21 @@ class CallPlan:
         self.compiled = compiled
         self.scalars = scalars
         self.extents = (ctypes.c_int64 * max(len(extents), 1))(*extents)
-        lowered = compiled.lowered
-        self.consts = tuple(c.array for c in lowered.consts)
-        out_bufs = lowered.buffers_of_kind("output")
-        self.out_specs = [(concrete_shape(b.shape, extents), b.dtype.np) for b in out_bufs]
-        first_out = out_bufs[0].slot if out_bufs else 0
-        self.out_index = [s - first_out for s in lowered.outputs]   # graph output -> buffer
+        layout = compiled.layout          # what the call reads of the lowered graph
+        self.consts = layout.consts
+        self.out_specs = [(concrete_shape(shape, extents), dtype.np)
+                          for shape, dtype in layout.outputs]
+        self.out_index = list(layout.out_index)               # graph output -> buffer
         # one buffer per output position: outputs are distinct arrays, never one twice
-        assert sorted(self.out_index) == list(range(len(out_bufs)))
+        assert sorted(self.out_index) == list(range(len(layout.outputs)))
         allocators = [_allocator(shape, dtype) for shape, dtype in self.out_specs]
         self._allocate = lambda: tuple([empty() for empty in allocators])
-        self.single = len(lowered.outputs) == 1
-        self.expected = [(concrete_shape(lowered.buffers[s].shape, extents),
-                          lowered.buffers[s].dtype) for s in lowered.outputs]
+        self.single = len(self.out_index) == 1
+        self.expected = [(concrete_shape(layout.outputs[i][0], extents), layout.outputs[i][1])
+                         for i in self.out_index]
         # gathers report a failed index check into a per-call int64[2] status array passed
         # after the outputs; the checks table turns it into the IndexError
-        self.checks = lowered.checks or []
+        self.checks = list(layout.checks)
         self.entry = _entry_function(compiled, extents) if NATIVE_LAYOUT_OK else None
         self.fast = self._make_fast() if NATIVE_LAYOUT_OK else (lambda args: MISMATCH)
         self.fast_out = self._make_fast_out() if NATIVE_LAYOUT_OK else \

@@ -16,7 +16,7 @@ def explain(compiled) -> str:
     if compiled.prepacked_bytes:
         lines.append(f"weights: {compiled.prepacked_bytes} bytes of constant GEMM/conv weights "
                      f"prepacked into panels at compile time (extra memory)")
-    lines.append(compile_line(t))
+    lines.append(compile_line(t, getattr(compiled, "source", None)))
     return "\n".join(lines)
 
 
@@ -26,9 +26,21 @@ STAGE_LABELS = {"trace": "trace", "cache_key": "cache key", "passes": "passes",
                 "disk_load": "disk cache load", "disk_store": "disk cache store", "link": "link"}
 
 
-def compile_line(seconds: dict) -> str:
-    """`compile: 41.2 ms (trace 1.0, passes 3.1, ...)`: the first compile's stages, in ms."""
+# where a compiled graph's machine code came from (CompiledGraph.source)
+SOURCES = {"compiled": "LLVM built some of its modules",
+           "disk": "machine code from the disk cache",
+           "disk_graph": "whole graph from the disk cache (no IR generated)",
+           "memory": "every module already built in this process"}
+
+
+def compile_line(seconds: dict, source: str | None = None) -> str:
+    """`compile: 41.2 ms (trace 1.0, passes 3.1, ...)`: the first compile's stages, in ms,
+    and where the machine code came from when not (only) from LLVM (`source`: a key of
+    SOURCES)."""
     parts = [f"{label} {seconds[stage] * 1e3:.1f}" for stage, label in STAGE_LABELS.items()
              if stage in seconds]
-    where = "; machine code from the disk cache" if "disk_load" in seconds else ""
+    if source is None:
+        source = "disk" if "disk_load" in seconds else "compiled"
+    where = f"; {SOURCES[source]}" if source != "compiled" else \
+        "; part of the machine code from the disk cache" if "disk_load" in seconds else ""
     return f"compile: {seconds['total'] * 1e3:.1f} ms ({', '.join(parts)}{where})"

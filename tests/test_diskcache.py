@@ -16,7 +16,10 @@ REPO = str(Path(__file__).resolve().parents[1])
 SCRIPT = """
 import json, os, time, numpy as np, jitcore as jc
 from jitcore import parallel
-parallel.pool()                        # the runtime's library: an entry of its own, built first
+generated = []                         # the runtime's IR, generated when not found by recipe
+build_pool_module = parallel.build_pool_module
+parallel.build_pool_module = lambda *a: generated.append(1) or build_pool_module(*a)
+parallel.pool()                        # the runtime's library: entries of its own, built first
 base = jc.cache_info()
 root = base["disk_dir"]
 before = set(os.listdir(root)) if root else set()
@@ -27,6 +30,8 @@ r = f(x, w)
 info = jc.cache_info()
 new = sorted(set(os.listdir(root)) - before) if root else []
 print(json.dumps({"hits": info["disk_hits"] - base["disk_hits"], "pool_hits": base["disk_hits"],
+                  "pool_generated": len(generated), "pool_rejected": base["disk_rejected"],
+                  "graph_hits": info["disk_graph_hits"], "graph_misses": info["disk_graph_misses"],
                   "rejected": info["disk_rejected"] - base["disk_rejected"],
                   "new": [os.path.join(root, n) for n in new if n.endswith(".jco")],
                   "sum": float(r.astype('float64').sum()),
@@ -39,9 +44,10 @@ print(json.dumps({"hits": info["disk_hits"] - base["disk_hits"], "pool_hits": ba
 
 def run(cache_dir, **env):
     """Run SCRIPT; `hits`/`rejected` count the graph's entries (not the runtime's), `new` lists
-    the entries the graph added (per distinct kernel its IR and its object, and the graph
-    module's object), `compiled` the modules LLVM compiled, `generated`/`loaded` the kernels
-    whose IR was generated or came from the disk."""
+    the entries the graph added (per distinct kernel its IR and its object, the graph
+    module's object and the graph's manifest), `graph_hits`/`graph_misses` whether the graph
+    was loaded whole (tests/test_diskcache_graph.py), `compiled` the modules LLVM compiled,
+    `generated`/`loaded` the kernels whose IR was generated or came from the disk."""
     proc = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True,
                           env={**os.environ,
                                "JITCORE_CACHE_DIR": str(cache_dir), **env}, timeout=300)
@@ -53,16 +59,36 @@ def entries(cache_dir):
     return sorted(Path(cache_dir).glob("*.jco"))
 
 
+def kind(path) -> str:
+    """What an entry holds, as its header says: "object", "kernel-ir" or "graph"."""
+    blob = Path(path).read_bytes()
+    start = len(MAGIC) + 8 + 8 + 32
+    header_len = int.from_bytes(blob[len(MAGIC):len(MAGIC) + 8], "little")
+    return json.loads(blob[start:start + header_len])["kind"]
+
+
+def of_kind(paths, wanted: str) -> list:
+    return [p for p in paths if kind(p) == wanted]
+
+
+MAGIC = b"JITCORE-OBJ-1\n"
+
+
 def test_warm_start_loads_the_object_and_gives_the_same_result(tmp_path):
     cold = run(tmp_path)
-    # two kernels (the GEMM, the row reduction): their IR and objects; the graph module
-    assert cold["compiled"] == 3 and cold["generated"] == 2 and len(cold["new"]) == 5
-    assert cold["hits"] == 0 and cold["pool_hits"] == 0
-    assert len(entries(tmp_path)) == 5 + 1                    # and the runtime
+    # two kernels (the GEMM, the row reduction): their IR and objects; the graph module's
+    # object; the graph's manifest
+    assert cold["compiled"] == 3 and cold["generated"] == 2 and len(cold["new"]) == 6
+    assert [len(of_kind(cold["new"], k)) for k in ("kernel-ir", "object", "graph")] == [2, 3, 1]
+    assert cold["hits"] == 0 and cold["pool_hits"] == 0 and cold["graph_misses"] == 1
+    assert len(entries(tmp_path)) == 6 + 2       # and the runtime's object and its recipe
+    assert cold["pool_generated"] == 1
     warm = run(tmp_path)
-    assert warm["hits"] == 5 and warm["pool_hits"] == 1 and warm["sum"] == cold["sum"]
-    assert warm["compiled"] == 0 and warm["generated"] == 0   # neither LLVM nor IR generation
-    assert warm["loaded"] == 2
+    assert warm["pool_generated"] == 0           # the runtime's object, found by recipe
+    # the graph whole: its manifest and its modules' objects, no IR (generated or loaded)
+    assert warm["graph_hits"] == 1 and warm["hits"] == 3 and warm["pool_hits"] == 1
+    assert warm["sum"] == cold["sum"]
+    assert warm["compiled"] == 0 and warm["generated"] == 0 and warm["loaded"] == 0
     assert warm["ir_lines"] == cold["ir_lines"] > 0          # optimized IR comes back too
     assert not warm["new"]
 
@@ -75,10 +101,22 @@ def test_directory_is_private(tmp_path):
         assert stat.S_IMODE(os.stat(entry).st_mode) & 0o077 == 0
 
 
-@pytest.mark.parametrize("damage", ["truncate", "flip_payload", "flip_header", "garbage"])
-def test_damaged_entry_is_detected_and_rebuilt(tmp_path, damage):
+@pytest.mark.parametrize("damage,damaged", [("truncate", "graph"), ("flip_payload", "object"),
+                                            ("flip_header", "kernel-ir"),
+                                            ("garbage", "object"), ("garbage", "recipe")])
+def test_damaged_entry_is_detected_and_rebuilt(tmp_path, damage, damaged):
     cold = run(tmp_path)
-    entry = Path(cold["new"][0])
+    if damaged == "recipe":                  # the runtime's: its IR is generated again
+        (recipe,) = of_kind(entries(tmp_path), "recipe")
+        recipe.write_bytes(b"not an entry at all")
+        again = run(tmp_path)
+        assert again["pool_rejected"] == 1 and again["pool_generated"] == 1
+        assert again["pool_hits"] == 1 and again["sum"] == cold["sum"]   # the same IR
+        assert run(tmp_path)["pool_generated"] == 0                       # rewritten
+        return
+    entry = Path(of_kind(cold["new"], damaged)[0])
+    if damaged == "kernel-ir":              # read only when the graph is not stored whole
+        Path(of_kind(cold["new"], "graph")[0]).unlink()
     blob = bytearray(entry.read_bytes())
     if damage == "truncate":
         blob = blob[:len(blob) // 2]
@@ -90,11 +128,16 @@ def test_damaged_entry_is_detected_and_rebuilt(tmp_path, damage):
         blob = bytearray(b"not an entry at all")
     entry.write_bytes(bytes(blob))
     again = run(tmp_path)
-    stored = len(cold["new"])
-    assert again["hits"] == stored - 1 and again["rejected"] == 1
-    assert again["compiled"] + again["generated"] == 1        # the damaged part, rebuilt
+    assert again["rejected"] == 1 and again["graph_hits"] == 0
+    if damaged == "graph":                   # each module's IR and object, from disk
+        assert again["hits"] == 5 and again["compiled"] + again["generated"] == 0
+    elif damaged == "object":                # rebuilt from the IR on disk
+        assert again["compiled"] == 1 and again["generated"] == 0
+    else:                                    # regenerated: the same IR, its object on disk
+        assert again["hits"] == 4 and again["generated"] == 1 and again["compiled"] == 0
     assert again["sum"] == cold["sum"]
-    assert run(tmp_path)["hits"] == stored                    # rewritten, valid again
+    whole = run(tmp_path)                    # rewritten, valid again
+    assert whole["graph_hits"] == 1 and whole["hits"] == 3 and whole["rejected"] == 0
 
 
 def _two_widths():
@@ -118,9 +161,12 @@ def test_entry_of_another_target_is_never_loaded(tmp_path):
     these = run(this_dir, JITCORE_VECTOR_WIDTH=str(here))["new"]
     others = run(other_dir, JITCORE_VECTOR_WIDTH=str(other))["new"]
     assert not {Path(p).name for p in these} & {Path(p).name for p in others}  # target in key
-    Path(these[0]).write_bytes(Path(others[0]).read_bytes())
+    for wanted in ("graph", "object"):      # the manifest and a module's object
+        Path(of_kind(these, wanted)[0]).write_bytes(Path(of_kind(others, wanted)[0]).read_bytes())
     result = run(this_dir, JITCORE_VECTOR_WIDTH=str(here))
-    assert result["hits"] == len(these) - 1 and result["rejected"] == 1
+    # both refused: the graph compiles from its modules' IR, one of them by LLVM again
+    assert result["rejected"] == 2 and result["graph_hits"] == 0 and result["compiled"] == 1
+    assert result["hits"] == len(of_kind(these, "kernel-ir")) + len(of_kind(these, "object")) - 1
 
 
 def test_disk_cache_can_be_turned_off(tmp_path):
@@ -178,9 +224,28 @@ parallel.pool()
 info = jc.cache_info()
 jc.jit(lambda a, k=149: jc.tanh(a) * float(k))(np.ones(16, np.float32))
 after = jc.cache_info()
-print(after["disk_hits"] - info["disk_hits"], after["modules_compiled"] - info["modules_compiled"]
+print(after["disk_graph_hits"], after["disk_hits"] - info["disk_hits"],
+      after["modules_compiled"] - info["modules_compiled"]
       + after["kernels_generated"] - info["kernels_generated"])
 """], capture_output=True, text=True, timeout=120,
         env={**os.environ, "JITCORE_CACHE_DIR": str(tmp_path)})
-    hits, compiled = map(int, again.stdout.split()[-2:])
-    assert hits == 3 and compiled == 0, again.stderr[-2000:]   # the newest entries stayed
+    whole, hits, compiled = map(int, again.stdout.split()[-3:])
+    # the newest entries stayed: the manifest, the kernel's and the graph module's objects
+    assert whole == 1 and hits == 2 and compiled == 0, again.stderr[-2000:]
+
+
+def test_processes_writing_the_same_entries_at_once(tmp_path):
+    """Two cold processes store the same entries (objects, kernel IR, the graph's manifest,
+    the runtime's recipe) at the same time: each write is a rename of a whole file, so the
+    next process reads only valid entries and loads the graph whole."""
+    env = {**os.environ, "JITCORE_CACHE_DIR": str(tmp_path)}
+    procs = [subprocess.Popen([sys.executable, "-c", SCRIPT], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=env) for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err[-2000:] for _, err in outs]
+    sums = {json.loads(out.strip().splitlines()[-1])["sum"] for out, _ in outs}
+    assert not list(tmp_path.glob(".tmp-*"))                 # no half-written entry left
+    warm = run(tmp_path)
+    assert warm["rejected"] == 0 and warm["pool_rejected"] == 0
+    assert warm["graph_hits"] == 1 and warm["compiled"] == 0 and warm["pool_generated"] == 0
+    assert sums == {warm["sum"]}

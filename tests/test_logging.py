@@ -32,7 +32,7 @@ def records(caplog, level, logger="jitcore"):
     return [r for r in caplog.records if r.levelno == level and r.name.startswith(logger)]
 
 
-def test_info_per_compile_with_cache_outcomes(caplog, fresh_caches, monkeypatch):
+def test_info_per_compile_with_cache_outcomes(caplog, fresh_caches, monkeypatch, tmp_path):
     caplog.set_level(logging.INFO, logger="jitcore")
     x = np.linspace(0, 1, 64, dtype=np.float32)
 
@@ -51,17 +51,27 @@ def test_info_per_compile_with_cache_outcomes(caplog, fresh_caches, monkeypatch)
                                    "(1 kernel(s))")
 
     caplog.clear()
-    as_a_new_process(monkeypatch)                 # the disk has it
+    as_a_new_process(monkeypatch)                 # the disk has it, whole
     jc.jit(shifted_exp)(x)
     (third,) = records(caplog, logging.INFO)
-    assert "(memory cache miss, disk cache hit)" in third.getMessage()
+    assert third.getMessage().endswith("(memory cache miss, whole graph from the disk cache)")
+
+    caplog.clear()
+    as_a_new_process(monkeypatch)                 # the disk has its modules only
+    for path in (tmp_path / "cache").glob("*.jco"):
+        if b'"kind": "graph"' in path.read_bytes():       # (the header says)
+            path.unlink()
+    jc.jit(shifted_exp)(x)
+    (fourth,) = records(caplog, logging.INFO)
+    assert "(memory cache miss, disk cache hit)" in fourth.getMessage()
 
     caplog.clear()
     monkeypatch.setattr(compiler, "_CACHE", LRU())   # the graph is gone, its modules are not
+    monkeypatch.setenv("JITCORE_CACHE_DIR", str(tmp_path / "another_cache"))
     jc.jit(shifted_exp)(x)
-    (fourth,) = records(caplog, logging.INFO)
-    assert fourth.getMessage().endswith("(memory cache miss, disk cache not needed, 2 of 2 LLVM "
-                                        "module(s) already built here)"), fourth.getMessage()
+    (fifth,) = records(caplog, logging.INFO)
+    assert fifth.getMessage().endswith("(memory cache miss, disk cache not needed, 2 of 2 LLVM "
+                                       "module(s) already built here)"), fifth.getMessage()
 
 
 def test_disk_cache_off_is_said(caplog, fresh_caches, monkeypatch):
