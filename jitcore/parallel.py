@@ -36,8 +36,8 @@ class _PoolLibrary:
         mach = engine.machine(target)
         exports = list(POOL_EXPORTS)
         # a new process finds the module's object by recipe: no IR generated (~30 ms)
-        recipe = diskcache.ModuleRecipe(("thread pool", target.triple, mach.data_layout,
-                                         exports), target.key())
+        recipe = diskcache.ModuleRecipe(("thread pool", engine.RUNTIME.name, target.triple,
+                                         mach.data_layout, exports), target.key())
         stored = recipe.load()
         self.library = None
         if stored is not None:
@@ -46,7 +46,8 @@ class _PoolLibrary:
             except diskcache.ModuleMissing:
                 pass
         if self.library is None:
-            text = build_pool_module(target.triple, mach.data_layout)
+            text = engine.with_pipeline(build_pool_module(target.triple, mach.data_layout),
+                                        engine.RUNTIME)
             entry = diskcache.Entry(text, target.key(), exports)
             self.library = engine.compile_ir(text, exports, target, cache=entry)
             recipe.store(entry.key)

@@ -7,8 +7,8 @@ it frees the code. LLVM calls are serialized by a lock: compiles may come from m
 
 How hard LLVM works on a module is a property of the module (its PIPELINE, declared in its
 text by `with_pipeline`): kernels get the O3 pipeline and the code generator's highest level;
-a graph's glue (graph_module.py's run function, entry.py's checks and fast call) goes to fast
-instruction selection unoptimized.
+a graph's glue (graph_module.py's run function, entry.py's checks and fast call) and the thread
+pool's runtime go to fast instruction selection unoptimized.
 """
 from __future__ import annotations
 
@@ -49,7 +49,11 @@ KERNEL = Pipeline("kernel", 3, 3)
 # (a few more instructions per array checked: examples/dispatch_bench.py). SROA and
 # SimplifyCFG before it only made FastISel's code longer.
 GLUE = Pipeline("glue", 0, 0)
-PIPELINES = {p.name: p for p in (KERNEL, GLUE)}
+# The thread pool's runtime (runtime/pool_ir.py), built once per process: claiming chunks,
+# futex waits, task queues. O3 cost ~100 ms of every fresh process's first parallel call;
+# as written it builds in ~15 ms and small 2-thread calls (16K-1M floats) take the same time.
+RUNTIME = Pipeline("runtime", 0, 0)
+PIPELINES = {p.name: p for p in (KERNEL, GLUE, RUNTIME)}
 _MARKER = "; jitcore.pipeline = "
 
 
@@ -265,7 +269,9 @@ def compile_modules(modules: list, exports: list, target: Target,
                 OBJECTS.put(key, *hit)
         objects.append(hit[0])
         optimized.append(hit[1])
-        pipelines.append(pipeline_of(text).name)
+        # (a module from a stored manifest has no text: its stored IR declares the pipeline
+        # too, as unoptimized modules keep their text as written)
+        pipelines.append(pipeline_of(text if text is not None else hit[1]).name)
     t0 = time.perf_counter()
     with _LOCK:
         builder = llvm.JITLibraryBuilder().add_current_process()

@@ -248,7 +248,7 @@ def emit_entry(module, lowered, run, name, check):
     ptrs, dims = _checked_inputs(b, lowered, check, items, fail_bb)
     data = {buf.slot: b.load(b.gep(ptrs, [u.I64(buf.slot)])) for buf in inputs}
     for buf in lowered.buffers:
-        if buf.kind not in ("const", "output"):
+        if buf.kind in ("input", "temp"):           # (constants, outputs, the status buffer)
             continue
         item = b.load(b.gep(items, [u.I64(buf.slot)]))
         if buf.kind == "output":
