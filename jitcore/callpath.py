@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import math
 
 import numpy as np
 
-from jitcore.passes.symbolic import PLACEHOLDERS, scaled_symbol
+from jitcore.passes.symbolic import PLACEHOLDERS, monomial
 
 from . import log, output_cache
 from .compiler import CompiledGraph, python_api
@@ -199,12 +200,12 @@ def scalar_array(value, pytype: type) -> np.ndarray:
 
 
 def concrete_shape(shape: tuple, extents: tuple) -> tuple:
-    """A shape with each run-time extent's placeholder (c times it: c times its value)
-    replaced by its value."""
+    """A shape with each run-time extent's placeholder (c times a product of them: c times
+    the product of their values) replaced by its value."""
     out = []
     for d in shape:
-        found = scaled_symbol(d)
-        out.append(d if found is None else found[0] * extents[found[1]])
+        found = monomial(d)
+        out.append(d if found is None else found[0] * math.prod(extents[k] for k in found[1]))
     return tuple(out)
 
 

@@ -7,32 +7,45 @@ reshapes). Construction simplifies with ranges, so `(6*i + j) // 6` with `0 <= j
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 # run-time extents (jc.jit(dynamic=True)): their placeholders are defined with shapes; a
-# loop over axes merged with a dynamic one runs c * s_k times (scaled_symbol)
+# loop over axes merged with dynamic ones runs c * s_b * s_t times (monomial)
 from jitcore.ir.shapes import (HUGE, MAX_SYMBOLS, PLACEHOLDERS,  # noqa: F401
                                dynamic_extent, symbol_of)
 
 
-def scaled_symbol(n) -> tuple | None:
-    """(c, k) when `n` is c times the placeholder of symbol k (a loop over merged axes, one
-    of them dynamic: c * s_k iterations), with 0 < c < HUGE; else None."""
+def monomial(n) -> tuple | None:
+    """(c, (k, ...)) when `n` is c times a product of dynamic placeholders (symbols k, sorted,
+    a symbol repeated per factor), with 0 < c < HUGE: a loop over merged axes (c * s_b *
+    s_t iterations), a buffer's extent or a stride of an axis inside dynamic ones; else None.
+    The placeholders are primes far above any real count, so the factoring is unique."""
     if type(n) is not int or n < PLACEHOLDERS[0]:
         return None
+    return _monomial(n)
+
+
+@functools.lru_cache(maxsize=4096)
+def _monomial(n: int) -> tuple | None:
+    ks = []
     for k, p in enumerate(PLACEHOLDERS):
-        if n % p == 0 and n // p < HUGE:
-            return n // p, k
-    return None
+        while n % p == 0:
+            n //= p
+            ks.append(k)
+        if n < PLACEHOLDERS[0]:
+            break
+    return (n, tuple(ks)) if ks and 0 < n < HUGE else None
 
 
 def extent_text(n: int) -> str:
-    """An extent as printed in loop nests: `s0` for dynamic symbol 0, `4*s0` for 4 times it."""
-    found = scaled_symbol(n)
+    """An extent as printed in loop nests: `s0` for dynamic symbol 0, `4*s0*s1` for 4 times
+    the product of symbols 0 and 1."""
+    found = monomial(n)
     if found is None:
         return str(n)
-    c, k = found
-    return f"s{k}" if c == 1 else f"{c}*s{k}"
+    c, ks = found
+    return "*".join(([str(c)] if c != 1 else []) + [f"s{k}" for k in ks])
 
 
 @dataclass(frozen=True)

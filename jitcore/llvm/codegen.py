@@ -12,7 +12,7 @@ from jitcore.ir.ops import INDEX_REDUCE, REDUCE_COMBINE, Op
 from jitcore.passes.kernel import Compute, Const, Gather, Kernel, Load, walk
 from jitcore.passes.dynamic import DIMS_SLOT, uses_dynamic
 from jitcore.passes.legality import varies
-from jitcore.passes.symbolic import Div, Lin, Var, scaled_symbol
+from jitcore.passes.symbolic import Div, Lin, Var, monomial
 from jitcore.runtime import kernel_type
 
 from . import irutil as u
@@ -103,15 +103,18 @@ class KernelEmitter:
                 self.dims = self.b.bitcast(raw, u.I64.as_pointer())
 
     def extent(self, n: int):
-        """An extent (or a stride) as an i64 value: a constant, or c times the call's value
-        of dynamic symbol k (scaled_symbol)."""
-        found = scaled_symbol(n)
+        """An extent (or a stride) as an i64 value: a constant, or c times the product of
+        the call's values of dynamic symbols (monomial), computed once at kernel entry."""
+        found = monomial(n)
         if found is None:
             return u.I64(n)
         if found not in self.dim_values:
-            c, k = found
+            c, ks = found
             with self.b.goto_entry_block():
-                v = self.b.load(self.b.gep(self.dims, [u.I64(k)]), name=f"s{k}")
+                v = None
+                for k in ks:
+                    s = self.b.load(self.b.gep(self.dims, [u.I64(k)]), name=f"s{k}")
+                    v = s if v is None else self.b.mul(v, s)
                 self.dim_values[found] = v if c == 1 else self.b.mul(v, u.I64(c))
         return self.dim_values[found]
 

@@ -39,7 +39,7 @@ from llvmlite import ir
 
 from jitcore.ir.graph import ConstArray
 from jitcore.passes.kernel import Buffer, Kernel, Load
-from jitcore.passes.symbolic import lin, scaled_symbol
+from jitcore.passes.symbolic import lin, monomial
 
 from . import irutil as u
 from .epilogue import Epilogue
@@ -124,7 +124,7 @@ def plan(kernel: Kernel, vector_bits: int, threads: int) -> GemmPlan:
     mc = max(mr, caches[2] // 4 // (kc * size) // mr * mr)
     batch = math.prod(v.extent for v in g.batch)
     n_blocks = -(-max(n_ext, 1) // nc)
-    if scaled_symbol(m_ext) is not None:
+    if monomial(m_ext) is not None:
         # M known at run time only: a fixed number of row groups, each ceil(M / groups)
         # rows rounded up to whole micro-kernel rows (computed by the kernel)
         m_groups = 1
@@ -354,7 +354,7 @@ class GemmEmitter:
 
     def last_row(self):
         """max(M - 1, 0) (rows past the edge read this row)."""
-        if scaled_symbol(self.g.m.extent) is None:
+        if monomial(self.g.m.extent) is None:
             return u.I64(max(self.g.m.extent - 1, 0))
         m1 = self.b.sub(self.ke.extent(self.g.m.extent), u.I64(1))
         return self.b.select(self.b.icmp_signed(">", m1, u.I64(0)), m1, u.I64(0))

@@ -31,7 +31,7 @@ from jitcore.passes.kernel_key import kernel_key
 from jitcore.passes.legality import bytes_moved, flops
 from jitcore.passes.dynamic import DIMS_SLOT
 from jitcore.passes.memory_plan import ALIGN, plan_temps
-from jitcore.passes.symbolic import scaled_symbol
+from jitcore.passes.symbolic import monomial
 from jitcore.runtime import emit_parallel_for, emit_spawn, emit_wait, kernel_type
 
 from . import irutil as u
@@ -218,14 +218,16 @@ def _declare_kernel(module: ir.Module, code: KernelCode) -> ir.Function:
 
 
 def dim_value(b: ir.IRBuilder, dims, n: int):
-    """An extent as an i64 value: a constant, or c times the call's value of dynamic
-    symbol k (scaled_symbol)."""
-    found = scaled_symbol(n)
+    """An extent as an i64 value: a constant, or c times the product of the call's values
+    of dynamic symbols (monomial)."""
+    found = monomial(n)
     if found is None:
         return u.I64(n)
-    c, k = found
-    v = b.load(b.gep(dims, [u.I64(k)]))
-    return v if c == 1 else b.mul(v, u.I64(c))
+    c, ks = found
+    v = u.I64(c)
+    for k in ks:
+        v = b.mul(v, b.load(b.gep(dims, [u.I64(k)])))
+    return v
 
 
 def _launch(b: ir.IRBuilder, code: KernelCode, slots, threads: int, dims=None) -> None:
@@ -238,7 +240,7 @@ def _launch(b: ir.IRBuilder, code: KernelCode, slots, threads: int, dims=None) -
         ptr = b.bitcast(dims, u.I8P) if slot == DIMS_SLOT else \
             b.load(b.gep(slots, [u.I64(slot)]))
         b.store(ptr, b.gep(own, [u.I64(local)]))
-    extent = code.extent if scaled_symbol(code.extent) is None else \
+    extent = code.extent if monomial(code.extent) is None else \
         dim_value(b, dims, code.extent)
     emit_parallel_for(b, _declare_kernel(b.module, code), extent, own, code.grain, threads)
 
