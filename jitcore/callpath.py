@@ -22,7 +22,7 @@ import math
 
 import numpy as np
 
-from jitcore.passes.symbolic import PLACEHOLDERS, monomial
+from jitcore.passes.symbolic import monomial
 
 from . import log, output_cache
 from .compiler import CompiledGraph, python_api
@@ -96,12 +96,9 @@ if not NATIVE_LAYOUT_OK:
 
 
 def _entry_function(compiled: CompiledGraph, extents: tuple = ()):
-    """ctypes wrapper of the entry: big calls release the GIL, tiny ones skip that cost.
-    (A graph with run-time extents counts its bytes at their placeholders: scaled to this
-    plan's largest extent, roughly.)"""
-    moved = sum(k.bytes for k in compiled.kernels)
-    if extents:
-        moved = moved * max(extents) // PLACEHOLDERS[0]
+    """ctypes wrapper of the entry: big calls release the GIL, tiny ones skip that cost
+    (bytes at this plan's run-time extents, for a graph compiled with them)."""
+    moved = sum(k.bytes for k in compiled.kernels_at(extents))
     proto = ctypes.CFUNCTYPE if moved > GIL_RELEASE_BYTES else ctypes.PYFUNCTYPE
     return proto(ctypes.c_int32, ctypes.py_object)(compiled.entry_address)
 

@@ -7,6 +7,7 @@ the same graph share code.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import functools
 import logging
 import sys
@@ -19,6 +20,7 @@ import numpy as np
 from jitcore.ir.graph import Graph
 from jitcore.passes.legality import bytes_moved, coverage, flops
 from jitcore.passes.pipeline import run_pipeline
+from jitcore.passes.symbolic import at_sizes
 
 from . import config, diskcache, log, output_cache
 from .llvm import conv, engine, gemm, graph_module
@@ -87,6 +89,15 @@ class CompiledGraph:
 
     def coverage(self) -> tuple:
         return coverage(self.lowered.kernels)
+
+    def kernels_at(self, extents: tuple) -> list:
+        """The kernels' records with bytes and flops at a call's run-time extents (a graph
+        compiled with them, jc.jit(dynamic=True); `self.kernels` counts their placeholders)."""
+        if not extents:
+            return list(self.kernels)
+        size = at_sizes(extents)
+        return [dataclasses.replace(info, bytes=bytes_moved(k, size), flops=flops(k, size))
+                for info, k in zip(self.kernels, self.lowered.kernels)]
 
 
 _CACHE = LRU()

@@ -3,11 +3,11 @@
 A call's signature is reduced to its *shape class*: per array argument, its dtype, layout and
 shape with each dynamic extent replaced by its symbol. A candidate is an axis of a
 C-contiguous array argument with extent >= 2 that usually varies between calls: the leading
-axis (the batch), and the second axis of arrays of rank >= 3 (the sequence of a [B, T, D]
-activation; attention's [B, H, T, dh] has its heads there, and the class without it is tried
-next). Candidates of equal extent are one symbol (the graph may combine them, so they must
-stay equal: a call where they differ is another class, and if the graph then combines them,
-tracing raises the ShapeError numpy would).
+axis (the batch), and the second-to-last axis of arrays of rank >= 3 (the sequence: T of a
+[B, T, D] activation and of attention's [B, H, T, dh]; the heads and the last axis, the
+features, stay static). Candidates of equal extent are one symbol (the graph may combine
+them, so they must stay equal: a call where they differ is another class, and if the graph
+then combines them, tracing raises the ShapeError numpy would).
 `shape_classes` lists the classes to try, most dynamic first: every candidate; every leading
 axis; the first argument's leading extent wherever it leads; the first argument's leading
 axis alone (the others may be weights the graph combines with a static axis: tracing them
@@ -48,10 +48,11 @@ class ShapeClass:
 
 def _candidate_axes(shape: tuple, strides) -> tuple:
     """The axes of an argument that may be run-time extents: the leading one, and the
-    second of arrays of rank >= 3, where C-contiguous with extent >= 2."""
+    second-to-last of arrays of rank >= 3 (the sequence), where C-contiguous with extent
+    >= 2."""
     if strides is not None:
         return ()
-    return tuple(ax for ax in ((0, 1) if len(shape) >= 3 else (0,))
+    return tuple(ax for ax in ((0, len(shape) - 2) if len(shape) >= 3 else (0,))
                  if ax < len(shape) and shape[ax] >= 2)
 
 

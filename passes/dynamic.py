@@ -8,13 +8,16 @@ computed from it. Two checks make sure:
 
 - `check_graph` (the primitive graph): every op that sees a dynamic extent keeps it as an
   axis of its own (elementwise ops, broadcasts, reductions, transposes, matmuls) or merges
-  it with static axes (a reshape to c * s); slicing, indexing, joining, convolution,
+  it with others (a reshape to c * s_b * s_t); slicing, indexing, joining, convolution,
   pooling and forked tasks on a dynamic axis need its value; a constant computed from an
   extent (the 1/n of a mean over a dynamic axis) does too.
 - `check_lowered` (the kernels): every integer in the kernels is a real (small) value or
-  a placeholder times a static count c, standing as a loop extent (axes merged into one
-  loop), a buffer's dimension, a stride or an offset (the axes inside a dynamic one), and
-  each kernel is of a kind whose emitter reads run-time extents.
+  a static count c times a product of placeholders (symbolic.monomial), standing as a loop
+  extent (axes merged into one loop), a buffer's dimension, a stride or an offset (the
+  axes inside a dynamic one), or a divisor of a non-negative index (a split of merged
+  axes: m // s1, m % s1); and each kernel is of a kind whose emitter reads run-time
+  extents. The symbolic pass itself simplifies a division by a run-time extent only where
+  the result holds at every size (symbolic.fits).
 
 A failed check raises `NotDynamic` with a reason for explain(); the front then compiles that
 shape statically.
@@ -140,11 +143,7 @@ def _check_kernel(kernel: Kernel) -> None:
         raise NotDynamic(f"{name}: this kernel kind is compiled per shape")
     if kernel.reduction is not None and kernel.reduction.op in INDEX_REDUCE:
         raise NotDynamic(f"{name}: arg-reductions are compiled per shape")
-    if kernel.tile_var is not None and monomial(kernel.vector_var.extent):
-        raise NotDynamic(f"{name}: transposed tiles with a dynamic vector axis")
     g = kernel.gemm
-    if g is not None and any(monomial(v.extent) for v in (g.n, g.k)):
-        raise NotDynamic(f"{name}: a GEMM's N and K are static (M and the batch vary)")
     for part in [kernel] + list(kernel.parts):
         for lp in part.loops:
             _check_int(lp.var.extent, name, loop=True)
@@ -178,7 +177,11 @@ def _check_lin(e: Lin, name: str) -> None:
         if isinstance(atom, Var):
             _check_int(atom.extent, name, loop=True)
         elif isinstance(atom, (Div, Mod)):
-            _check_int(atom.d, name)
+            # a split of merged run-time axes (m // s1, m % s1) divides by a run-time value
+            # of a dividend that is never negative (codegen's unsigned division)
+            _check_int(atom.d, name, loop=True)
+            if atom.d >= HUGE and atom.expr.bounds()[0] < 0:
+                raise NotDynamic(f"{name}: a negative index divided by a run-time extent")
             _check_lin(atom.expr, name)
 
 

@@ -8,6 +8,7 @@ reshapes). Construction simplifies with ranges, so `(6*i + j) // 6` with `0 <= j
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 
 # run-time extents (jc.jit(dynamic=True)): their placeholders are defined with shapes; a
@@ -38,6 +39,20 @@ def _monomial(n: int) -> tuple | None:
     return (n, tuple(ks)) if ks and 0 < n < HUGE else None
 
 
+def at_sizes(extents: tuple):
+    """A function from the pass's integers to their values at a call's sizes (`extents`:
+    each symbol's value): c * s_b * s_t is c times the product; other integers as they are."""
+    def size(n: int) -> int:
+        found = monomial(n)
+        if found is None:
+            return n
+        value = found[0]
+        for k in found[1]:
+            value *= extents[k]
+        return value
+    return size
+
+
 def extent_text(n: int) -> str:
     """An extent as printed in loop nests: `s0` for dynamic symbol 0, `4*s0*s1` for 4 times
     the product of symbols 0 and 1."""
@@ -61,6 +76,18 @@ class Var:
         return self.name
 
 
+def fits(lo: int, hi: int, d: int) -> bool:
+    """0 <= lo and hi < d for every run-time value of the extents in hi and d. A static d
+    compares as is; a run-time d (a monomial) stands for every size up to its placeholder,
+    so a static hi < d proves nothing: hi + 1 must divide it (c'' times some of its
+    symbols, never more than d at any size: m % s1 < s1, and 8*t + j < 8*s1)."""
+    if lo < 0:
+        return False
+    if d < HUGE:
+        return hi < d
+    return d % (hi + 1) == 0
+
+
 @dataclass(frozen=True)
 class Div:
     expr: "Lin"
@@ -68,7 +95,9 @@ class Div:
 
     def bounds(self):
         lo, hi = self.expr.bounds()
-        return lo // self.d, hi // self.d
+        if self.d < HUGE or (lo >= 0 and (hi + 1) % self.d == 0):
+            return lo // self.d, hi // self.d
+        return min(lo, 0), max(hi, 0)       # (a run-time d >= 1: |e // d| <= |e|)
 
     def __repr__(self):
         return f"({self.expr!r} // {self.d})"
@@ -81,7 +110,7 @@ class Mod:
 
     def bounds(self):
         lo, hi = self.expr.bounds()
-        return (lo, hi) if 0 <= lo and hi < self.d else (0, self.d - 1)
+        return (lo, hi) if fits(lo, hi, self.d) else (0, self.d - 1)
 
     def __repr__(self):
         return f"({self.expr!r} % {self.d})"
@@ -203,8 +232,14 @@ def floordiv(e, d: int) -> Lin:
         return floordiv(inner.expr, inner.d * d)
     q, r = _split(e, d)
     lo, hi = r.bounds()
-    if lo // d == hi // d:
+    if fits(lo, hi, d):
+        return q
+    if d < HUGE and lo // d == hi // d:
         return q + lo // d
+    found = _common_factor(r, d)
+    if found is not None:                       # (g*x + y) // (g*d') is x // d' (0 <= y < g)
+        g, x, _ = found
+        return q + floordiv(x, d // g)
     return q + Lin(((Div(r, d), 1),), 0)
 
 
@@ -214,11 +249,29 @@ def mod(e, d: int) -> Lin:
         return Lin()
     _, r = _split(e, d)
     lo, hi = r.bounds()
-    if 0 <= lo and hi < d:
+    if fits(lo, hi, d):
         return r
-    if lo // d == hi // d:
+    if d < HUGE and lo // d == hi // d:
         return r + (-(lo // d) * d)
+    found = _common_factor(r, d)
+    if found is not None:                       # (g*x + y) % (g*d') is g*(x % d') + y
+        g, x, y = found
+        return mod(x, d // g) * g + y
     return Lin(((Mod(r, d), 1),), 0)
+
+
+def _common_factor(e: Lin, d: int):
+    """(g, x, y) with e == g*x + y, g > 1 dividing d and 0 <= y < g over y's range, for the
+    largest such g among the factors d shares with e's coefficients; else None. Flattened
+    indices split this way: (32*m + k) // (32*T) with 0 <= k < 32 is m // T, also when T is
+    a run-time extent (where the other rules need the value)."""
+    for g in sorted({math.gcd(d, c) for _, c in e.terms} - {1, d}, reverse=True):
+        x = {a: c // g for a, c in e.terms if c % g == 0}
+        y = _make({a: c for a, c in e.terms if c % g != 0}, e.const % g)
+        lo, hi = y.bounds()
+        if x and fits(lo, hi, g):
+            return g, _make(x, e.const // g), y
+    return None
 
 
 def substitute(e: Lin, mapping: dict) -> Lin:

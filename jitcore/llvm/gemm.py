@@ -82,8 +82,9 @@ class GemmPlan:
     kc: int             # k per packed block
     mc: int             # rows per A block
     nc: int             # columns per packed B block (a multiple of nr)
-    k_blocks: int
-    n_blocks: int
+    k_blocks: int       # 0: K is a run-time extent (ceil(K / KC) computed by the kernel)
+    n_blocks: int       # work items per batch entry and row group (1 for a run-time N:
+    #                     each item then loops over the ceil(N / NC) column blocks)
     m_groups: int       # row groups per column block (work items for the pool)
     group_rows: int     # rows per group (0: M is a run-time extent, rows per group too)
     batch: int
@@ -117,29 +118,33 @@ def plan(kernel: Kernel, vector_bits: int, threads: int) -> GemmPlan:
     nr, mr = nv * lanes, 6
     caches = cache_sizes()
     m_ext, n_ext, k_ext = g.m.extent, g.n.extent, g.k.extent
+    # run-time N or K (jc.jit(dynamic=True)): full-size blocks, their count at run time
+    n_dynamic, k_dynamic = monomial(n_ext) is not None, monomial(k_ext) is not None
     kc = k_block(nr, size)
-    kc = min(kc, max(k_ext, 1))
+    if not k_dynamic:
+        kc = min(kc, max(k_ext, 1))
     nc = max(nr, MAX_PACK_BYTES // (kc * size) // nr * nr)
-    nc = min(nc, -(-max(n_ext, 1) // nr) * nr)
+    if not n_dynamic:
+        nc = min(nc, -(-max(n_ext, 1) // nr) * nr)
     mc = max(mr, caches[2] // 4 // (kc * size) // mr * mr)
     batch = math.prod(v.extent for v in g.batch)
-    n_blocks = -(-max(n_ext, 1) // nc)
+    n_blocks = 1 if n_dynamic else -(-max(n_ext, 1) // nc)
+    k_blocks = 0 if k_dynamic else max(-(-k_ext // kc), 1)
     if monomial(m_ext) is not None:
         # M known at run time only: a fixed number of row groups, each ceil(M / groups)
         # rows rounded up to whole micro-kernel rows (computed by the kernel)
         m_groups = 1
         if threads > 1 and 0 < batch * n_blocks < 2 * threads:
             m_groups = -(-2 * threads // (batch * n_blocks))
-        return GemmPlan(lanes, mr, nr, nv, kc, mc, nc, max(-(-k_ext // kc), 1), n_blocks,
-                        m_groups, 0, batch)
+        return GemmPlan(lanes, mr, nr, nv, kc, mc, nc, k_blocks, n_blocks, m_groups, 0, batch)
     row_panels = max(-(-m_ext // mr), 1)
     m_groups = 1
     if threads > 1 and 0 < batch * n_blocks < 2 * threads:      # batch 0: nothing to split
         m_groups = min(-(-2 * threads // (batch * n_blocks)), row_panels)
     group_rows = -(-row_panels // m_groups) * mr
     m_groups = max(-(-max(m_ext, 1) // group_rows), 1)
-    return GemmPlan(lanes, mr, nr, nv, kc, mc, nc, max(-(-k_ext // kc), 1), n_blocks, m_groups,
-                    group_rows, batch)
+    return GemmPlan(lanes, mr, nr, nv, kc, mc, nc, k_blocks, n_blocks, m_groups, group_rows,
+                    batch)
 
 
 def prepackable(kernel: Kernel, lowered) -> bool:
@@ -150,6 +155,8 @@ def prepackable(kernel: Kernel, lowered) -> bool:
         return False
     if g.b.buffer.kind != "const" or any(g.b.offset.coeff(v) != 0 for v in g.batch):
         return False
+    if monomial(g.n.extent) is not None or monomial(g.k.extent) is not None:
+        return False              # (panels are laid out for static N and K)
     if g.b.offset.coeff(g.k) is None or g.b.offset.coeff(g.n) is None:
         return False
     slot = g.b.buffer.slot
@@ -220,20 +227,36 @@ class GemmEmitter:
                 ke.env[v] = b.srem(flat, ke.extent(v.extent))
                 flat = b.sdiv(flat, ke.extent(v.extent))
             j, group = b.sdiv(rem, u.I64(p.m_groups)), b.srem(rem, u.I64(p.m_groups))
-            n0 = b.mul(j, u.I64(p.nc))
-            ncols = u.imin(b, u.I64(p.nc), b.sub(u.I64(g.n.extent), n0))
             m_ext = ke.extent(g.m.extent)
             group_rows = u.I64(p.group_rows) if p.group_rows else self.run_time_group_rows(m_ext)
             m_lo = b.mul(group, group_rows)
             m_hi = u.imin(b, b.add(m_lo, group_rows), m_ext)
-            with u.for_range(b, u.I64(0), u.I64(p.k_blocks), 1, name="pcb") as pci:
-                pc = b.mul(pci, u.I64(p.kc))
-                kc = u.imin(b, u.I64(p.kc), b.sub(u.I64(g.k.extent), pc))
-                npanels = b.sdiv(b.add(ncols, u.I64(p.nr - 1)), u.I64(p.nr))
-                panels = self.packed_block(pci, j, pc, kc, n0, ncols, npanels)
-                last = b.icmp_signed("==", pci, u.I64(p.k_blocks - 1))
-                first = b.icmp_signed("==", pci, u.I64(0))
-                self.row_blocks(panels, pc, kc, n0, ncols, npanels, m_lo, m_hi, first, last)
+            if monomial(g.n.extent) is None:
+                self.column_block(j, m_lo, m_hi)
+            else:                         # a run-time N: this item's rows, every column block
+                n_blocks = self.blocks(ke.extent(g.n.extent), p.nc)
+                with u.for_range(b, u.I64(0), n_blocks, 1, name="jb") as jb:
+                    self.column_block(jb, m_lo, m_hi)
+
+    def blocks(self, extent, size: int):
+        """ceil(extent / size) for a run-time extent (>= 2: at least one block)."""
+        return self.b.sdiv(self.b.add(extent, u.I64(size - 1)), u.I64(size))
+
+    def column_block(self, j, m_lo, m_hi):
+        """Columns j*NC.. of rows m_lo..m_hi: every k block, packed, then the row blocks."""
+        b, p, g, ke = self.b, self.p, self.g, self.ke
+        n0 = b.mul(j, u.I64(p.nc))
+        ncols = u.imin(b, u.I64(p.nc), b.sub(ke.extent(g.n.extent), n0))
+        k_ext = ke.extent(g.k.extent)
+        k_blocks = u.I64(p.k_blocks) if p.k_blocks else self.blocks(k_ext, p.kc)
+        with u.for_range(b, u.I64(0), k_blocks, 1, name="pcb") as pci:
+            pc = b.mul(pci, u.I64(p.kc))
+            kc = u.imin(b, u.I64(p.kc), b.sub(k_ext, pc))
+            npanels = b.sdiv(b.add(ncols, u.I64(p.nr - 1)), u.I64(p.nr))
+            panels = self.packed_block(pci, j, pc, kc, n0, ncols, npanels)
+            last = b.icmp_signed("==", pci, b.sub(k_blocks, u.I64(1)))
+            first = b.icmp_signed("==", pci, u.I64(0))
+            self.row_blocks(panels, pc, kc, n0, ncols, npanels, m_lo, m_hi, first, last)
 
     def run_time_group_rows(self, m_ext):
         """ceil(ceil(M / MR) / groups) * MR for a run-time M."""
@@ -304,7 +327,7 @@ class GemmEmitter:
         vec = u.const(self.vty, 0)
         for c in range(self.p.lanes):
             valid = b.icmp_signed(">", count, u.I64(c))
-            ke.env[g.n] = u.imin(b, b.add(col, u.I64(c)), u.I64(max(g.n.extent - 1, 0)))
+            ke.env[g.n] = u.imin(b, b.add(col, u.I64(c)), self.last_column())
             x = b.load(b.gep(ke.base_ptr(g.b.buffer), [ke.index(g.b.offset)]))
             vec = b.insert_element(vec, b.select(valid, x, u.const(self.elem, 0)), u.I32(c))
         return vec
@@ -358,6 +381,12 @@ class GemmEmitter:
             return u.I64(max(self.g.m.extent - 1, 0))
         m1 = self.b.sub(self.ke.extent(self.g.m.extent), u.I64(1))
         return self.b.select(self.b.icmp_signed(">", m1, u.I64(0)), m1, u.I64(0))
+
+    def last_column(self):
+        """max(N - 1, 0) (columns past the edge read this column, unused)."""
+        if monomial(self.g.n.extent) is None:
+            return u.I64(max(self.g.n.extent - 1, 0))
+        return self.b.sub(self.ke.extent(self.g.n.extent), u.I64(1))   # (N >= 2)
 
     def a_element(self, row0, r, k):
         """A[row0 + r, k] through the general index (A's offset is not linear in k)."""
