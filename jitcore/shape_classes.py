@@ -8,10 +8,11 @@ axis (the batch), and the second-to-last axis of arrays of rank >= 3 (the sequen
 features, stay static). Candidates of equal extent are one symbol (the graph may combine
 them, so they must stay equal: a call where they differ is another class, and if the graph
 then combines them, tracing raises the ShapeError numpy would).
-`shape_classes` lists the classes to try, most dynamic first: every candidate; every leading
-axis; the first argument's leading extent wherever it leads; the first argument's leading
-axis alone (the others may be weights the graph combines with a static axis: tracing them
-with a placeholder fails, or the passes need its value, and the next class is tried).
+`shape_classes` lists the classes to try, most dynamic first: every candidate; the first
+argument's candidate extents wherever they are candidates; the first argument's alone; then
+the same with leading axes only (the others may be weights the graph combines with a static
+axis: tracing them with a placeholder fails, or the passes need its value, and the next
+class is tried).
 Every other extent is static and part of the class: the last axes (their extents are
 strides of the dynamic ones; features, weights), and extents 0 and 1 (a size-1 axis
 broadcasts, so it needs code of its own; an empty one is compiled on its own too).
@@ -58,16 +59,22 @@ def _candidate_axes(shape: tuple, strides) -> tuple:
 
 def shape_classes(sigs: list) -> list:
     """The shape classes to try for a call's signatures ((shape, dtype, strides or None) per
-    argument), most dynamic first: every candidate axis (equal extents one symbol); every
-    leading one; then only the first array argument's leading extent, on every argument
-    where it leads; then on the first array argument alone (a weight vector whose length
-    equals the batch size is then static). Empty when no extent can vary."""
+    argument), most dynamic first: every candidate axis (equal extents one symbol); the
+    first array argument's candidate extents wherever they are candidates; on the first
+    argument alone (weights [D, D] beside x [B, T, D] are then static); then the same with
+    leading axes only (a graph that needs the sequence's value: every leading axis; the
+    first argument's leading extent where it leads; on the first argument alone: a weight
+    vector whose length equals the batch size is then static). Empty when no extent can
+    vary."""
     first = next((a for a, (shape, _, strides) in enumerate(sigs)
                   if 0 in _candidate_axes(shape, strides)), None)
     if first is None:
         return []
     size = sigs[first][0][0]
+    own = {sigs[first][0][ax] for ax in _candidate_axes(*sigs[first][::2])}
     tries = [_shape_class(sigs, lambda arg, ax, d: True),
+             _shape_class(sigs, lambda arg, ax, d: d in own),
+             _shape_class(sigs, lambda arg, ax, d: arg == first),
              _shape_class(sigs, lambda arg, ax, d: ax == 0),
              _shape_class(sigs, lambda arg, ax, d: ax == 0 and d == size),
              _shape_class(sigs, lambda arg, ax, d: ax == 0 and arg == first)]

@@ -281,6 +281,8 @@ class GemmEmitter:
         """panels[jp][kk][c] = B[pc + kk, n0 + jp*NR + c], zero beyond the last column."""
         b, p, g, ke = self.b, self.p, self.g, self.ke
         contiguous = g.b.offset.coeff(g.n) == 1
+        if not contiguous:
+            return self.pack_strided(panels, pc, kc, n0, ncols, npanels)
         with u.for_range(b, u.I64(0), npanels, 1, name="jp") as jp:
             left = b.sub(ncols, b.mul(jp, u.I64(p.nr)))
             counts = [_clamp(b, b.sub(left, u.I64(h * p.lanes)), p.lanes)
@@ -293,12 +295,34 @@ class GemmEmitter:
                 dst = b.add(dst0, b.mul(kk, u.I64(p.nr)))
                 for h in range(p.nv):
                     col = b.add(col0, u.I64(h * p.lanes))
-                    if contiguous:
-                        vec = self.load_row(col, counts[h], masks[h])
-                    else:
-                        vec = self.gather_row(col, counts[h])
+                    vec = self.load_row(col, counts[h], masks[h])
                     ptr = b.gep(panels, [b.add(dst, u.I64(h * p.lanes))])
                     b.store(vec, b.bitcast(ptr, self.vty.as_pointer()), align=64)
+
+    def pack_strided(self, panels, pc, kc, n0, ncols, npanels):
+        """The panels of a B strided along n (a transposed operand: k^T in attention), one
+        column at a time down k (contiguous when B is a transpose), only the valid columns;
+        a panel with fewer than NR of them is zeroed first (with N known at run time only,
+        a vector-at-a-time gather loaded all NR columns of a short panel: 10x at N = 17)."""
+        b, p, g, ke = self.b, self.p, self.g, self.ke
+        zero = u.const(self.vty, 0)
+        vptr = self.vty.as_pointer()
+        with u.for_range(b, u.I64(0), npanels, 1, name="jp") as jp:
+            valid = u.imin(b, b.sub(ncols, b.mul(jp, u.I64(p.nr))), u.I64(p.nr))
+            col0 = b.add(n0, b.mul(jp, u.I64(p.nr)))
+            panel = b.gep(panels, [b.mul(jp, u.I64(p.kc * p.nr))])
+            with b.if_then(b.icmp_signed("<", valid, u.I64(p.nr))):
+                with u.for_range(b, u.I64(0), kc, 1, name="kz") as kk:
+                    row = b.gep(panel, [b.mul(kk, u.I64(p.nr))])
+                    for h in range(p.nv):
+                        b.store(zero, b.bitcast(b.gep(row, [u.I64(h * p.lanes)]), vptr),
+                                align=64)
+            with u.for_range(b, u.I64(0), valid, 1, name="c") as c:
+                ke.env[g.n] = b.add(col0, c)
+                with u.for_range(b, u.I64(0), kc, 1, name="kk") as kk:
+                    ke.env[g.k] = b.add(pc, kk)
+                    x = b.load(b.gep(ke.base_ptr(g.b.buffer), [ke.index(g.b.offset)]))
+                    b.store(x, b.gep(panel, [b.add(b.mul(kk, u.I64(p.nr)), c)]))
 
     def load_row(self, col, count, mask):
         """lanes of B's row env[k] from column `col`, `count` of them valid (the rest zero,
@@ -320,18 +344,6 @@ class GemmEmitter:
         phi.add_incoming(part, else_bb)
         return phi
 
-    def gather_row(self, col, count):
-        """One element at a time (B strided along n); lanes at or past `count` are zero and
-        read nothing out of bounds (the column is clamped)."""
-        b, ke, g = self.b, self.ke, self.g
-        vec = u.const(self.vty, 0)
-        for c in range(self.p.lanes):
-            valid = b.icmp_signed(">", count, u.I64(c))
-            ke.env[g.n] = u.imin(b, b.add(col, u.I64(c)), self.last_column())
-            x = b.load(b.gep(ke.base_ptr(g.b.buffer), [ke.index(g.b.offset)]))
-            vec = b.insert_element(vec, b.select(valid, x, u.const(self.elem, 0)), u.I32(c))
-        return vec
-
     # -- rows and the micro-kernel ----------------------------------------------------------
     def row_blocks(self, panels, pc, kc, n0, ncols, npanels, m_lo, m_hi, first, last):
         b, p = self.b, self.p
@@ -343,12 +355,34 @@ class GemmEmitter:
                 panel = b.gep(panels, [b.mul(jp, u.I64(p.kc * p.nr))])
                 with u.for_range(b, ic, ic_end, p.mr, "ir", partial=True) as row0:
                     nrow = u.imin(b, u.I64(p.mr), b.sub(ic_end, row0))
-                    self.micro(panel, pc, kc, row0)
+                    if monomial(self.g.n.extent) is None:
+                        self.micro(panel, pc, kc, row0)
+                    else:
+                        self.micro_to(panel, pc, kc, row0, ncol)
                     self.update(row0, nrow, col0, ncol, first, last)
 
-    def micro(self, panel, pc, kc, row0):
-        """accs[r][h] = sum over kk < kc of A[row0 + r, pc + kk] * panel[kk][h*lanes ...]."""
+    def micro_to(self, panel, pc, kc, row0, ncol):
+        """The micro-kernel over the vectors that hold the panel's `ncol` valid columns: a
+        run-time N may leave most of a panel padding (N = 16 of NR = 64), whose FMAs a
+        static N lets LLVM drop (their sums are never stored); one variant per count."""
+        b, p = self.b, self.p
+        vectors = b.sdiv(b.add(ncol, u.I64(p.lanes - 1)), u.I64(p.lanes))
+
+        def from_count(nvec):
+            if nvec == p.nv:
+                return self.micro(panel, pc, kc, row0)
+            with b.if_else(b.icmp_signed("<=", vectors, u.I64(nvec))) as (then, otherwise):
+                with then:
+                    self.micro(panel, pc, kc, row0, nvec)
+                with otherwise:
+                    from_count(nvec + 1)
+        from_count(1)
+
+    def micro(self, panel, pc, kc, row0, nvec: int = 0):
+        """accs[r][h] = sum over kk < kc of A[row0 + r, pc + kk] * panel[kk][h*lanes ...],
+        for the first `nvec` vectors (0: all; the others hold no valid column)."""
         b, p, g, ke = self.b, self.p, self.g, self.ke
+        nvec = nvec or p.nv
         zero = u.const(self.vty, 0)
         for row in self.accs:
             for acc in row:
@@ -365,13 +399,13 @@ class GemmEmitter:
             bk = b.gep(panel, [b.mul(kk, u.I64(p.nr))])
             # unaligned loads: a prepacked constant's array is only element-aligned
             bv = [b.load(b.bitcast(b.gep(bk, [u.I64(h * p.lanes)]), vptr), align=1)
-                  for h in range(p.nv)]
+                  for h in range(nvec)]
             ak = kk if step == 1 else b.mul(kk, ke.extent(step or 0))
             for r in range(p.mr):
                 a = b.load(b.gep(a_rows[r], [ak])) if step is not None else \
                     self.a_element(row0, r, b.add(pc, kk))
                 a = u.splat(b, a, p.lanes)
-                for h in range(p.nv):
+                for h in range(nvec):
                     acc = self.accs[r][h]
                     b.store(u.intrinsic(b, "fmuladd", [a, bv[h], b.load(acc)]), acc)
 
@@ -381,12 +415,6 @@ class GemmEmitter:
             return u.I64(max(self.g.m.extent - 1, 0))
         m1 = self.b.sub(self.ke.extent(self.g.m.extent), u.I64(1))
         return self.b.select(self.b.icmp_signed(">", m1, u.I64(0)), m1, u.I64(0))
-
-    def last_column(self):
-        """max(N - 1, 0) (columns past the edge read this column, unused)."""
-        if monomial(self.g.n.extent) is None:
-            return u.I64(max(self.g.n.extent - 1, 0))
-        return self.b.sub(self.ke.extent(self.g.n.extent), u.I64(1))   # (N >= 2)
 
     def a_element(self, row0, r, k):
         """A[row0 + r, k] through the general index (A's offset is not linear in k)."""
