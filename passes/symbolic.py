@@ -8,6 +8,7 @@ reshapes). Construction simplifies with ranges, so `(6*i + j) // 6` with `0 <= j
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -37,6 +38,25 @@ def _monomial(n: int) -> tuple | None:
         if n < PLACEHOLDERS[0]:
             break
     return (n, tuple(ks)) if ks and 0 < n < HUGE else None
+
+
+def per_item(work: int, items: int) -> int | None:
+    """work / items as c times a product of run-time extents, when that is its leading term
+    (a softmax row over T costs c * s1 per row): the product of the fewest symbols whose
+    multiple is within 2**-20 of the quotient (the lower terms are ~2**-40 of it). None when the quotient is a static count (or
+    no such product fits). `work` and `items` are counted at the placeholders."""
+    q = work // max(items, 1)
+    if q < HUGE:
+        return None
+    found = monomial(items)
+    symbols = sorted(set(found[1] if found else ()) | {0, 1, 2})
+    for degree in (1, 2, 3):
+        for ks in itertools.combinations_with_replacement(symbols, degree):
+            p = math.prod(PLACEHOLDERS[k] for k in ks)
+            c = round(q / p)
+            if 1 <= c < HUGE and abs(c * p - q) <= q >> 20:   # (placeholders differ by 2**-8)
+                return c * p
+    return None
 
 
 def at_sizes(extents: tuple):

@@ -571,6 +571,17 @@ def test_torch_transformer_encoder_layer_one_compile_for_batch_and_sequence():
     assert "s0 (in0 dim 0), s1 (in0 dim 1)" in c.explain()
 
 
+def test_the_parallel_grain_of_a_run_time_row_is_computed_per_call():
+    """A kernel whose iterations cost c * s1 (a softmax row over T) splits its range by this
+    call's row length (graph_module.grain), not the placeholder's."""
+    from jitcore.passes.symbolic import dynamic_extent, per_item
+    s0, s1 = dynamic_extent(0), dynamic_extent(1)
+    assert per_item(12 * s0 * s1 * s1 + 4 * s0 * s1 + 1000, 4 * s0 * s1) == 3 * s1
+    assert per_item(5 * s0 * s1 * s1 * s1, s0) == 5 * s1 * s1 * s1
+    assert per_item(8 * s0 * s1 + 64, s0 * s1) is None          # a static cost per item
+    assert per_item(4096, 64) is None
+
+
 # ---- what stays static -----------------------------------------------------------------------
 
 @pytest.mark.parametrize("name,fn,ref,why", [

@@ -31,7 +31,7 @@ from jitcore.passes.kernel_key import kernel_key
 from jitcore.passes.legality import bytes_moved, flops
 from jitcore.passes.dynamic import DIMS_SLOT
 from jitcore.passes.memory_plan import ALIGN, plan_temps
-from jitcore.passes.symbolic import monomial
+from jitcore.passes.symbolic import monomial, per_item
 from jitcore.runtime import emit_parallel_for, emit_spawn, emit_wait, kernel_type
 
 from . import irutil as u
@@ -57,7 +57,8 @@ class KernelCode:
     text: str
     buffer_slots: tuple      # the graph slots the kernel's `bufs` array holds, in order
     extent: int              # iterations of its range loop (work items for GEMM/GEMV)
-    grain: int               # fewest iterations per parallel chunk
+    grain: int               # fewest iterations per parallel chunk (negative: -c * s_k, the
+    #                          cost of one iteration, a run-time value: see grain)
 
 
 @dataclass(frozen=True)
@@ -208,7 +209,11 @@ def grain(kernel: Kernel, extent: int | None = None) -> int:
     parallel chunk, from its cost. A streaming column reduction is split in halves at most:
     narrower column slices turn its long row reads into short strided ones."""
     extent = kernel.range_extent if extent is None else extent
-    per_iteration = max((bytes_moved(kernel) + flops(kernel)) / max(extent, 1), 1)
+    work = bytes_moved(kernel) + flops(kernel)
+    dynamic_cost = per_item(work, extent)
+    if dynamic_cost is not None:    # a row of run-time length: the grain is computed per call
+        return -dynamic_cost
+    per_iteration = max(work / max(extent, 1), 1)
     g = max(1, math.ceil(MIN_CHUNK_WORK / per_iteration))
     return max(g, -(-extent // 2)) if streams_by_rows(kernel) else g
 
@@ -242,7 +247,11 @@ def _launch(b: ir.IRBuilder, code: KernelCode, slots, threads: int, dims=None) -
         b.store(ptr, b.gep(own, [u.I64(local)]))
     extent = code.extent if monomial(code.extent) is None else \
         dim_value(b, dims, code.extent)
-    emit_parallel_for(b, _declare_kernel(b.module, code), extent, own, code.grain, threads)
+    chunk = code.grain
+    if chunk < 0:                   # MIN_CHUNK_WORK over this call's cost of an iteration
+        cost = dim_value(b, dims, -chunk)
+        chunk = b.add(b.sdiv(u.I64(MIN_CHUNK_WORK - 1), cost), u.I64(1))
+    emit_parallel_for(b, _declare_kernel(b.module, code), extent, own, chunk, threads)
 
 
 def _emit_task(module, lowered, kernels, task: int, name: str, threads: int) -> ir.Function:
