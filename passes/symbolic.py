@@ -43,8 +43,9 @@ def _monomial(n: int) -> tuple | None:
 def per_item(work: int, items: int) -> int | None:
     """work / items as c times a product of run-time extents, when that is its leading term
     (a softmax row over T costs c * s1 per row): the product of the fewest symbols whose
-    multiple is within 2**-20 of the quotient (the lower terms are ~2**-40 of it). None when the quotient is a static count (or
-    no such product fits). `work` and `items` are counted at the placeholders."""
+    multiple is within 2**-20 of the quotient (the lower terms are ~2**-40 of it). None when
+    the quotient is a static count (or no such product fits). `work` and `items` are
+    counted at the placeholders."""
     q = work // max(items, 1)
     if q < HUGE:
         return None

@@ -1,6 +1,7 @@
-"""jc.jit(dynamic=True): leading extents are run-time values (README "Shapes that vary").
+"""jc.jit(dynamic=True): batch and sequence extents are run-time values (README "Shapes that
+vary").
 
-Every family runs over many leading sizes, 0 and 1 included, and is held to numpy in float64
+Every family runs over many batch sizes (and sequence lengths), 0 and 1 included, and is held to numpy in float64
 (dtypes asserted) and to the static code of the same function; the compile count shows one
 compile serving every size >= 2 (sizes 0 and 1 compile on their own). Graphs that need an
 extent's value compile per shape and say why in explain(); extents the graph combines must
