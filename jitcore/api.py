@@ -445,9 +445,11 @@ class JitFunction:
         return target._trace(sigs, names, weak).text()
 
     def kernels(self, *args, **kwargs) -> list:
-        """The fused kernels (KernelInfo records) that these arguments compile to."""
+        """The fused kernels (KernelInfo records) that these arguments compile to (bytes and
+        flops at these arguments' sizes)."""
         target, args = self._inspected(args, kwargs)
-        return list(target._compiled(args).kernels)
+        compiled, _, extents = target._compiled_with_scalars(args)
+        return compiled.kernels_at(extents)
 
     def llvm_ir(self, *args, optimized: bool = True, **kwargs) -> str:
         """The LLVM IR of the compiled graph, as compiled (default: the kernels after O3, the
@@ -465,7 +467,8 @@ class JitFunction:
         """A report: graph, kernels, vectorization decisions, bytes, flops and compile time."""
         from .explain import explain
         target, args = self._inspected(args, kwargs)
-        report = explain(target._compiled(args))
+        compiled, _, extents = target._compiled_with_scalars(args)
+        report = explain(compiled, extents)
         return report if not target.dynamic else target._shapes_line(args) + "\n" + report
 
     def _shapes_line(self, args: tuple) -> str:
@@ -541,11 +544,12 @@ def jit(fn=None, *, vector_width=None, num_threads=None, prepack_weights=True,
     once. Other Python scalar arguments (bool, int, float) are run-time values, weak-typed
     as in numpy 2 (f(float32_array, 2.0) is float32); arrays are inputs.
 
-    dynamic=True: the leading extent of each array argument is a run-time value, so calls
-    whose leading sizes differ (the batch size) share one compiled graph; equal leading
-    extents are one value (checked at each call); sizes 0 and 1 and the other axes are
-    static. A graph that needs such an extent's value (a reshape that splits it, an index
-    into it...) is compiled per shape, and explain() says why (jitcore/shape_classes.py).
+    dynamic=True: the leading extent of each array argument (the batch) and the
+    second-to-last of arrays of rank >= 3 (the sequence) are run-time values, so calls whose
+    batch sizes or sequence lengths differ share one compiled graph; equal extents are one
+    value (checked at each call); sizes 0 and 1 and the other axes are static. A graph that
+    needs such an extent's value (a slice of it, a mean over it...) tries the batch alone,
+    else is compiled per shape, and explain() says why (jitcore/shape_classes.py).
 
     Works on functions, functools.partial objects, callable objects and methods
     (`@jc.jit` in a class body binds `self` as a static argument)."""

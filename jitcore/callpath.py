@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import math
 
 import numpy as np
 
-from jitcore.passes.symbolic import PLACEHOLDERS, scaled_symbol
+from jitcore.passes.symbolic import monomial
 
 from . import log, output_cache
 from .compiler import CompiledGraph, python_api
@@ -95,12 +96,9 @@ if not NATIVE_LAYOUT_OK:
 
 
 def _entry_function(compiled: CompiledGraph, extents: tuple = ()):
-    """ctypes wrapper of the entry: big calls release the GIL, tiny ones skip that cost.
-    (A graph with run-time extents counts its bytes at their placeholders: scaled to this
-    plan's largest extent, roughly.)"""
-    moved = sum(k.bytes for k in compiled.kernels)
-    if extents:
-        moved = moved * max(extents) // PLACEHOLDERS[0]
+    """ctypes wrapper of the entry: big calls release the GIL, tiny ones skip that cost
+    (bytes at this plan's run-time extents, for a graph compiled with them)."""
+    moved = sum(k.bytes for k in compiled.kernels_at(extents))
     proto = ctypes.CFUNCTYPE if moved > GIL_RELEASE_BYTES else ctypes.PYFUNCTYPE
     return proto(ctypes.c_int32, ctypes.py_object)(compiled.entry_address)
 
@@ -199,12 +197,12 @@ def scalar_array(value, pytype: type) -> np.ndarray:
 
 
 def concrete_shape(shape: tuple, extents: tuple) -> tuple:
-    """A shape with each run-time extent's placeholder (c times it: c times its value)
-    replaced by its value."""
+    """A shape with each run-time extent's placeholder (c times a product of them: c times
+    the product of their values) replaced by its value."""
     out = []
     for d in shape:
-        found = scaled_symbol(d)
-        out.append(d if found is None else found[0] * extents[found[1]])
+        found = monomial(d)
+        out.append(d if found is None else found[0] * math.prod(extents[k] for k in found[1]))
     return tuple(out)
 
 

@@ -22,6 +22,7 @@ from jitcore.ir.errors import CompileError
 from jitcore.ir.graph import Graph
 from jitcore.passes.legality import bytes_moved, flops
 from jitcore.passes.pipeline import run_pipeline
+from jitcore.passes.symbolic import at_sizes
 
 from . import config, diskcache, log, output_cache
 from .llvm import conv, engine, gemm, graph_module
@@ -174,6 +175,15 @@ class CompiledGraph:
     def coverage(self) -> tuple:
         """(vectorized kernels, all kernels)."""
         return sum(k.vectorized for k in self.kernels), len(self.kernels)
+
+    def kernels_at(self, extents: tuple) -> list:
+        """The kernels' records with bytes and flops at a call's run-time extents (a graph
+        compiled with them, jc.jit(dynamic=True); `self.kernels` counts their placeholders)."""
+        if not extents:
+            return list(self.kernels)
+        size = at_sizes(extents)
+        return [dataclasses.replace(info, bytes=bytes_moved(k, size), flops=flops(k, size))
+                for info, k in zip(self.kernels, self.lowered.kernels)]
 
 
 _CACHE = LRU()

@@ -2,17 +2,22 @@
 from __future__ import annotations
 
 
-def explain(compiled) -> str:
+def explain(compiled, extents: tuple = ()) -> str:
+    """`extents`: a call's run-time extents (jc.jit(dynamic=True)): bytes and flops are
+    counted at its sizes."""
     vec, total = compiled.coverage()
     t = compiled.seconds
     lines = [compiled.graph.text(), "",
              f"target: {compiled.target.cpu}, {compiled.target.isa}, "
              f"{compiled.target.vector_bits}-bit vectors",
              f"kernels: {total}  (vectorized {vec}/{total})"]
-    for k in compiled.kernels:
+    kernels = compiled.kernels_at(extents)
+    for k in kernels:
         lines.append("  " + str(k).replace("\n", "\n  "))
-    lines.append(f"memory: {sum(k.bytes for k in compiled.kernels)} bytes moved (lower bound), "
-                 f"{sum(k.flops for k in compiled.kernels)} flops")
+    at = f" at this call's sizes ({', '.join(f's{k}={v}' for k, v in enumerate(extents))})" \
+        if extents else ""
+    lines.append(f"memory: {sum(k.bytes for k in kernels)} bytes moved (lower bound), "
+                 f"{sum(k.flops for k in kernels)} flops{at}")
     if compiled.prepacked_bytes:
         lines.append(f"weights: {compiled.prepacked_bytes} bytes of constant GEMM/conv weights "
                      f"prepacked into panels at compile time (extra memory)")

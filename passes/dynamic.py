@@ -8,13 +8,16 @@ computed from it. Two checks make sure:
 
 - `check_graph` (the primitive graph): every op that sees a dynamic extent keeps it as an
   axis of its own (elementwise ops, broadcasts, reductions, transposes, matmuls) or merges
-  it with static axes (a reshape to c * s); slicing, indexing, joining, convolution,
+  it with others (a reshape to c * s_b * s_t); slicing, indexing, joining, convolution,
   pooling and forked tasks on a dynamic axis need its value; a constant computed from an
   extent (the 1/n of a mean over a dynamic axis) does too.
 - `check_lowered` (the kernels): every integer in the kernels is a real (small) value or
-  a placeholder times a static count c, standing as a loop extent (axes merged into one
-  loop), a buffer's dimension, a stride or an offset (the axes inside a dynamic one), and
-  each kernel is of a kind whose emitter reads run-time extents.
+  a static count c times a product of placeholders (symbolic.monomial), standing as a loop
+  extent (axes merged into one loop), a buffer's dimension, a stride or an offset (the
+  axes inside a dynamic one), or a divisor of a non-negative index (a split of merged
+  axes: m // s1, m % s1); and each kernel is of a kind whose emitter reads run-time
+  extents. The symbolic pass itself simplifies a division by a run-time extent only where
+  the result holds at every size (symbolic.fits).
 
 A failed check raises `NotDynamic` with a reason for explain(); the front then compiles that
 shape statically.
@@ -27,7 +30,7 @@ import math
 from jitcore.ir.ops import ELEMENTWISE, INDEX_REDUCE, REDUCE, Op
 
 from .kernel import Buffer, Const, Gather, Kernel, walk
-from .symbolic import HUGE, Div, Lin, Mod, Var, extent_text, scaled_symbol, symbol_of
+from .symbolic import HUGE, Div, Lin, Mod, Var, extent_text, monomial, symbol_of
 
 
 DIMS_SLOT = -1      # a kernel's pointer to the call's extent array (i64[symbols]), as a slot
@@ -42,8 +45,8 @@ class NotDynamic(Exception):
 
 
 def _dynamic_axes(shape) -> list:
-    """(c, k) per axis of `shape` that is c times dynamic symbol k."""
-    return [scaled_symbol(d) for d in shape if scaled_symbol(d) is not None]
+    """(c, (k, ...)) per axis of `shape` that is c times a product of dynamic symbols."""
+    return [monomial(d) for d in shape if monomial(d) is not None]
 
 
 _KEEPS_AXES = ELEMENTWISE | REDUCE | {Op.PERMUTE, Op.EXPAND, Op.MATMUL}
@@ -68,11 +71,11 @@ def check_graph(graph) -> None:
         if node.op in _KEEPS_AXES:
             continue
         if node.op == Op.RESHAPE:
-            # merging a dynamic axis with static ones gives c * s; the lowered check makes
-            # sure no index needs more (a split of it, or an axis inside it)
-            if any(abs(d) >= HUGE and scaled_symbol(d) is None for d in node.shape):
-                raise NotDynamic(f"{what} to {_shape_text(node.shape)} merges dynamic axes "
-                                 "or splits one")
+            # merging dynamic axes with static ones gives c * s_b * s_t; the lowered check
+            # makes sure no index needs more (a split of one, or an axis inside it)
+            if any(abs(d) >= HUGE and monomial(d) is None for d in node.shape):
+                raise NotDynamic(f"{what} to {_shape_text(node.shape)} splits a dynamic "
+                                 "axis")
             continue
         if node.op == Op.SLICE:
             if _dynamic_axes(node.src[0].shape) != _dynamic_axes(node.shape):
@@ -98,36 +101,38 @@ DYNAMIC_KINDS = frozenset({"pointwise", "reduce_horizontal", "reduce_vertical", 
 
 
 def check_lowered(lowered) -> None:
-    """Raise NotDynamic unless every placeholder in the kernels is c * s_k of an input's
-    symbol, as a loop extent, a buffer dimension, a stride or an offset, in kernels that
-    read run-time extents."""
+    """Raise NotDynamic unless every placeholder in the kernels is c times a product of
+    input symbols (c * s_b * s_t), as a loop extent, a buffer dimension, a stride or an
+    offset, in kernels that read run-time extents."""
     if any(step != "kernel" for step, _ in lowered.steps):
         raise NotDynamic("forked tasks are compiled per shape")
     given = {symbol_of(d) for b in lowered.buffers_of_kind("input") for d in b.shape}
     for buf in lowered.buffers:
         _check_buffer(buf)
         for d in buf.shape:
-            found = scaled_symbol(d)
-            if found is not None and found[1] not in given:
-                raise NotDynamic(f"buffer {buf.name}: extent s{found[1]} is no input's")
+            found = monomial(d)
+            for k in (found[1] if found is not None else ()):
+                if k not in given:
+                    raise NotDynamic(f"buffer {buf.name}: extent s{k} is no input's")
     for kernel in lowered.kernels:
         _check_kernel(kernel)
 
 
 def _check_buffer(buf: Buffer) -> None:
     for d in buf.shape:
-        if scaled_symbol(d) is None and abs(d) >= HUGE:
+        if monomial(d) is None and abs(d) >= HUGE:
             raise NotDynamic(f"buffer {buf.name} has an extent computed from dynamic ones")
-    if any(abs(s) >= HUGE and scaled_symbol(s) is None for s in buf.strides):
-        raise NotDynamic(f"{buf.name}: a stride computed from two dynamic extents")
+    if any(abs(s) >= HUGE and monomial(s) is None for s in buf.strides):
+        raise NotDynamic(f"{buf.name}: a stride computed from dynamic extents other than "
+                         "as c * s_b * s_t")
 
 
 def uses_dynamic(kernel: Kernel) -> bool:
     """Whether a kernel's loops or buffers have run-time extents (its code then reads the
     call's extent array)."""
     loops = list(kernel.loops) + [lp for p in kernel.parts for lp in p.loops]
-    return any(scaled_symbol(lp.var.extent) is not None for lp in loops) or any(
-        scaled_symbol(d) is not None for b in kernel.buffers() for d in b.shape)
+    return any(monomial(lp.var.extent) is not None for lp in loops) or any(
+        monomial(d) is not None for b in kernel.buffers() for d in b.shape)
 
 
 def _check_kernel(kernel: Kernel) -> None:
@@ -138,11 +143,7 @@ def _check_kernel(kernel: Kernel) -> None:
         raise NotDynamic(f"{name}: this kernel kind is compiled per shape")
     if kernel.reduction is not None and kernel.reduction.op in INDEX_REDUCE:
         raise NotDynamic(f"{name}: arg-reductions are compiled per shape")
-    if kernel.tile_var is not None and scaled_symbol(kernel.vector_var.extent):
-        raise NotDynamic(f"{name}: transposed tiles with a dynamic vector axis")
     g = kernel.gemm
-    if g is not None and any(scaled_symbol(v.extent) for v in (g.n, g.k)):
-        raise NotDynamic(f"{name}: a GEMM's N and K are static (M and the batch vary)")
     for part in [kernel] + list(kernel.parts):
         for lp in part.loops:
             _check_int(lp.var.extent, name, loop=True)
@@ -176,13 +177,18 @@ def _check_lin(e: Lin, name: str) -> None:
         if isinstance(atom, Var):
             _check_int(atom.extent, name, loop=True)
         elif isinstance(atom, (Div, Mod)):
-            _check_int(atom.d, name)
+            # a split of merged run-time axes (m // s1, m % s1) divides by a run-time value
+            # of a dividend that is never negative (codegen's unsigned division)
+            _check_int(atom.d, name, loop=True)
+            if atom.d >= HUGE and atom.expr.bounds()[0] < 0:
+                raise NotDynamic(f"{name}: a negative index divided by a run-time extent")
             _check_lin(atom.expr, name)
 
 
 def _check_int(v: int, name: str, loop: bool = False) -> None:
-    """`loop`: v may be c times a placeholder (a loop extent, a stride, an offset)."""
-    if abs(v) < HUGE or (loop and scaled_symbol(v) is not None):
+    """`loop`: v may be c times a product of placeholders (a loop extent, a stride, an
+    offset)."""
+    if abs(v) < HUGE or (loop and monomial(v) is not None):
         return
     raise NotDynamic(f"{name}: an index, stride or extent computed from dynamic extents "
-                     f"other than as c * s (two of them multiplied, or a split of one: {v})")
+                     f"other than as c * s_b * s_t (a sum, or a split of one: {v})")

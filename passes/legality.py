@@ -180,32 +180,50 @@ def coverage(kernels: list) -> tuple:
     return sum(k.vectorized for k in kernels), len(kernels)
 
 
-def flops(kernel: Kernel) -> int:
+def _as_is(n: int) -> int:
+    return n
+
+
+def _iterations(kernel: Kernel, size) -> int:
+    n = 1
+    for lp in kernel.loops:
+        n *= size(lp.var.extent)
+    return n
+
+
+def flops(kernel: Kernel, size=_as_is) -> int:
     """Arithmetic ops per kernel run (each Compute counts one per iteration; reductions one more;
-    a GEMM 2K per output plus its epilogue)."""
+    a GEMM 2K per output plus its epilogue). `size`: an extent's value (a run-time extent's
+    at a call's sizes; by default the extents as they are)."""
     if kernel.parts:
-        return sum(flops(p) for p in kernel.parts)
+        return sum(flops(p, size) for p in kernel.parts)
     per_iter = sum(1 for n in walk(kernel.values()) if hasattr(n, "op"))
     if kernel.gemm is not None:
         g = kernel.gemm
-        outputs = g.m.extent * g.n.extent
+        outputs = size(g.m.extent) * size(g.n.extent)
         for v in g.batch:
-            outputs *= v.extent
-        return outputs * (2 * g.k.extent + per_iter)
+            outputs *= size(v.extent)
+        return outputs * (2 * size(g.k.extent) + per_iter)
     if kernel.pool is not None:
-        return kernel.iterations() * (per_iter + kernel.pool.window)
+        return _iterations(kernel, size) * (per_iter + kernel.pool.window)
     if kernel.conv is not None:
         c = kernel.conv
-        return kernel.iterations() * (2 * c.cin_group * c.taps + per_iter)
+        return _iterations(kernel, size) * (2 * c.cin_group * c.taps + per_iter)
     combine = kernel.reduction is not None or kernel.kind == "scan"   # the running add
-    return kernel.iterations() * (per_iter + combine)
+    return _iterations(kernel, size) * (per_iter + combine)
 
 
-def bytes_moved(kernel: Kernel) -> int:
+def bytes_moved(kernel: Kernel, size=_as_is) -> int:
     """A lower bound on memory traffic: every buffer the kernel touches, read or written once;
     a buffer only gathered from, at most one element per iteration (an embedding lookup
-    reads its rows, not the table)."""
+    reads its rows, not the table). `size` as for flops."""
     plain = {ld.buffer.name for ld in kernel.loads() if not isinstance(ld, Gather)} | \
         {s.buffer.name for s in kernel.stores}
-    return sum(b.nbytes if b.name in plain else
-               min(b.nbytes, kernel.iterations() * b.dtype.itemsize) for b in kernel.buffers())
+    total = 0
+    for b in kernel.buffers():
+        nbytes = b.dtype.itemsize
+        for d in b.shape:
+            nbytes *= size(d)
+        total += nbytes if b.name in plain else \
+            min(nbytes, _iterations(kernel, size) * b.dtype.itemsize)
+    return total

@@ -35,7 +35,7 @@ from jitcore.ir.ops import ELEMENTWISE, REDUCE_COMBINE, Op
 from jitcore.ir.shapes import contiguous_strides
 
 from .rewrite import rewrite
-from .symbolic import symbol_of
+from .symbolic import monomial
 
 SPLIT_MIN = 1 << 16          # elements below which one thread is fast enough anyway
 MAX_BLOCKS = 256             # partials of a full reduction: parallel chunks, a few KB of temp
@@ -215,7 +215,7 @@ def _split(node: Node, strides: dict):
     if node.op not in REDUCE_COMBINE:
         return None
     src = node.src[0]
-    if any(symbol_of(d) is not None for d in src.shape):
+    if any(monomial(d) is not None for d in src.shape):
         return None     # a dynamic extent: splitting it would need its value
     # one output element: whatever the axes, it is a reduction of everything
     full = math.prod(node.shape) == 1 and src.ndim > 0

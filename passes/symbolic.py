@@ -7,32 +7,81 @@ reshapes). Construction simplifies with ranges, so `(6*i + j) // 6` with `0 <= j
 """
 from __future__ import annotations
 
+import functools
+import itertools
+import math
 from dataclasses import dataclass
 
 # run-time extents (jc.jit(dynamic=True)): their placeholders are defined with shapes; a
-# loop over axes merged with a dynamic one runs c * s_k times (scaled_symbol)
+# loop over axes merged with dynamic ones runs c * s_b * s_t times (monomial)
 from jitcore.ir.shapes import (HUGE, MAX_SYMBOLS, PLACEHOLDERS,  # noqa: F401
                                dynamic_extent, symbol_of)
 
 
-def scaled_symbol(n) -> tuple | None:
-    """(c, k) when `n` is c times the placeholder of symbol k (a loop over merged axes, one
-    of them dynamic: c * s_k iterations), with 0 < c < HUGE; else None."""
+def monomial(n) -> tuple | None:
+    """(c, (k, ...)) when `n` is c times a product of dynamic placeholders (symbols k, sorted,
+    a symbol repeated per factor), with 0 < c < HUGE: a loop over merged axes (c * s_b *
+    s_t iterations), a buffer's extent or a stride of an axis inside dynamic ones; else None.
+    The placeholders are primes far above any real count, so the factoring is unique."""
     if type(n) is not int or n < PLACEHOLDERS[0]:
         return None
+    return _monomial(n)
+
+
+@functools.lru_cache(maxsize=4096)
+def _monomial(n: int) -> tuple | None:
+    ks = []
     for k, p in enumerate(PLACEHOLDERS):
-        if n % p == 0 and n // p < HUGE:
-            return n // p, k
+        while n % p == 0:
+            n //= p
+            ks.append(k)
+        if n < PLACEHOLDERS[0]:
+            break
+    return (n, tuple(ks)) if ks and 0 < n < HUGE else None
+
+
+def per_item(work: int, items: int) -> int | None:
+    """work / items as c times a product of run-time extents, when that is its leading term
+    (a softmax row over T costs c * s1 per row): the product of the fewest symbols whose
+    multiple is within 2**-20 of the quotient (the lower terms are ~2**-40 of it). None when
+    the quotient is a static count (or no such product fits). `work` and `items` are
+    counted at the placeholders."""
+    q = work // max(items, 1)
+    if q < HUGE:
+        return None
+    found = monomial(items)
+    symbols = sorted(set(found[1] if found else ()) | {0, 1, 2})
+    for degree in (1, 2, 3):
+        for ks in itertools.combinations_with_replacement(symbols, degree):
+            p = math.prod(PLACEHOLDERS[k] for k in ks)
+            c = round(q / p)
+            if 1 <= c < HUGE and abs(c * p - q) <= q >> 20:   # (placeholders differ by 2**-8)
+                return c * p
     return None
 
 
+def at_sizes(extents: tuple):
+    """A function from the pass's integers to their values at a call's sizes (`extents`:
+    each symbol's value): c * s_b * s_t is c times the product; other integers as they are."""
+    def size(n: int) -> int:
+        found = monomial(n)
+        if found is None:
+            return n
+        value = found[0]
+        for k in found[1]:
+            value *= extents[k]
+        return value
+    return size
+
+
 def extent_text(n: int) -> str:
-    """An extent as printed in loop nests: `s0` for dynamic symbol 0, `4*s0` for 4 times it."""
-    found = scaled_symbol(n)
+    """An extent as printed in loop nests: `s0` for dynamic symbol 0, `4*s0*s1` for 4 times
+    the product of symbols 0 and 1."""
+    found = monomial(n)
     if found is None:
         return str(n)
-    c, k = found
-    return f"s{k}" if c == 1 else f"{c}*s{k}"
+    c, ks = found
+    return "*".join(([str(c)] if c != 1 else []) + [f"s{k}" for k in ks])
 
 
 @dataclass(frozen=True)
@@ -48,6 +97,18 @@ class Var:
         return self.name
 
 
+def fits(lo: int, hi: int, d: int) -> bool:
+    """0 <= lo and hi < d for every run-time value of the extents in hi and d. A static d
+    compares as is; a run-time d (a monomial) stands for every size up to its placeholder,
+    so a static hi < d proves nothing: hi + 1 must divide it (c'' times some of its
+    symbols, never more than d at any size: m % s1 < s1, and 8*t + j < 8*s1)."""
+    if lo < 0:
+        return False
+    if d < HUGE:
+        return hi < d
+    return d % (hi + 1) == 0
+
+
 @dataclass(frozen=True)
 class Div:
     expr: "Lin"
@@ -55,7 +116,9 @@ class Div:
 
     def bounds(self):
         lo, hi = self.expr.bounds()
-        return lo // self.d, hi // self.d
+        if self.d < HUGE or (lo >= 0 and (hi + 1) % self.d == 0):
+            return lo // self.d, hi // self.d
+        return min(lo, 0), max(hi, 0)       # (a run-time d >= 1: |e // d| <= |e|)
 
     def __repr__(self):
         return f"({self.expr!r} // {self.d})"
@@ -68,7 +131,7 @@ class Mod:
 
     def bounds(self):
         lo, hi = self.expr.bounds()
-        return (lo, hi) if 0 <= lo and hi < self.d else (0, self.d - 1)
+        return (lo, hi) if fits(lo, hi, self.d) else (0, self.d - 1)
 
     def __repr__(self):
         return f"({self.expr!r} % {self.d})"
@@ -190,8 +253,14 @@ def floordiv(e, d: int) -> Lin:
         return floordiv(inner.expr, inner.d * d)
     q, r = _split(e, d)
     lo, hi = r.bounds()
-    if lo // d == hi // d:
+    if fits(lo, hi, d):
+        return q
+    if d < HUGE and lo // d == hi // d:
         return q + lo // d
+    found = _common_factor(r, d)
+    if found is not None:                       # (g*x + y) // (g*d') is x // d' (0 <= y < g)
+        g, x, _ = found
+        return q + floordiv(x, d // g)
     return q + Lin(((Div(r, d), 1),), 0)
 
 
@@ -201,11 +270,29 @@ def mod(e, d: int) -> Lin:
         return Lin()
     _, r = _split(e, d)
     lo, hi = r.bounds()
-    if 0 <= lo and hi < d:
+    if fits(lo, hi, d):
         return r
-    if lo // d == hi // d:
+    if d < HUGE and lo // d == hi // d:
         return r + (-(lo // d) * d)
+    found = _common_factor(r, d)
+    if found is not None:                       # (g*x + y) % (g*d') is g*(x % d') + y
+        g, x, y = found
+        return mod(x, d // g) * g + y
     return Lin(((Mod(r, d), 1),), 0)
+
+
+def _common_factor(e: Lin, d: int):
+    """(g, x, y) with e == g*x + y, g > 1 dividing d and 0 <= y < g over y's range, for the
+    largest such g among the factors d shares with e's coefficients; else None. Flattened
+    indices split this way: (32*m + k) // (32*T) with 0 <= k < 32 is m // T, also when T is
+    a run-time extent (where the other rules need the value)."""
+    for g in sorted({math.gcd(d, c) for _, c in e.terms} - {1, d}, reverse=True):
+        x = {a: c // g for a, c in e.terms if c % g == 0}
+        y = _make({a: c for a, c in e.terms if c % g != 0}, e.const % g)
+        lo, hi = y.bounds()
+        if x and fits(lo, hi, g):
+            return g, _make(x, e.const // g), y
+    return None
 
 
 def substitute(e: Lin, mapping: dict) -> Lin:

@@ -21,15 +21,16 @@ def kernel_type() -> ir.FunctionType:
 
 
 def emit_parallel_for(builder: ir.IRBuilder, kernel: ir.Function, extent, bufs,
-                      grain: int, threads: int = 0) -> None:
+                      grain, threads: int = 0) -> None:
     """Run `kernel` over [0, extent) in chunks of at least `grain` iterations, on `threads`
     threads (0: the process-wide setting; 1: always on the calling thread).
 
     Work that fits in one chunk is a direct call: no pool, no wake-up. Larger work goes to
     the runtime's `jc_parallel_for` (linked in from the runtime library). `extent` may be
-    an i64 value known only at run time (then that choice is made at run time).
+    an i64 value known only at run time (then that choice is made at run time), and so
+    may `grain`.
     """
-    if not isinstance(extent, int):
+    if not isinstance(extent, int) or not isinstance(grain, int):
         _emit_parallel_for_runtime(builder, kernel, extent, bufs, grain, threads)
         return
     if extent <= 0:
@@ -42,12 +43,14 @@ def emit_parallel_for(builder: ir.IRBuilder, kernel: ir.Function, extent, bufs,
     builder.call(pfor, [kernel, I64(extent), I64(grain), bufs, I32(threads)])
 
 
-def _emit_parallel_for_runtime(builder, kernel, extent, bufs, grain: int, threads: int):
+def _emit_parallel_for_runtime(builder, kernel, extent, bufs, grain, threads: int):
+    extent = I64(extent) if isinstance(extent, int) else extent
+    grain = I64(grain) if isinstance(grain, int) else grain
     if threads == 1:
         with builder.if_then(builder.icmp_signed(">", extent, I64(0))):
             builder.call(kernel, [I64(0), extent, bufs])
         return
-    small = builder.icmp_signed("<=", extent, I64(grain))
+    small = builder.icmp_signed("<=", extent, grain)
     with builder.if_else(small) as (direct, pooled):
         with direct:
             with builder.if_then(builder.icmp_signed(">", extent, I64(0))):
@@ -55,7 +58,7 @@ def _emit_parallel_for_runtime(builder, kernel, extent, bufs, grain: int, thread
         with pooled:
             pfor = _declare(builder.module, PARALLEL_FOR,
                             ir.FunctionType(ir.VoidType(), [KERNEL_PTR, I64, I64, I8PP, I32]))
-            builder.call(pfor, [kernel, extent, I64(grain), bufs, I32(threads)])
+            builder.call(pfor, [kernel, extent, grain, bufs, I32(threads)])
 
 
 def _declare(module: ir.Module, name: str, fnty: ir.FunctionType) -> ir.Function:

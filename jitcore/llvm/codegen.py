@@ -12,7 +12,7 @@ from jitcore.ir.ops import INDEX_REDUCE, REDUCE_COMBINE, Op
 from jitcore.passes.kernel import Compute, Const, Gather, Kernel, Load, walk
 from jitcore.passes.dynamic import DIMS_SLOT, uses_dynamic
 from jitcore.passes.legality import varies
-from jitcore.passes.symbolic import Div, Lin, Var, scaled_symbol
+from jitcore.passes.symbolic import Div, Lin, Var, monomial
 from jitcore.runtime import kernel_type
 
 from . import irutil as u
@@ -109,15 +109,18 @@ class KernelEmitter:
                 self.dims = self.b.bitcast(raw, u.I64.as_pointer())
 
     def extent(self, n: int):
-        """An extent (or a stride) as an i64 value: a constant, or c times the call's value
-        of dynamic symbol k (scaled_symbol)."""
-        found = scaled_symbol(n)
+        """An extent (or a stride) as an i64 value: a constant, or c times the product of
+        the call's values of dynamic symbols (monomial), computed once at kernel entry."""
+        found = monomial(n)
         if found is None:
             return u.I64(n)
         if found not in self.dim_values:
-            c, k = found
+            c, ks = found
             with self.b.goto_entry_block():
-                v = self.b.load(self.b.gep(self.dims, [u.I64(k)]), name=f"s{k}")
+                v = None
+                for k in ks:
+                    s = self.b.load(self.b.gep(self.dims, [u.I64(k)]), name=f"s{k}")
+                    v = s if v is None else self.b.mul(v, s)
                 self.dim_values[found] = v if c == 1 else self.b.mul(v, u.I64(c))
         return self.dim_values[found]
 
@@ -158,9 +161,10 @@ class KernelEmitter:
         lo, _ = atom.expr.bounds()
         shift = -(lo // atom.d) if lo < 0 else 0        # lo + shift*d >= 0
         x = self.index(atom.expr + shift * atom.d)
+        d = self.extent(atom.d)                          # (a split of run-time extents)
         if isinstance(atom, Div):
-            return self.b.sub(self.b.udiv(x, u.I64(atom.d)), u.I64(shift))
-        return self.b.urem(x, u.I64(atom.d))
+            return self.b.sub(self.b.udiv(x, d), u.I64(shift))
+        return self.b.urem(x, d)
 
     def load(self, node: Load, lanes: int, at=None):
         """Load `node` (a vector along the vector loop, or a splat); `at`: the element index
@@ -572,18 +576,24 @@ class KernelEmitter:
         stack = {id(ld): u.alloca_once(b, ir.ArrayType(ir.VectorType(
             u.memory_type(ld.dtype), lanes), lanes * tiles * cols), name="tile")
             for ld in strided}
-        full = v.extent // lanes * lanes
-        blocks = v.extent // (lanes * cols) * (lanes * cols)
-        if blocks:
-            with u.for_range(b, u.I64(0), u.I64(blocks), lanes * cols, name=v.name + "b") as v0:
+        if monomial(v.extent) is None:
+            full = v.extent // lanes * lanes
+            blocks = v.extent // (lanes * cols) * (lanes * cols)
+            extent = v.extent
+        else:                   # a run-time vector axis: the same split, computed here
+            extent = self.extent(v.extent)
+            full = b.mul(b.sdiv(extent, u.I64(lanes)), u.I64(lanes))
+            blocks = b.mul(b.sdiv(extent, u.I64(lanes * cols)), u.I64(lanes * cols))
+        if not isinstance(blocks, int) or blocks:
+            with u.for_range(b, u.I64(0), _i64(blocks), lanes * cols, name=v.name + "b") as v0:
                 self.tile_block(strided, stack, t0, v0, tiles, cols)
-        if blocks < full:
-            with u.for_range(b, u.I64(blocks), u.I64(full), lanes, name=v.name + "t") as v0:
+        if not isinstance(blocks, int) or blocks < full:
+            with u.for_range(b, _i64(blocks), _i64(full), lanes, name=v.name + "t") as v0:
                 self.tile_block(strided, stack, t0, v0, tiles, 1)
-        if full < v.extent:
+        if not isinstance(full, int) or full < extent:
             with u.for_range(b, t0, b.add(t0, u.I64(lanes * tiles)), 1,
                              name=t.name + "rest") as tt, \
-                    u.for_range(b, u.I64(full), u.I64(v.extent), 1, name=v.name + "rest") as j:
+                    u.for_range(b, _i64(full), _i64(extent), 1, name=v.name + "rest") as j:
                 self.env[t], self.env[v] = tt, j
                 self.emit_point()
 
@@ -885,3 +895,8 @@ class _PairwiseAccumulators:
                 end_block()
                 b.store(u.I64(0), done)
         return body
+
+
+def _i64(n):
+    """An i64 value from an int or an i64 value (a bound known now or at run time)."""
+    return u.I64(n) if isinstance(n, int) else n

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from jitcore.passes.symbolic import scaled_symbol, symbol_of
+from jitcore.passes.symbolic import monomial, symbol_of
 
 from . import irutil as u
 
@@ -81,15 +81,15 @@ def _check_array(b, item, buf, ndarray_type, fail_bb, dims):
     conds = []
     for k, d in enumerate(buf.shape):
         got = b.load(b.gep(shape, [u.I64(k)]))
-        found = scaled_symbol(d)
-        c, sym = found if found is not None else (None, None)
+        found = monomial(d)
         if found is None:
             conds.append(b.icmp_unsigned("==", got, u.I64(d)))
-        elif sym in dims:             # (an output's axis may be c times it: a reshape)
-            want = dims[sym] if c == 1 else b.mul(dims[sym], u.I64(c))
-            conds.append(b.icmp_unsigned("==", got, want))
+        elif all(sym in dims for sym in found[1]):  # (an output's axis may be c * s * t)
+            conds.append(b.icmp_unsigned("==", got, _value(b, d, dims)))
         else:                         # the symbol's value; 0 and 1 have code of their own
-            assert c == 1, "a run-time extent first met as a multiple (passes/dynamic.py)"
+            assert found[0] == 1 and len(found[1]) == 1, \
+                "a run-time extent first met as a multiple (passes/dynamic.py)"
+            sym = found[1][0]
             conds += [b.icmp_signed(">=", got, u.I64(2)),
                       b.icmp_signed("<", got, u.I64(1 << 36))]
             b.store(got, b.gep(dims["array"], [u.I64(sym)]))   # (moot if a check fails)
@@ -104,12 +104,16 @@ def _check_array(b, item, buf, ndarray_type, fail_bb, dims):
 
 
 def _value(b, n: int, dims: dict):
-    """n as i64: a constant, or c times a dynamic extent's value (a stride inside it)."""
-    found = scaled_symbol(n)
+    """n as i64: a constant, or c times a product of dynamic extents' values (a stride
+    inside them)."""
+    found = monomial(n)
     if found is None:
         return u.I64(n)
-    c, k = found
-    return dims[k] if c == 1 else b.mul(dims[k], u.I64(c))
+    c, ks = found
+    v = None if c == 1 else u.I64(c)
+    for k in ks:
+        v = dims[k] if v is None else b.mul(v, dims[k])
+    return v
 
 
 def _byte_extent(b, buf, dims: dict):
@@ -118,7 +122,7 @@ def _byte_extent(b, buf, dims: dict):
     call's dynamic extents."""
     if 0 in buf.shape:
         return None
-    if all(scaled_symbol(n) is None for n in buf.shape + buf.strides):
+    if all(monomial(n) is None for n in buf.shape + buf.strides):
         lo = sum((d - 1) * st for d, st in zip(buf.shape, buf.strides) if st < 0)
         hi = sum((d - 1) * st for d, st in zip(buf.shape, buf.strides) if st > 0)
         return lo * buf.dtype.itemsize, (hi + 1) * buf.dtype.itemsize
@@ -326,7 +330,7 @@ def emit_fastcall(module, lowered, run, name, check, release_gil: bool):
         data = b.load(u.gep_bytes(b, self_item(FAST_SELF_CONSTS + k), ARRAY_DATA_OFFSET, u.I8P))
         b.store(data, b.gep(ptrs, [u.I64(buf.slot)]))
     (out,) = lowered.buffers_of_kind("output")
-    if all(symbol_of(d) is None for d in out.shape):
+    if all(monomial(d) is None for d in out.shape):
         dims = ir.GlobalVariable(module, ir.ArrayType(u.I64, max(len(out.shape), 1)),
                                  f"{name}.dims")
         dims.linkage, dims.global_constant = "internal", True

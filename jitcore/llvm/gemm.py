@@ -39,7 +39,7 @@ from llvmlite import ir
 
 from jitcore.ir.graph import ConstArray
 from jitcore.passes.kernel import Buffer, Kernel, Load
-from jitcore.passes.symbolic import lin, scaled_symbol
+from jitcore.passes.symbolic import lin, monomial
 
 from . import irutil as u
 from .epilogue import Epilogue
@@ -82,8 +82,9 @@ class GemmPlan:
     kc: int             # k per packed block
     mc: int             # rows per A block
     nc: int             # columns per packed B block (a multiple of nr)
-    k_blocks: int
-    n_blocks: int
+    k_blocks: int       # 0: K is a run-time extent (ceil(K / KC) computed by the kernel)
+    n_blocks: int       # work items per batch entry and row group (1 for a run-time N:
+    #                     each item then loops over the ceil(N / NC) column blocks)
     m_groups: int       # row groups per column block (work items for the pool)
     group_rows: int     # rows per group (0: M is a run-time extent, rows per group too)
     batch: int
@@ -117,29 +118,33 @@ def plan(kernel: Kernel, vector_bits: int, threads: int) -> GemmPlan:
     nr, mr = nv * lanes, 6
     caches = cache_sizes()
     m_ext, n_ext, k_ext = g.m.extent, g.n.extent, g.k.extent
+    # run-time N or K (jc.jit(dynamic=True)): full-size blocks, their count at run time
+    n_dynamic, k_dynamic = monomial(n_ext) is not None, monomial(k_ext) is not None
     kc = k_block(nr, size)
-    kc = min(kc, max(k_ext, 1))
+    if not k_dynamic:
+        kc = min(kc, max(k_ext, 1))
     nc = max(nr, MAX_PACK_BYTES // (kc * size) // nr * nr)
-    nc = min(nc, -(-max(n_ext, 1) // nr) * nr)
+    if not n_dynamic:
+        nc = min(nc, -(-max(n_ext, 1) // nr) * nr)
     mc = max(mr, caches[2] // 4 // (kc * size) // mr * mr)
     batch = math.prod(v.extent for v in g.batch)
-    n_blocks = -(-max(n_ext, 1) // nc)
-    if scaled_symbol(m_ext) is not None:
+    n_blocks = 1 if n_dynamic else -(-max(n_ext, 1) // nc)
+    k_blocks = 0 if k_dynamic else max(-(-k_ext // kc), 1)
+    if monomial(m_ext) is not None:
         # M known at run time only: a fixed number of row groups, each ceil(M / groups)
         # rows rounded up to whole micro-kernel rows (computed by the kernel)
         m_groups = 1
         if threads > 1 and 0 < batch * n_blocks < 2 * threads:
             m_groups = -(-2 * threads // (batch * n_blocks))
-        return GemmPlan(lanes, mr, nr, nv, kc, mc, nc, max(-(-k_ext // kc), 1), n_blocks,
-                        m_groups, 0, batch)
+        return GemmPlan(lanes, mr, nr, nv, kc, mc, nc, k_blocks, n_blocks, m_groups, 0, batch)
     row_panels = max(-(-m_ext // mr), 1)
     m_groups = 1
     if threads > 1 and 0 < batch * n_blocks < 2 * threads:      # batch 0: nothing to split
         m_groups = min(-(-2 * threads // (batch * n_blocks)), row_panels)
     group_rows = -(-row_panels // m_groups) * mr
     m_groups = max(-(-max(m_ext, 1) // group_rows), 1)
-    return GemmPlan(lanes, mr, nr, nv, kc, mc, nc, max(-(-k_ext // kc), 1), n_blocks, m_groups,
-                    group_rows, batch)
+    return GemmPlan(lanes, mr, nr, nv, kc, mc, nc, k_blocks, n_blocks, m_groups, group_rows,
+                    batch)
 
 
 def prepackable(kernel: Kernel, lowered) -> bool:
@@ -150,6 +155,8 @@ def prepackable(kernel: Kernel, lowered) -> bool:
         return False
     if g.b.buffer.kind != "const" or any(g.b.offset.coeff(v) != 0 for v in g.batch):
         return False
+    if monomial(g.n.extent) is not None or monomial(g.k.extent) is not None:
+        return False              # (panels are laid out for static N and K)
     if g.b.offset.coeff(g.k) is None or g.b.offset.coeff(g.n) is None:
         return False
     slot = g.b.buffer.slot
@@ -232,23 +239,39 @@ class GemmEmitter:
                 ke.env[v] = b.srem(flat, ke.extent(v.extent))
                 flat = b.sdiv(flat, ke.extent(v.extent))
             j, group = b.sdiv(rem, u.I64(p.m_groups)), b.srem(rem, u.I64(p.m_groups))
-            n0 = b.mul(j, u.I64(p.nc))
-            ncols = u.imin(b, u.I64(p.nc), b.sub(u.I64(g.n.extent), n0))
             m_ext = ke.extent(g.m.extent)
             group_rows = u.I64(p.group_rows) if p.group_rows else self.run_time_group_rows(m_ext)
             m_lo = b.mul(group, group_rows)
             m_hi = u.imin(b, b.add(m_lo, group_rows), m_ext)
-            with _loop(b, u.I64(0), u.I64(p.k_blocks), 1, name="pcb") as pci:
-                pc = b.mul(pci, u.I64(p.kc))
-                kc = u.imin(b, u.I64(p.kc), b.sub(u.I64(g.k.extent), pc))
-                npanels = b.sdiv(b.add(ncols, u.I64(p.nr - 1)), u.I64(p.nr))
-                panels = self.packed_block(pci, j, pc, kc, n0, ncols, npanels)
-                if p.k_blocks == 1:           # one k block: known at compile time
-                    first = last = True
-                else:
-                    last = b.icmp_signed("==", pci, u.I64(p.k_blocks - 1))
-                    first = b.icmp_signed("==", pci, u.I64(0))
-                self.row_blocks(panels, pc, kc, n0, ncols, npanels, m_lo, m_hi, first, last)
+            if monomial(g.n.extent) is None:
+                self.column_block(j, m_lo, m_hi)
+            else:                         # a run-time N: this item's rows, every column block
+                n_blocks = self.blocks(ke.extent(g.n.extent), p.nc)
+                with _loop(b, u.I64(0), n_blocks, 1, name="jb") as jb:
+                    self.column_block(jb, m_lo, m_hi)
+
+    def blocks(self, extent, size: int):
+        """ceil(extent / size) for a run-time extent (>= 2: at least one block)."""
+        return self.b.sdiv(self.b.add(extent, u.I64(size - 1)), u.I64(size))
+
+    def column_block(self, j, m_lo, m_hi):
+        """Columns j*NC.. of rows m_lo..m_hi: every k block, packed, then the row blocks."""
+        b, p, g, ke = self.b, self.p, self.g, self.ke
+        n0 = b.mul(j, u.I64(p.nc))
+        ncols = u.imin(b, u.I64(p.nc), b.sub(ke.extent(g.n.extent), n0))
+        k_ext = ke.extent(g.k.extent)
+        k_blocks = u.I64(p.k_blocks) if p.k_blocks else self.blocks(k_ext, p.kc)
+        with _loop(b, u.I64(0), k_blocks, 1, name="pcb") as pci:
+            pc = b.mul(pci, u.I64(p.kc))
+            kc = u.imin(b, u.I64(p.kc), b.sub(k_ext, pc))
+            npanels = b.sdiv(b.add(ncols, u.I64(p.nr - 1)), u.I64(p.nr))
+            panels = self.packed_block(pci, j, pc, kc, n0, ncols, npanels)
+            if p.k_blocks == 1:               # one k block: known at compile time
+                first = last = True
+            else:
+                last = b.icmp_signed("==", pci, b.sub(k_blocks, u.I64(1)))
+                first = b.icmp_signed("==", pci, u.I64(0))
+            self.row_blocks(panels, pc, kc, n0, ncols, npanels, m_lo, m_hi, first, last)
 
     def run_time_group_rows(self, m_ext):
         """ceil(ceil(M / MR) / groups) * MR for a run-time M."""
@@ -290,6 +313,31 @@ class GemmEmitter:
                     ptr = b.gep(panels, [b.add(dst, u.I64(h * p.lanes))])
                     b.store(vec, b.bitcast(ptr, self.vty.as_pointer()), align=64)
 
+    def pack_strided(self, panels, pc, kc, n0, ncols, npanels):
+        """The panels of a B strided along n (a transposed operand: k^T in attention), one
+        column at a time down k (contiguous when B is a transpose), only the valid columns;
+        a panel with fewer than NR of them is zeroed first (with N known at run time only,
+        a vector-at-a-time gather loaded all NR columns of a short panel: 10x at N = 17)."""
+        b, p, g, ke = self.b, self.p, self.g, self.ke
+        zero = u.const(self.vty, 0)
+        vptr = self.vty.as_pointer()
+        with _loop(b, u.I64(0), npanels, 1, name="jp") as jp:
+            valid = u.imin(b, b.sub(ncols, b.mul(jp, u.I64(p.nr))), u.I64(p.nr))
+            col0 = b.add(n0, b.mul(jp, u.I64(p.nr)))
+            panel = b.gep(panels, [b.mul(jp, u.I64(p.kc * p.nr))])
+            with b.if_then(b.icmp_signed("<", valid, u.I64(p.nr))):
+                with u.for_range(b, u.I64(0), kc, 1, name="kz") as kk:
+                    row = b.gep(panel, [b.mul(kk, u.I64(p.nr))])
+                    for h in range(p.nv):
+                        b.store(zero, b.bitcast(b.gep(row, [u.I64(h * p.lanes)]), vptr),
+                                align=64)
+            with _loop(b, u.I64(0), valid, 1, name="c") as c:
+                ke.env[g.n] = b.add(col0, c)
+                with u.for_range(b, u.I64(0), kc, 1, name="kk") as kk:
+                    ke.env[g.k] = b.add(pc, kk)
+                    x = b.load(b.gep(ke.base_ptr(g.b.buffer), [ke.index(g.b.offset)]))
+                    b.store(x, b.gep(panel, [b.add(b.mul(kk, u.I64(p.nr)), c)]))
+
     def load_row(self, col, count, mask):
         """lanes of B's row env[k] from column `col`, `count` of them valid (the rest zero,
         through a masked load)."""
@@ -310,27 +358,6 @@ class GemmEmitter:
         phi.add_incoming(part, else_bb)
         return phi
 
-    def pack_strided(self, panels, pc, kc, n0, ncols, npanels):
-        """pack() for a B strided along n (a transposed operand, often contiguous along k):
-        column by column, down k, one element at a time. Columns at or past the block's
-        last are zero and read the last column of B (clamped: in bounds). A loop over the
-        columns, not a vector built lane by lane: a sixteenth of the code."""
-        b, p, g, ke = self.b, self.p, self.g, self.ke
-        zero = u.const(self.elem, 0)
-        with _loop(b, u.I64(0), npanels, 1, name="jp") as jp:
-            count = b.sub(ncols, b.mul(jp, u.I64(p.nr)))       # > 0 columns left
-            col0 = b.add(n0, b.mul(jp, u.I64(p.nr)))
-            dst0 = b.mul(jp, u.I64(p.kc * p.nr))
-            with _loop(b, u.I64(0), u.I64(p.nr), 1, name="c") as c:
-                valid = b.icmp_signed("<", c, count)
-                ke.env[g.n] = u.imin(b, b.add(col0, c), u.I64(max(g.n.extent - 1, 0)))
-                dst = b.add(dst0, c)
-                with _loop(b, u.I64(0), kc, 1, name="kk") as kk:
-                    ke.env[g.k] = b.add(pc, kk)
-                    x = b.load(b.gep(ke.base_ptr(g.b.buffer), [ke.index(g.b.offset)]))
-                    b.store(b.select(valid, x, zero),
-                            b.gep(panels, [b.add(dst, b.mul(kk, u.I64(p.nr)))]))
-
     # -- rows and the micro-kernel ----------------------------------------------------------
     def row_blocks(self, panels, pc, kc, n0, ncols, npanels, m_lo, m_hi, first, last):
         b, p = self.b, self.p
@@ -342,14 +369,45 @@ class GemmEmitter:
                 panel = b.gep(panels, [b.mul(jp, u.I64(p.kc * p.nr))])
                 with _loop(b, ic, ic_end, p.mr, "ir", partial=True) as row0:
                     nrow = u.imin(b, u.I64(p.mr), b.sub(ic_end, row0))
-                    accs = self.micro(panel, pc, kc, row0)
+                    if monomial(self.g.n.extent) is None:
+                        accs = self.micro(panel, pc, kc, row0)
+                    else:
+                        accs = self.micro_to(panel, pc, kc, row0, ncol)
                     self.update(accs, row0, nrow, col0, ncol, first, last)
 
-    def micro(self, panel, pc, kc, row0):
+    def micro_to(self, panel, pc, kc, row0, ncol):
+        """The micro-kernel over the vectors that hold the panel's `ncol` valid columns: a
+        run-time N may leave most of a panel padding (N = 16 of NR = 64), whose FMAs a
+        static N lets LLVM drop (their sums are never stored); one variant per count. The
+        variants' sums meet in stack slots (promoted to registers by LLVM)."""
+        b, p = self.b, self.p
+        vectors = b.sdiv(b.add(ncol, u.I64(p.lanes - 1)), u.I64(p.lanes))
+        slots = [[u.alloca_once(b, self.vty, name=f"sum{r}_{h}") for h in range(p.nv)]
+                 for r in range(p.mr)]
+
+        def keep(accs):
+            for row, values in zip(slots, accs):
+                for slot, value in zip(row, values):
+                    b.store(value, slot)
+
+        def from_count(nvec):
+            if nvec == p.nv:
+                return keep(self.micro(panel, pc, kc, row0))
+            with b.if_else(b.icmp_signed("<=", vectors, u.I64(nvec))) as (then, otherwise):
+                with then:
+                    keep(self.micro(panel, pc, kc, row0, nvec))
+                with otherwise:
+                    from_count(nvec + 1)
+        from_count(1)
+        return [[b.load(slot) for slot in row] for row in slots]
+
+    def micro(self, panel, pc, kc, row0, nvec: int = 0):
         """accs[r][h] = sum over kk < kc of A[row0 + r, pc + kk] * panel[kk][h*lanes ...]:
         the MR x NV accumulator vectors, phis of the k loop (SSA from the start: no stack
-        slots for LLVM to promote)."""
+        slots for LLVM to promote); only the first `nvec` vectors are summed (0: all; the
+        others hold no valid column and stay zero)."""
         b, p, g, ke = self.b, self.p, self.g, self.ke
+        nvec = nvec or p.nv
         ke.env[g.k] = pc
         a_rows, a_base = [], ke.base_ptr(g.a.buffer)
         last_row = self.last_row()
@@ -363,13 +421,13 @@ class GemmEmitter:
         b.branch(cond)
         b.position_at_end(cond)
         kk = b.phi(u.I64, name="k")
-        accs = [[b.phi(self.vty, name=f"acc{r}_{h}") for h in range(p.nv)] for r in range(p.mr)]
+        accs = [[b.phi(self.vty, name=f"acc{r}_{h}") for h in range(nvec)] for r in range(p.mr)]
         b.cbranch(b.icmp_signed("<", kk, kc), body, done)
         b.position_at_end(body)
         bk = b.gep(panel, [b.mul(kk, u.I64(p.nr))])
         # unaligned loads: a prepacked constant's array is only element-aligned
         bv = [b.load(b.bitcast(b.gep(bk, [u.I64(h * p.lanes)]), vptr), align=1)
-              for h in range(p.nv)]
+              for h in range(nvec)]
         ak = kk if step == 1 else b.mul(kk, ke.extent(step or 0))
         sums = []
         for r in range(p.mr):
@@ -377,7 +435,7 @@ class GemmEmitter:
                 self.a_element(row0, r, b.add(pc, kk))
             a = u.splat(b, a, p.lanes)
             sums.append([u.intrinsic(b, "fmuladd", [a, bv[h], accs[r][h]])
-                         for h in range(p.nv)])
+                         for h in range(nvec)])
         after = b.block
         kk.add_incoming(u.I64(0), before)
         kk.add_incoming(b.add(kk, u.I64(1)), after)
@@ -388,11 +446,11 @@ class GemmEmitter:
                 acc.add_incoming(value, after)
         b.branch(cond).set_metadata("llvm.loop", u.no_unroll(b.module))
         b.position_at_end(done)
-        return accs
+        return [row + [zero] * (p.nv - nvec) for row in accs]
 
     def last_row(self):
         """max(M - 1, 0) (rows past the edge read this row)."""
-        if scaled_symbol(self.g.m.extent) is None:
+        if monomial(self.g.m.extent) is None:
             return u.I64(max(self.g.m.extent - 1, 0))
         m1 = self.b.sub(self.ke.extent(self.g.m.extent), u.I64(1))
         return self.b.select(self.b.icmp_signed(">", m1, u.I64(0)), m1, u.I64(0))
@@ -412,7 +470,7 @@ class GemmEmitter:
         is whole vectors (N and the block widths multiples of the vector), only the first
         form is emitted: LLVM would otherwise spend time proving the masked one dead."""
         b, p, g, ke = self.b, self.p, self.g, self.ke
-        whole_vectors = scaled_symbol(g.n.extent) is None and g.n.extent % p.lanes == 0 \
+        whole_vectors = monomial(g.n.extent) is None and g.n.extent % p.lanes == 0 \
             and p.nc % p.lanes == 0
         tile = b.bitcast(self.ctile, self.vty.as_pointer())
         for r in range(p.mr):

@@ -34,7 +34,7 @@ from jitcore.passes.kernel_key import kernel_key
 from jitcore.passes.legality import bytes_moved, flops
 from jitcore.passes.dynamic import DIMS_SLOT
 from jitcore.passes.memory_plan import ALIGN, plan_temps
-from jitcore.passes.symbolic import scaled_symbol
+from jitcore.passes.symbolic import monomial, per_item
 from jitcore.runtime import emit_parallel_for, emit_spawn, emit_wait, kernel_type
 
 from . import irutil as u
@@ -61,7 +61,8 @@ class KernelCode:
     text: str
     buffer_slots: tuple      # the graph slots the kernel's `bufs` array holds, in order
     extent: int              # iterations of its range loop (work items for GEMM/GEMV)
-    grain: int               # fewest iterations per parallel chunk
+    grain: int               # fewest iterations per parallel chunk (negative: -c * s_k, the
+    #                          cost of one iteration, a run-time value: see grain)
 
 
 @dataclass(frozen=True)
@@ -214,7 +215,11 @@ def grain(kernel: Kernel, extent: int | None = None) -> int:
     parallel chunk, from its cost. A streaming column reduction is split in halves at most:
     narrower column slices turn its long row reads into short strided ones."""
     extent = kernel.range_extent if extent is None else extent
-    per_iteration = max((bytes_moved(kernel) + flops(kernel)) / max(extent, 1), 1)
+    work = bytes_moved(kernel) + flops(kernel)
+    dynamic_cost = per_item(work, extent)
+    if dynamic_cost is not None:    # a row of run-time length: the grain is computed per call
+        return -dynamic_cost
+    per_iteration = max(work / max(extent, 1), 1)
     g = max(1, math.ceil(MIN_CHUNK_WORK / per_iteration))
     return max(g, -(-extent // 2)) if streams_by_rows(kernel) else g
 
@@ -224,14 +229,16 @@ def _declare_kernel(module: ir.Module, code: KernelCode) -> ir.Function:
 
 
 def dim_value(b: ir.IRBuilder, dims, n: int):
-    """An extent as an i64 value: a constant, or c times the call's value of dynamic
-    symbol k (scaled_symbol)."""
-    found = scaled_symbol(n)
+    """An extent as an i64 value: a constant, or c times the product of the call's values
+    of dynamic symbols (monomial)."""
+    found = monomial(n)
     if found is None:
         return u.I64(n)
-    c, k = found
-    v = b.load(b.gep(dims, [u.I64(k)]))
-    return v if c == 1 else b.mul(v, u.I64(c))
+    c, ks = found
+    v = u.I64(c)
+    for k in ks:
+        v = b.mul(v, b.load(b.gep(dims, [u.I64(k)])))
+    return v
 
 
 def _launch(b: ir.IRBuilder, code: KernelCode, pointer, threads: int, dims=None) -> None:
@@ -244,9 +251,13 @@ def _launch(b: ir.IRBuilder, code: KernelCode, pointer, threads: int, dims=None)
     for local, slot in enumerate(code.buffer_slots):
         ptr = b.bitcast(dims, u.I8P) if slot == DIMS_SLOT else pointer(slot)
         b.store(ptr, b.gep(own, [u.I64(local)]))
-    extent = code.extent if scaled_symbol(code.extent) is None else \
+    extent = code.extent if monomial(code.extent) is None else \
         dim_value(b, dims, code.extent)
-    emit_parallel_for(b, _declare_kernel(b.module, code), extent, own, code.grain, threads)
+    chunk = code.grain
+    if chunk < 0:                   # MIN_CHUNK_WORK over this call's cost of an iteration
+        cost = dim_value(b, dims, -chunk)
+        chunk = b.add(b.sdiv(u.I64(MIN_CHUNK_WORK - 1), cost), u.I64(1))
+    emit_parallel_for(b, _declare_kernel(b.module, code), extent, own, chunk, threads)
 
 
 def _emit_task(module, lowered, kernels, task: int, name: str, threads: int) -> ir.Function:
