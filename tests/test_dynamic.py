@@ -477,14 +477,8 @@ def test_two_threads_split_attention_over_sequence_lengths():
 
 def _real(n: int, sizes: dict) -> int:
     """An integer of the symbolic pass at run time: c * s_b * s_t becomes c times the sizes."""
-    from jitcore.passes.symbolic import monomial
-    found = monomial(n)
-    if found is None:
-        return n
-    value = found[0]
-    for k in found[1]:
-        value *= sizes[k]
-    return value
+    from jitcore.passes.symbolic import at_sizes
+    return at_sizes(sizes)(n)
 
 
 def _evaluate(e, env: dict, sizes: dict) -> int:
