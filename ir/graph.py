@@ -19,9 +19,23 @@ class ConstArray:
         arr = np.ascontiguousarray(array).copy()
         arr.flags.writeable = False
         self.array = arr
-        h = hashlib.sha1(arr.tobytes())
+        h = hashlib.sha1(arr)                 # (the buffer itself: no bytes copy)
         h.update(f"{arr.dtype}{arr.shape}".encode())
         self.digest = h.hexdigest()[:16]
+
+    @classmethod
+    def derived(cls, array: np.ndarray, source: "ConstArray", how: str) -> "ConstArray":
+        """A constant the compiler computed from `source` (GEMM or conv weights packed into
+        panels): `array`, contiguous and owned by the caller, is kept as is (made read-only,
+        not copied), and its digest comes from source's and `how` instead of hashing the
+        data again (a BERT-base's weights took ~0.5 s to copy and hash once more)."""
+        assert array.flags.c_contiguous
+        array.flags.writeable = False
+        const = cls.__new__(cls)
+        const.array = array
+        h = hashlib.sha1(f"{source.digest} {how} {array.dtype}{array.shape}".encode())
+        const.digest = h.hexdigest()[:16]
+        return const
 
     def __eq__(self, other):
         return isinstance(other, ConstArray) and other.digest == self.digest

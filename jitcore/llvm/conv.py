@@ -41,7 +41,7 @@ from jitcore.passes.symbolic import lin
 
 from . import irutil as u
 from .epilogue import Epilogue
-from .gemm import cache_sizes
+from .gemm import cache_sizes, loads_per_slot
 
 MAX_NV = 8              # pixel vectors per tile
 MAX_MR = 12             # output channels per tile (more: one broadcast load per FMA)
@@ -188,18 +188,20 @@ def prepack(lowered, vector_bits: int, threads: int) -> int:
     does for GEMM operands). Returns the bytes packed."""
     packed_bytes = 0
     const_bufs = lowered.buffers_of_kind("const")
+    loads = loads_per_slot(lowered)
     for kernel in lowered.kernels:
         c = kernel.conv
         if c is None or c.w.buffer.kind != "const":
             continue
         slot = c.w.buffer.slot
-        if sum(ld.buffer.slot == slot for k in lowered.kernels for ld in k.loads()) != 1:
+        if loads[slot] != 1:
             continue
         p = plan(kernel, vector_bits, threads)
         index = const_bufs.index(c.w.buffer)
         dense = _dense_weights(lowered.consts[index].array, c.w, c.w_vars)
         panels = packed_weights(dense, c.attrs.groups, p.mr)
-        lowered.consts[index] = ConstArray(panels)
+        lowered.consts[index] = ConstArray.derived(panels, lowered.consts[index],
+                                                   f"conv panels {p}")
         new = Buffer(c.w.buffer.name, "const", c.w.buffer.dtype, panels.shape, (1,), slot)
         lowered.buffers[slot] = new
         const_bufs[index] = new
