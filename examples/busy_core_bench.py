@@ -19,6 +19,7 @@ import time
 import numpy as np
 
 import jitcore as jc
+from timing import time_per_call
 
 
 def spin(core: int, stop) -> None:
@@ -53,16 +54,6 @@ def chain(x):
     return jc.tanh(x * 1.1 + 0.2) * jc.tanh(x)
 
 
-def sample(fn, x, min_time: float) -> float:
-    n, t0 = 0, time.perf_counter()
-    while True:
-        fn(x)
-        n += 1
-        elapsed = time.perf_counter() - t0
-        if elapsed >= min_time:
-            return elapsed / n
-
-
 def measure(size: int, repeat: int, min_time: float = 0.02) -> tuple:
     """(1-thread median s, 2-thread median s), samples interleaved."""
     x = np.random.default_rng(0).random(size, dtype=np.float32)
@@ -70,8 +61,8 @@ def measure(size: int, repeat: int, min_time: float = 0.02) -> tuple:
     one(x), two(x)
     t1, t2 = [], []
     for _ in range(repeat):
-        t1.append(sample(one, x, min_time))
-        t2.append(sample(two, x, min_time))
+        t1.append(time_per_call(lambda: one(x), min_time))
+        t2.append(time_per_call(lambda: two(x), min_time))
     return float(np.median(t1)), float(np.median(t2))
 
 

@@ -13,14 +13,16 @@ def median_time(fn, repeat: int = 9, min_time: float = 0.0, clock=time.perf_coun
     time.thread_time counts only this thread's CPU time (single-threaded code on a loaded
     machine: time spent waiting for a core is left out)."""
     fn()
-    samples = []
-    for _ in range(repeat):
-        n, t0 = 0, clock()
-        while True:
-            fn()
-            n += 1
-            elapsed = clock() - t0
-            if elapsed >= min_time:
-                break
-        samples.append(elapsed / n)
-    return float(np.median(samples))
+    return float(np.median([time_per_call(fn, min_time, clock) for _ in range(repeat)]))
+
+
+def time_per_call(fn, min_time: float = 0.0, clock=time.perf_counter) -> float:
+    """One sample: seconds per call of fn, calling it until at least `min_time` seconds
+    have passed (one call when 0)."""
+    n, t0 = 0, clock()
+    while True:
+        fn()
+        n += 1
+        elapsed = clock() - t0
+        if elapsed >= min_time:
+            return elapsed / n
