@@ -135,13 +135,9 @@ class KernelIR:
         self.target_key = target_key
 
     def _key(self, structure_key) -> str:
-        h = hashlib.sha256()
-        for part in ("kernel-ir", repr(structure_key), repr(self.target_key),
-                     repr(host_caches()), llvmlite.__version__, _llvm_version(),
-                     _jitcore_version(), _backend_fingerprint()):
-            h.update(part.encode())
-            h.update(b"\0")
-        return h.hexdigest()
+        return _digest("kernel-ir", repr(structure_key), repr(self.target_key),
+                       repr(host_caches()), llvmlite.__version__, _llvm_version(),
+                       _jitcore_version(), _backend_fingerprint())
 
     def load(self, structure_key):
         from .llvm.graph_module import KernelCode
@@ -223,13 +219,9 @@ class GraphEntry:
 
     def __init__(self, parts: tuple, target_key: tuple):
         self.target_key = target_key
-        h = hashlib.sha256()
-        for part in ("graph", str(self.FORMAT), *map(repr, parts), repr(target_key),
-                     llvmlite.__version__, _llvm_version(), _jitcore_version(),
-                     _backend_fingerprint(), _engine_fingerprint(), _driver_fingerprint()):
-            h.update(part.encode())
-            h.update(b"\0")
-        self.key = h.hexdigest()
+        self.key = _digest("graph", str(self.FORMAT), *map(repr, parts), repr(target_key),
+                           llvmlite.__version__, _llvm_version(), _jitcore_version(),
+                           _backend_fingerprint(), _engine_fingerprint(), _driver_fingerprint())
 
     def load(self) -> GraphManifest | None:
         found = load(self.key, self.target_key, None, "disk_graph_misses")
@@ -281,13 +273,9 @@ class ModuleRecipe:
 
     def __init__(self, parts: tuple, target_key: tuple):
         self.target_key = target_key
-        h = hashlib.sha256()
-        for part in ("module-recipe", *map(repr, parts), repr(target_key), llvmlite.__version__,
-                     _llvm_version(), _jitcore_version(), _backend_fingerprint(),
-                     _engine_fingerprint()):
-            h.update(part.encode())
-            h.update(b"\0")
-        self.key = h.hexdigest()
+        self.key = _digest("module-recipe", *map(repr, parts), repr(target_key),
+                           llvmlite.__version__, _llvm_version(), _jitcore_version(),
+                           _backend_fingerprint(), _engine_fingerprint())
 
     def load(self) -> StoredModule | None:
         found = load(self.key, self.target_key, None, None)
@@ -321,9 +309,14 @@ def _backend_fingerprint() -> str:
 
 
 def key(ir_text: str, target_key: tuple, exports: list) -> str:
+    return _digest(ir_text, repr(target_key), repr(exports), llvmlite.__version__,
+                   _llvm_version(), _jitcore_version(), _engine_fingerprint())
+
+
+def _digest(*parts: str) -> str:
+    """SHA-256 of the parts, each followed by a NUL (hex): every entry's key."""
     h = hashlib.sha256()
-    for part in (ir_text, repr(target_key), repr(exports), llvmlite.__version__,
-                 _llvm_version(), _jitcore_version(), _engine_fingerprint()):
+    for part in parts:
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()

@@ -115,13 +115,10 @@ class KernelEmitter:
         if found is None:
             return u.I64(n)
         if found not in self.dim_values:
-            c, ks = found
             with self.b.goto_entry_block():
-                v = None
-                for k in ks:
-                    s = self.b.load(self.b.gep(self.dims, [u.I64(k)]), name=f"s{k}")
-                    v = s if v is None else self.b.mul(v, s)
-                self.dim_values[found] = v if c == 1 else self.b.mul(v, u.I64(c))
+                self.dim_values[found] = u.extent_value(
+                    self.b, n, lambda k: self.b.load(self.b.gep(self.dims, [u.I64(k)]),
+                                                     name=f"s{k}"))
         return self.dim_values[found]
 
     # -- memory ---------------------------------------------------------------------------

@@ -105,15 +105,8 @@ def _check_array(b, item, buf, ndarray_type, fail_bb, dims):
 
 def _value(b, n: int, dims: dict):
     """n as i64: a constant, or c times a product of dynamic extents' values (a stride
-    inside them)."""
-    found = monomial(n)
-    if found is None:
-        return u.I64(n)
-    c, ks = found
-    v = None if c == 1 else u.I64(c)
-    for k in ks:
-        v = dims[k] if v is None else b.mul(v, dims[k])
-    return v
+    inside them); `dims`: symbol -> its value."""
+    return u.extent_value(b, n, dims.__getitem__)
 
 
 def _byte_extent(b, buf, dims: dict):

@@ -230,15 +230,8 @@ def _declare_kernel(module: ir.Module, code: KernelCode) -> ir.Function:
 
 def dim_value(b: ir.IRBuilder, dims, n: int):
     """An extent as an i64 value: a constant, or c times the product of the call's values
-    of dynamic symbols (monomial)."""
-    found = monomial(n)
-    if found is None:
-        return u.I64(n)
-    c, ks = found
-    v = u.I64(c)
-    for k in ks:
-        v = b.mul(v, b.load(b.gep(dims, [u.I64(k)])))
-    return v
+    of dynamic symbols (read from the extent array `dims`)."""
+    return u.extent_value(b, n, lambda k: b.load(b.gep(dims, [u.I64(k)])))
 
 
 def _launch(b: ir.IRBuilder, code: KernelCode, pointer, threads: int, dims=None) -> None:

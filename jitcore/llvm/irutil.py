@@ -6,6 +6,7 @@ from contextlib import contextmanager
 from llvmlite import ir
 
 from jitcore.ir.dtypes import DType
+from jitcore.passes.symbolic import monomial
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 F32, F64 = ir.FloatType(), ir.DoubleType()
@@ -310,3 +311,17 @@ def transpose(builder: ir.IRBuilder, rows: list) -> list:
         half *= 2
     return rows
 
+
+
+def extent_value(b: ir.IRBuilder, n: int, symbol_value):
+    """An extent (or stride) as an i64 value: a constant, or c times the product of the
+    dynamic symbols' values (passes.symbolic.monomial; `symbol_value(k)`: symbol k's i64)."""
+    found = monomial(n)
+    if found is None:
+        return I64(n)
+    c, ks = found
+    v = None
+    for k in ks:
+        s = symbol_value(k)
+        v = s if v is None else b.mul(v, s)
+    return v if c == 1 else b.mul(v, I64(c))
