@@ -1104,15 +1104,26 @@ def test_random_programs_with_streaming_stores_match_numpy(program):
             for s, d in zip(program.input_shapes, program.input_dtypes)])
 
 
-def _resized(program, inputs, n: int) -> list | None:
+def _resized(program, inputs, n: int, t: int | None = None) -> list | None:
     """The inputs with the leading extent of every input that shares input 0's replaced by n
-    (None when input 0 has no leading axis of 2 or more)."""
-    lead = inputs[0].shape[0] if inputs[0].ndim else 0
-    if lead < 2:
+    and, with `t`, the second-to-last extent (the sequence axis) of every rank >= 3 input
+    that shares input 0's replaced by t (None when input 0 has no such axis of 2 or more)."""
+    x0 = inputs[0]
+    lead = x0.shape[0] if x0.ndim else 0
+    seq = x0.shape[-2] if x0.ndim >= 3 else 0
+    if lead < 2 or (t is not None and seq < 2):
         return None
-    rng = np.random.default_rng(program.seed + n)
-    return [(rng.standard_normal((n, *x.shape[1:])) * 2.0).astype(x.dtype)
-            if x.ndim and x.shape[0] == lead else x for x in inputs]
+    rng = np.random.default_rng(program.seed + n + (t or 0))
+
+    def shape(x):
+        s = list(x.shape)
+        if x.ndim and s[0] == lead:
+            s[0] = n
+        if t is not None and x.ndim >= 3 and s[-2] == seq:
+            s[-2] = t
+        return tuple(s)
+    return [x if shape(x) == x.shape else
+            (rng.standard_normal(shape(x)) * 2.0).astype(x.dtype) for x in inputs]
 
 
 @settings(max_examples=80, deadline=None, database=None,
@@ -1120,18 +1131,20 @@ def _resized(program, inputs, n: int) -> list | None:
                                  HealthCheck.filter_too_much])
 @given(programs())
 def test_random_programs_with_run_time_extents_match_numpy(program):
-    """dynamic=True (the leading extents run-time values where the program allows): the
-    drawn shapes, then the same program at two other leading sizes through the same jitted
-    function (where numpy runs the program at that size: a reshape or slice with literal
-    extents may not), each held to the float64 reference as the static test is."""
+    """dynamic=True (the leading extents, and the sequence axis of rank >= 3 inputs,
+    run-time values where the program allows): the drawn shapes, then the same program at
+    two other leading sizes and at another leading size and sequence length, through the
+    same jitted function (where numpy runs the program at that size: a reshape or slice with
+    literal extents may not), each held to the float64 reference as the static test is."""
     rng = np.random.default_rng(program.seed)
     inputs = [(rng.standard_normal(s) * 2.0).astype(d)
               for s, d in zip(program.input_shapes, program.input_dtypes)]
     least = F32 if _float32_anywhere(program) else F64
     f = jitted(program, dynamic=True)
     lead = inputs[0].shape[0] if inputs[0].ndim else 0
+    seq = inputs[0].shape[-2] if inputs[0].ndim >= 3 else 0
     for size_inputs in [inputs, _resized(program, inputs, lead + 3),
-                        _resized(program, inputs, 2)]:
+                        _resized(program, inputs, 2), _resized(program, inputs, lead + 1, seq + 2)]:
         if size_inputs is None:
             continue
         try:
