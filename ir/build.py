@@ -17,6 +17,7 @@ from .ops import (AXIS_OPS, BINARY, BITWISE, BITWISE_BINARY, COMPARE, FLOAT_BINA
                   LOGICAL_BINARY, REDUCE, SHIFT, UNARY, Op)
 from .pooling import Pool2d
 from .shapes import broadcast_shapes, numel
+from .sizes import monomial
 
 # numpy rejects these for bool (abs, floor and ceil of bool are bool)
 _ANY_NUMERIC_UNARY = frozenset({Op.NEG, Op.RELU, Op.RELU6})
@@ -225,6 +226,14 @@ def const(value, dtype) -> Node:
     """A scalar constant of shape (), its value converted to the dtype as numpy would."""
     dtype = dt.as_dtype(dtype)
     return Node(Op.CONST, dtype, (), (), dtype.np.type(value).item())
+
+
+def dim(extent: int) -> Node:
+    """The run-time value of an extent (c times a product of placeholders) as an int64
+    scalar: the backend reads it from the call's extents."""
+    if monomial(extent) is None:
+        raise ShapeError(f"dim: {extent} is not a run-time extent")
+    return Node(Op.DIM, dt.int64, (), (), extent)
 
 
 def const_array(array) -> Node:

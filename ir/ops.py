@@ -12,6 +12,9 @@ class Op(Enum):
     # leaves
     INPUT = auto()
     CONST = auto()
+    # the run-time value of an extent (arg: c times a product of placeholders, ir/sizes.py):
+    # a size Python used as a value in a dynamic trace; int64, shape ()
+    DIM = auto()
     # unary elementwise primitives
     NEG = auto(); ABS = auto(); EXP = auto(); LOG = auto(); SQRT = auto(); TANH = auto()
     ERF = auto(); SIN = auto(); COS = auto(); FLOOR = auto(); CEIL = auto()
@@ -84,7 +87,7 @@ INDEX_REDUCE = frozenset({Op.ARGMAX, Op.ARGMIN})
 VIEW = frozenset({Op.RESHAPE, Op.PERMUTE, Op.EXPAND, Op.SLICE})
 COMPOSITE = UNARY_COMPOSITE | {Op.MEAN, Op.MATMUL, Op.SOFTMAX, Op.LOG_SOFTMAX, Op.LAYER_NORM,
                                  Op.BATCH_NORM}
-LEAF = frozenset({Op.INPUT, Op.CONST})
+LEAF = frozenset({Op.INPUT, Op.CONST, Op.DIM})
 # ops whose evaluation costs tens of instructions (vector math), for fusion decisions
 TRANSCENDENTAL = frozenset({Op.EXP, Op.LOG, Op.TANH, Op.ERF, Op.SIN, Op.COS, Op.POW,
                             Op.ATAN})

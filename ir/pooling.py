@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .sizes import HUGE, NotDynamic, extent_text
+
 
 def pool_output_size(size: int, kernel: int, stride: int, pad: int, dilation: int,
                      ceil_mode: bool) -> int:
@@ -114,7 +116,12 @@ class Pool2d:
                      zip((h, w), self.kernel, self.stride, self.padding, self.dilation))
 
     def windows(self, h: int, w: int) -> tuple:
-        """(rows, cols): the Window1d of each spatial axis for an input of h x w."""
+        """(rows, cols): the Window1d of each spatial axis for an input of h x w. The tables
+        list every output, so a run-time extent (its placeholder) has none: NotDynamic."""
+        for n in (h, w):
+            if n >= HUGE:
+                raise NotDynamic(f"{self.name} over the run-time extent {extent_text(n)}: its "
+                                 "windows are laid out per size")
         out = self.output_hw(h, w)
         if self.adaptive:
             return tuple(_adaptive_axis(n, o) for n, o in zip((h, w), out))

@@ -29,6 +29,8 @@ def _arg_str(node) -> str:
         return ""
     if node.op == Op.CONST:
         return f" {node.arg!r}"
+    if node.op == Op.DIM:
+        return f" {dim_text(node.arg)}"
     name = _ARG_NAMES.get(node.op, "axes")
     if node.op in (Op.RESHAPE, Op.EXPAND) and any(dim_text(d) != str(d) for d in node.arg):
         # run-time extents print as s0, s1...

@@ -5,8 +5,9 @@ from .build import infer
 from .dtypes import DType
 from .errors import CompileError, JitcoreError
 from .graph import ConstArray, Graph, Node
-from .ops import Op
+from .ops import LEAF, Op
 from .printer import type_str
+from .sizes import monomial
 
 
 def _check_leaf(node: Node, input_ids: set):
@@ -17,6 +18,10 @@ def _check_leaf(node: Node, input_ids: set):
             or node.shape == () and isinstance(node.arg, (bool, int, float))
         if not ok:
             raise CompileError(f"const {node.arg!r} does not match its type {type_str(node)}")
+    if node.op == Op.DIM and (monomial(node.arg) is None or node.shape != ()
+                              or node.dtype.name != "int64"):
+        raise CompileError(f"dim {node.arg!r} : {type_str(node)} is not an int64 scalar of a "
+                           "run-time extent")
 
 
 def verify(graph: Graph) -> Graph:
@@ -32,7 +37,7 @@ def verify(graph: Graph) -> Graph:
     for node in graph.nodes():
         if not isinstance(node, Node) or not isinstance(node.dtype, DType):
             raise CompileError(f"graph {graph.name}: {node!r} is not a typed node")
-        if node.op in (Op.INPUT, Op.CONST):
+        if node.op in LEAF:
             _check_leaf(node, input_ids)
             continue
         try:

@@ -442,6 +442,10 @@ class JitFunction:
         """The traced tensor IR for these arguments (arrays or jc.spec(...)), as text."""
         target, args = self._inspected(args, kwargs)
         names, sigs, weak = target._signatures(args)
+        if target.dynamic:                  # the graph the call runs: run-time sizes as s0...
+            found = target._dynamic(names, sigs, weak)
+            if found.compiled is not None:
+                sigs = list(found.shape_class.sigs)
         return target._trace(sigs, names, weak).text()
 
     def kernels(self, *args, **kwargs) -> list:

@@ -16,6 +16,8 @@ from jitcore.ir import build as b
 from jitcore.ir import dtypes as dt
 from jitcore.ir.errors import TraceError
 from jitcore.ir.graph import Node
+from jitcore.ir.ops import Op
+from jitcore.ir.sizes import HUGE, Size, SizeValueNeeded, register_value_maker, symbolic_terms
 
 
 class TraceState(threading.local):
@@ -58,7 +60,8 @@ class Tracer:
     # -- static facts (known at trace time) -------------------------------------------------
     @property
     def shape(self) -> tuple:
-        return self.node.shape
+        """The extents: ints, and in a dynamic trace a `Size` for each run-time one."""
+        return tuple(d if -HUGE < d < HUGE else Size.of(d) for d in self.node.shape)
 
     @property
     def dtype(self) -> np.dtype:
@@ -69,13 +72,20 @@ class Tracer:
         return self.node.ndim
 
     @property
-    def size(self) -> int:
-        return int(np.prod(self.node.shape, dtype=np.int64))
+    def size(self):
+        out = 1
+        for d in self.shape:
+            out = d * out
+        return out
 
     def __len__(self) -> int:
         if not self.shape:
             raise TypeError("len() of a 0-d tensor")
-        return self.shape[0]
+        n = self.shape[0]
+        if isinstance(n, Size):
+            raise SizeValueNeeded(f"len() of a tensor whose first extent is the run-time size "
+                                  f"{n!r} (x.shape[0] stays a run-time size)")
+        return n
 
     def __repr__(self) -> str:
         return f"Tracer({self.node.dtype.name}{list(self.shape)}, op={self.node.op.name.lower()})"
@@ -120,9 +130,11 @@ class Tracer:
 
 
 def is_weak(x) -> bool:
-    """A Python scalar, or a Tracer standing for one."""
+    """A Python scalar, or a Tracer standing for one (a run-time size is a Python int)."""
     if isinstance(x, Tracer):
         return x.weak is not None
+    if isinstance(x, Size):
+        return True
     return isinstance(x, (bool, int, float)) and not isinstance(x, np.generic)
 
 
@@ -142,8 +154,11 @@ def node_of(x, like: Node | None = None, check: bool = True) -> Node:
     Python scalars are weak (NEP 50): next to a tensor `like` they take its dtype when their
     kind allows; so are Tracers of Python scalar arguments (`check=False`: converted as
     astype would, without numpy's out-of-bounds error, as np.where does). numpy arrays and
-    numpy scalars are strong constants.
+    numpy scalars are strong constants. A run-time size (dynamic traces) is a weak int read
+    from the call's extents.
     """
+    if isinstance(x, Size):
+        x = size_value(x)
     if isinstance(x, Tracer):
         return x.node if x.weak is None or like is None else _weak_cast(x, like, check)
     if isinstance(x, (bool, int, float)) and not isinstance(x, np.generic):
@@ -160,3 +175,21 @@ def node_of(x, like: Node | None = None, check: bool = True) -> Node:
 
 def wrap(node: Node, weak: WeakScalar | None = None) -> Tracer:
     return Tracer(node, weak)
+
+
+def size_value(size: Size) -> Tracer:
+    """A run-time size used as a value (`x / n`, `n * 0.5`): an int64 scalar of the graph
+    read from the call's extents (Op.DIM per term), weak like a Python int."""
+    plus, minus = [], []
+    for c, extent in symbolic_terms(size):
+        term = b.const(abs(c), dt.int64) if extent == 1 else b.dim(abs(c) * extent)
+        (plus if c > 0 else minus).append(term)
+    node = plus[0] if plus else b.const(0, dt.int64)
+    for term in plus[1:]:
+        node = b.elementwise(Op.ADD, node, term)
+    for term in minus:
+        node = b.elementwise(Op.SUB, node, term)
+    return Tracer(node, WeakScalar(int))
+
+
+register_value_maker(size_value)

@@ -10,6 +10,7 @@ import math
 from jitcore.ir import build as b
 from jitcore.ir.graph import Node
 from jitcore.ir.ops import Op
+from jitcore.ir.sizes import monomial
 
 from .rewrite import rewrite, table_rule
 
@@ -53,9 +54,11 @@ def _hardsigmoid(x):
 
 
 def _mean(n):
+    """sum / count; over run-time axes the count is read from the call's extents (DIM)."""
     x = b.cast(n.src[0], n.dtype)
     count = math.prod(x.shape[a] for a in n.arg)
-    return E(Op.DIV, b.node(Op.SUM, x, arg=n.arg), c(count, x))
+    divisor = c(count, x) if monomial(count) is None else b.cast(b.dim(count), x.dtype)
+    return E(Op.DIV, b.node(Op.SUM, x, arg=n.arg), divisor)
 
 
 def _shifted(n):

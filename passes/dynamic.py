@@ -28,20 +28,13 @@ import dataclasses
 import math
 
 from jitcore.ir.ops import ELEMENTWISE, INDEX_REDUCE, REDUCE, Op
+from jitcore.ir.sizes import NotDynamic  # noqa: F401 -- raised here, caught by the front
 
-from .kernel import Buffer, Const, Gather, Kernel, walk
+from .kernel import Buffer, Const, Extent, Gather, Kernel, walk
 from .symbolic import HUGE, Div, Lin, Mod, Var, extent_text, monomial, symbol_of
 
 
 DIMS_SLOT = -1      # a kernel's pointer to the call's extent array (i64[symbols]), as a slot
-
-
-class NotDynamic(Exception):
-    """The graph needs the value of a dynamic extent; `reason` says where."""
-
-    def __init__(self, reason: str):
-        super().__init__(reason)
-        self.reason = reason
 
 
 def _dynamic_axes(shape) -> list:
@@ -132,7 +125,9 @@ def uses_dynamic(kernel: Kernel) -> bool:
     call's extent array)."""
     loops = list(kernel.loops) + [lp for p in kernel.parts for lp in p.loops]
     return any(monomial(lp.var.extent) is not None for lp in loops) or any(
-        monomial(d) is not None for b in kernel.buffers() for d in b.shape)
+        monomial(d) is not None for b in kernel.buffers() for d in b.shape) or any(
+        isinstance(n, Extent) for part in [kernel] + list(kernel.parts)
+        for n in walk(part.values()))
 
 
 def _check_kernel(kernel: Kernel) -> None:
@@ -155,6 +150,8 @@ def _check_kernel(kernel: Kernel) -> None:
 
 
 def _check_node(node, name: str) -> None:
+    if isinstance(node, Extent):            # read from the call's extents
+        return
     if isinstance(node, Const):
         if isinstance(node.value, (int, float)) and not isinstance(node.value, bool) \
                 and math.isfinite(node.value) and abs(node.value) >= HUGE:

@@ -94,6 +94,13 @@ class Const:
 
 
 @dataclass(frozen=True, eq=False)
+class Extent(Const):
+    """The run-time value of an extent (Op.DIM: a size Python used as a value): `value` is
+    c times a product of placeholders, and codegen reads the call's extents for it. The
+    same at every index, so to every pass but codegen it is a constant."""
+
+
+@dataclass(frozen=True, eq=False)
 class Compute:
     """An elementwise primitive (an `ir.ops.Op` of UNARY_PRIMITIVE, BINARY or WHERE)."""
     op: Op

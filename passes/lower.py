@@ -42,10 +42,10 @@ from dataclasses import dataclass
 from jitcore.ir.dtypes import int64
 from jitcore.ir.errors import CompileError
 from jitcore.ir.graph import Graph, Node
-from jitcore.ir.ops import ELEMENTWISE, REDUCE, Op
+from jitcore.ir.ops import ELEMENTWISE, LEAF, REDUCE, Op
 from jitcore.ir.shapes import contiguous_strides, numel
 
-from .kernel import (Acc, Buffer, Compute, Const, Conv, Gather, Gemm, Kernel, Load, Loop,
+from .kernel import (Acc, Buffer, Compute, Const, Conv, Extent, Gather, Gemm, Kernel, Load, Loop,
                      Reduction, Store, rebuild)
 from .pool import pool_kernel, source_to_materialize
 from .recompute import VIEWS_THROUGH, recompute_materialized
@@ -140,7 +140,7 @@ def materialized_nodes(graph: Graph) -> tuple:
             chosen.add(id(n))
             for s in n.src[:2]:
                 base = _strip_views(s)
-                if base.op not in (Op.INPUT, Op.CONST):
+                if base.op not in LEAF:
                     chosen.add(id(base))
         if n.op in REDUCE or n.op == Op.CUMSUM:
             chosen.add(id(n))
@@ -155,10 +155,10 @@ def materialized_nodes(graph: Graph) -> tuple:
                 chosen.add(id(source))
         if n.op == Op.WAIT:                 # a task's result lives in memory
             base = _strip_views(n.src[0])
-            chosen.add(id(base) if base.op not in (Op.INPUT, Op.CONST) else id(n))
+            chosen.add(id(base) if base.op not in LEAF else id(n))
         if n.op == Op.EXPAND and numel(n.shape) > numel(n.src[0].shape):
             base = _strip_views(n.src[0])
-            if base.op not in (Op.INPUT, Op.CONST):
+            if base.op not in LEAF:
                 chosen.add(id(base))
     chosen |= recompute_materialized(nodes, chosen)
     users, task, by_id = {}, task_of_nodes(graph), {id(n): n for n in nodes}
@@ -259,7 +259,7 @@ class _KernelBuilder:
         return True
 
     def _deps(self, node: Node, idx: tuple) -> list:
-        if self._is_loaded(node) or node.op == Op.CONST or self._is_acc(node, idx):
+        if self._is_loaded(node) or node.op in (Op.CONST, Op.DIM) or self._is_acc(node, idx):
             return []
         if node.op in VIEWS_THROUGH:
             return [(node.src[0], view_index(node, idx))]
@@ -278,6 +278,8 @@ class _KernelBuilder:
             return Load(buf, offset(buf, idx))
         if node.op == Op.CONST:
             return Const(node.arg, node.dtype)
+        if node.op == Op.DIM:
+            return Extent(node.arg, node.dtype)
         if node.op in VIEWS_THROUGH:
             return srcs[0]
         if node.op == Op.TAKE:

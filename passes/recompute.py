@@ -29,7 +29,7 @@ MAX_CONE_COST = 64            # the most one kernel recomputes per element
 READERS_CAP = ROUND_TRIP_COST // OP_COST + 2   # (r - 1) * OP_COST > ROUND_TRIP_COST from here
 
 VIEWS_THROUGH = (Op.RESHAPE, Op.PERMUTE, Op.EXPAND, Op.SLICE, Op.FORKARG, Op.WAIT)
-LEAVES = (Op.INPUT, Op.CONST)
+LEAVES = (Op.INPUT, Op.CONST, Op.DIM)
 
 
 def op_cost(node) -> int:

@@ -12,32 +12,10 @@ import itertools
 import math
 from dataclasses import dataclass
 
-# run-time extents (jc.jit(dynamic=True)): their placeholders are defined with shapes; a
-# loop over axes merged with dynamic ones runs c * s_b * s_t times (monomial)
-from jitcore.ir.shapes import (HUGE, MAX_SYMBOLS, PLACEHOLDERS,  # noqa: F401
-                               dynamic_extent, symbol_of)
-
-
-def monomial(n) -> tuple | None:
-    """(c, (k, ...)) when `n` is c times a product of dynamic placeholders (symbols k, sorted,
-    a symbol repeated per factor), with 0 < c < HUGE: a loop over merged axes (c * s_b *
-    s_t iterations), a buffer's extent or a stride of an axis inside dynamic ones; else None.
-    The placeholders are primes far above any real count, so the factoring is unique."""
-    if type(n) is not int or n < PLACEHOLDERS[0]:
-        return None
-    return _monomial(n)
-
-
-@functools.lru_cache(maxsize=4096)
-def _monomial(n: int) -> tuple | None:
-    ks = []
-    for k, p in enumerate(PLACEHOLDERS):
-        while n % p == 0:
-            n //= p
-            ks.append(k)
-        if n < PLACEHOLDERS[0]:
-            break
-    return (n, tuple(ks)) if ks and 0 < n < HUGE else None
+# run-time extents (jc.jit(dynamic=True)): their placeholders and factoring are defined with
+# sizes; a loop over axes merged with dynamic ones runs c * s_b * s_t times (monomial)
+from jitcore.ir.sizes import (HUGE, MAX_SYMBOLS, PLACEHOLDERS,  # noqa: F401
+                              dynamic_extent, extent_text, monomial, symbol_of)
 
 
 def per_item(work: int, items: int) -> int | None:
@@ -72,16 +50,6 @@ def at_sizes(extents: tuple):
             value *= extents[k]
         return value
     return size
-
-
-def extent_text(n: int) -> str:
-    """An extent as printed in loop nests: `s0` for dynamic symbol 0, `4*s0*s1` for 4 times
-    the product of symbols 0 and 1."""
-    found = monomial(n)
-    if found is None:
-        return str(n)
-    c, ks = found
-    return "*".join(([str(c)] if c != 1 else []) + [f"s{k}" for k in ks])
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from llvmlite import ir
 
 from jitcore.ir.ops import INDEX_REDUCE, REDUCE_COMBINE, Op
-from jitcore.passes.kernel import Compute, Const, Gather, Kernel, Load, walk
+from jitcore.passes.kernel import Compute, Const, Extent, Gather, Kernel, Load, walk
 from jitcore.passes.dynamic import DIMS_SLOT, uses_dynamic
 from jitcore.passes.legality import varies
 from jitcore.passes.symbolic import Div, Lin, Var, monomial
@@ -208,6 +208,8 @@ class KernelEmitter:
                 out = self.gather(node, lanes, memo)
             elif isinstance(node, Load):
                 out = self.load(node, lanes)
+            elif isinstance(node, Extent):       # (a Const to the passes)
+                out = u.splat(self.b, self.extent(node.value), lanes)
             elif isinstance(node, Const):
                 out = u.const(u.value_type(node.dtype, lanes), node.value)
             else:

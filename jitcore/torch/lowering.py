@@ -25,6 +25,7 @@ import torch
 import jitcore as jc
 from jitcore.ir import build as b
 from jitcore.ir.errors import ShapeError
+from jitcore.ir.sizes import Size, shape_text
 from jitcore.tracer import Tracer, wrap
 
 aten = torch.ops.aten
@@ -498,9 +499,11 @@ def bound_symbols(bindings: dict):
 
 
 def extent_of(d) -> int:
-    """An int, or a SymInt evaluated with the bound symbols."""
+    """An int, or a SymInt evaluated with the bound symbols (a run-time Size: its extent)."""
     if isinstance(d, int):
         return d
+    if isinstance(d, Size):
+        return d.extent
     bindings = getattr(SYMBOLS, "bindings", None) or {}
     expr = d.node.expr
     value = expr.xreplace(bindings) if hasattr(expr, "xreplace") else expr
@@ -534,7 +537,8 @@ def fit_to(value, out, what: str):
     if value is None or out is None or not isinstance(out, torch.Tensor):
         return value
     shape, dtype = expected(out)
-    if tuple(value.shape) != shape:
-        raise ShapeError(f"jitcore.torch: lowering of {what} gave shape {tuple(value.shape)}, "
-                         f"torch has {shape}")
+    got = value.node.shape if hasattr(value, "node") else tuple(value.shape)
+    if got != shape:
+        raise ShapeError(f"jitcore.torch: lowering of {what} gave shape {shape_text(got)}, "
+                         f"torch has {shape_text(shape)}")
     return as_dtype(value, dtype)
