@@ -32,10 +32,16 @@ def _arg_str(node) -> str:
     if node.op == Op.DIM:
         return f" {dim_text(node.arg)}"
     name = _ARG_NAMES.get(node.op, "axes")
-    if node.op in (Op.RESHAPE, Op.EXPAND) and any(dim_text(d) != str(d) for d in node.arg):
-        # run-time extents print as s0, s1...
-        return f" {name}=({','.join(map(dim_text, node.arg))}{',' * (len(node.arg) == 1)})"
-    return f" {name}={node.arg!r}".replace(", ", ",")
+    return f" {name}={_value_text(node.arg)}".replace(", ", ",")
+
+
+def _value_text(v) -> str:
+    """An op's argument as text, run-time extents (in shapes, slices) as s0, s1..."""
+    if isinstance(v, tuple):
+        return "(" + ",".join(map(_value_text, v)) + ("," if len(v) == 1 else "") + ")"
+    if type(v) is int:
+        return dim_text(v)
+    return repr(v)
 
 
 def print_graph(graph) -> str:

@@ -137,8 +137,7 @@ class Size:
         """The extent as the graph holds it (c times a product of placeholders). Only a
         monomial is an extent; a sum needs its value."""
         if len(self.terms) != 1 or self.terms[0][0] == () or self.terms[0][1] <= 0:
-            raise SizeValueNeeded(f"{self!r} is used as an extent (only c * s0 * s1 stays "
-                                  "a run-time extent)")
+            self._needed("use as an extent (only c * s0 * s1 stays a run-time extent)")
         ks, c = self.terms[0]
         return c * _product(ks)
 
@@ -149,9 +148,13 @@ class Size:
             return None
         return sum(c * 2 ** len(m) for m, c in self.terms)
 
+    def needed(self, what: str):
+        """Raise SizeValueNeeded: Python asked `what`, which only this size's value answers."""
+        self._needed(what)
+
     def _needed(self, what: str):
         raise SizeValueNeeded(f"Python needs the value of run-time size {self!r}: {what}"
-                              + _user_line())
+                              + user_line())
 
     def __repr__(self) -> str:
         out = ""
@@ -174,16 +177,22 @@ class Size:
         return _simplest(terms)
 
     def __add__(self, other):
-        return self._combine(other, 1) if _is_int(other) else _as_value(self) + other
+        if _is_int(other):
+            return self._combine(other, 1)
+        return _as_value(self) + other if _value_operand(other) else NotImplemented
 
     def __radd__(self, other):
         return self.__add__(other)
 
     def __sub__(self, other):
-        return self._combine(other, -1) if _is_int(other) else _as_value(self) - other
+        if _is_int(other):
+            return self._combine(other, -1)
+        return _as_value(self) - other if _value_operand(other) else NotImplemented
 
     def __rsub__(self, other):
-        return (-self).__add__(other) if _is_int(other) else other - _as_value(self)
+        if _is_int(other):
+            return (-self).__add__(other)
+        return other - _as_value(self) if _value_operand(other) else NotImplemented
 
     def __neg__(self):
         return _simplest({m: -c for m, c in self.terms})
@@ -193,7 +202,7 @@ class Size:
 
     def __mul__(self, other):
         if not _is_int(other):
-            return _as_value(self) * other
+            return _as_value(self) * other if _value_operand(other) else NotImplemented
         terms = {}
         for m1, c1 in self.terms:
             for m2, c2 in _terms(other):
@@ -206,7 +215,7 @@ class Size:
 
     def __floordiv__(self, other):
         if not _is_int(other):
-            return _as_value(self) // other
+            return _as_value(self) // other if _value_operand(other) else NotImplemented
         q = self._exact_quotient(other)
         if q is None:
             self._needed(f"{self!r} // {other!r}")
@@ -214,7 +223,7 @@ class Size:
 
     def __rfloordiv__(self, other):
         if not _is_int(other):
-            return other // _as_value(self)
+            return other // _as_value(self) if _value_operand(other) else NotImplemented
         if isinstance(other, Size):
             return other.__floordiv__(self)
         lo = self._minimum()
@@ -224,7 +233,7 @@ class Size:
 
     def __mod__(self, other):
         if not _is_int(other):
-            return _as_value(self) % other
+            return _as_value(self) % other if _value_operand(other) else NotImplemented
         if not isinstance(other, Size) and other > 0:
             # every non-constant coefficient a multiple of the divisor: the constant decides
             if all(c % other == 0 for m, c in self.terms if m):
@@ -235,7 +244,7 @@ class Size:
 
     def __rmod__(self, other):
         if not _is_int(other):
-            return other % _as_value(self)
+            return other % _as_value(self) if _value_operand(other) else NotImplemented
         lo = self._minimum()
         if 0 <= other and lo is not None and other < lo:
             return int(other)                  # k % n with 0 <= k < n
@@ -267,10 +276,12 @@ class Size:
 
     # -- values: a run-time scalar of the graph -----------------------------------------------
     def __truediv__(self, other):
-        return _as_value(self) / other
+        return _as_value(self) / other if _is_int(other) or _value_operand(other) \
+            else NotImplemented
 
     def __rtruediv__(self, other):
-        return other / _as_value(self)
+        return other / _as_value(self) if _is_int(other) or _value_operand(other) \
+            else NotImplemented
 
     def __pow__(self, other):
         if isinstance(other, int) and not isinstance(other, bool) and other >= 0:
@@ -288,6 +299,13 @@ class Size:
         return self if lo is not None and lo >= 0 else abs(_as_value(self))
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        """numpy on sizes: integer arithmetic and comparisons with ints as Python's
+        operators (`np.int64(3) * n` stays a Size); other ufuncs (np.sqrt(n)) on the run-time
+        value."""
+        python_op = _INT_UFUNCS.get(ufunc)
+        if python_op is not None and method == "__call__" and not kwargs \
+                and all(_is_int(x) for x in inputs):
+            return python_op(*(x if isinstance(x, Size) else int(x) for x in inputs))
         inputs = tuple(_as_value(x) if isinstance(x, Size) else x for x in inputs)
         return getattr(ufunc, method)(*inputs, **kwargs)
 
@@ -357,6 +375,14 @@ class Size:
         return self
 
 
+_INT_UFUNCS = {np.add: operator.add, np.subtract: operator.sub, np.multiply: operator.mul,
+               np.floor_divide: operator.floordiv, np.remainder: operator.mod,
+               np.negative: operator.neg, np.absolute: abs, np.positive: operator.pos,
+               np.less: operator.lt, np.less_equal: operator.le, np.greater: operator.gt,
+               np.greater_equal: operator.ge, np.equal: operator.eq,
+               np.not_equal: operator.ne}
+
+
 def _decide(op, lo, hi):
     """op(diff, 0) for every diff in [lo, hi] (None: unbounded), or None when it depends."""
     pos = lo is not None and lo > 0            # diff > 0 everywhere
@@ -383,15 +409,20 @@ def _is_int(x) -> bool:
     return isinstance(x, (Size, numbers.Integral)) and not isinstance(x, (bool, np.bool_))
 
 
+def _value_operand(x) -> bool:
+    """An operand that makes a size a run-time value: a float, a tensor or an array."""
+    return isinstance(x, (float, complex, np.ndarray, np.generic)) or hasattr(x, "node")
+
+
 def _terms(x) -> tuple:
     if isinstance(x, Size):
         return x.terms
     return (((), int(x)),)
 
 
-def _user_line() -> str:
+def user_line() -> str:
     """ (at file:line) of the innermost frame outside jitcore: the user's code that asked."""
-    frame = sys._getframe(2)
+    frame = sys._getframe(1)
     while frame is not None and frame.f_code.co_filename.startswith(_OWN_DIRS):
         frame = frame.f_back
     if frame is None:

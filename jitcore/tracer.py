@@ -17,7 +17,8 @@ from jitcore.ir import dtypes as dt
 from jitcore.ir.errors import TraceError
 from jitcore.ir.graph import Node
 from jitcore.ir.ops import Op
-from jitcore.ir.sizes import HUGE, Size, SizeValueNeeded, register_value_maker, symbolic_terms
+from jitcore.ir.sizes import (HUGE, Size, SizeValueNeeded, register_value_maker, symbolic_terms,
+                              user_line)
 
 
 class TraceState(threading.local):
@@ -83,8 +84,7 @@ class Tracer:
             raise TypeError("len() of a 0-d tensor")
         n = self.shape[0]
         if isinstance(n, Size):
-            raise SizeValueNeeded(f"len() of a tensor whose first extent is the run-time size "
-                                  f"{n!r} (x.shape[0] stays a run-time size)")
+            n.needed("len() (x.shape[0] stays a run-time size)")
         return n
 
     def __repr__(self) -> str:
@@ -92,6 +92,9 @@ class Tracer:
 
     # -- values are unknown while tracing -------------------------------------------------------
     def _no_value(self, what):
+        if _from_sizes(self.node):
+            raise SizeValueNeeded(f"Python needs the value of run-time sizes: {what} of a "
+                                  "value computed from them" + user_line())
         if self.weak is not None and self.weak.name is not None:
             raise TraceError(
                 f"{what} of Python {self.weak.pytype.__name__} argument "
@@ -127,6 +130,19 @@ class Tracer:
     def __setitem__(self, index, value):
         raise TraceError("in-place assignment to a traced tensor is not supported; "
                          "use jc.where(mask, value, x) to build the updated tensor")
+
+
+def _from_sizes(node: Node) -> bool:
+    """Whether a scalar was computed from run-time sizes (an Op.DIM among its sources)."""
+    stack, seen = [node], set()
+    while stack:
+        n = stack.pop()
+        if n.op == Op.DIM:
+            return True
+        if n.shape == () and id(n) not in seen:
+            seen.add(id(n))
+            stack.extend(n.src)
+    return False
 
 
 def is_weak(x) -> bool:
