@@ -47,7 +47,9 @@ UNARY = ["neg", "abs", "tanh", "sigmoid", "relu", "sin", "cos", "exp_neg_abs", "
          "hardsigmoid", "leaky_relu", "softmax", "log_softmax", "layer_norm", "pow2", "pow3",
          "pow_abs1_2_5", "pow_abs1_m0_5", "pow_abs1_0_5", "pow_abs1_m2",
          # numpy's other math (jitcore/math_ops.py), on domains where they are smooth
-         "arctan", "log1p_of_abs", "expm1_neg_abs", "cbrt", "arcsinh", "sinh_tanh", "square"]
+         "arctan", "log1p_of_abs", "expm1_neg_abs", "cbrt", "arcsinh", "sinh_tanh", "square",
+         # sizes read in Python (run-time sizes under dynamic=True): as a value, in a branch
+         "size_scale", "size_branch"]
 # constant exponents of pow (x ** c): integer ones on any base, half-integer ones on |v| + 1
 POW_CONST = {"pow2": 2, "pow3": 3, "pow_abs1_2_5": 2.5, "pow_abs1_m0_5": -0.5,
              "pow_abs1_0_5": 0.5, "pow_abs1_m2": -2}
@@ -180,6 +182,12 @@ def unary(name, v):
         return np.sinh(np.tanh(v))
     if name == "leaky_where":
         return np.where(v > 0, v, v * 0.1)
+    if name == "size_scale":                 # a size used as a value: read at run time
+        n = v.shape[0] if v.ndim else 1
+        return v * (1.0 / (n + 1) ** 0.5)
+    if name == "size_branch":                # a size Python must know: the compile specializes
+        n = v.shape[0] if v.ndim else 1
+        return v * 0.5 if n > 3 else v - 0.25
     raise AssertionError(name)
 
 
