@@ -349,7 +349,7 @@ class JitFunction:
         """The compiled code of a call's shape class (traced with placeholders for its
         run-time extents), or, when no extent can vary or the graph needs their values, a
         record of why (the call then compiles per shape)."""
-        tries = shape_classes(sigs)
+        tries = shape_classes(sigs, self._symbolic_axes(sigs))
         if not tries:
             return _Dynamic(None, None, None, "no extent can vary (leading extents of 0 or 1, "
                             "or no C-contiguous array argument)")
@@ -370,6 +370,12 @@ class JitFunction:
         with _PLANS_LOCK:
             self._classes.put(key, found)
         return found
+
+    def _symbolic_axes(self, sigs: list):
+        """Per argument, the axes that may be run-time extents, when this function knows
+        them (a torch part: its export's symbolic dims); None: the leading and sequence axes
+        (jitcore/shape_classes.py)."""
+        return None
 
     def _compile_class(self, sc, names: list, weak: list) -> "_Dynamic":
         """One shape class traced with placeholders and compiled, or why it cannot be."""

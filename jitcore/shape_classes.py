@@ -57,7 +57,7 @@ def _candidate_axes(shape: tuple, strides) -> tuple:
                  if ax < len(shape) and shape[ax] >= 2)
 
 
-def shape_classes(sigs: list) -> list:
+def shape_classes(sigs: list, symbolic_axes: list | None = None) -> list:
     """The shape classes to try for a call's signatures ((shape, dtype, strides or None) per
     argument), most dynamic first: every candidate axis (equal extents one symbol); the
     first array argument's candidate extents wherever they are candidates; on the first
@@ -65,33 +65,40 @@ def shape_classes(sigs: list) -> list:
     leading axes only (a graph that needs the sequence's value: every leading axis; the
     first argument's leading extent where it leads; on the first argument alone: a weight
     vector whose length equals the batch size is then static). Empty when no extent can
-    vary."""
-    first = next((a for a, (shape, _, strides) in enumerate(sigs)
-                  if 0 in _candidate_axes(shape, strides)), None)
+    vary. `symbolic_axes`: per argument, the axes that may vary when the caller knows them
+    (a torch export's symbolic dims) instead of the leading and sequence axes."""
+    def axes_of(arg: int) -> tuple:
+        shape, _, strides = sigs[arg]
+        if symbolic_axes is None:
+            return _candidate_axes(shape, strides)
+        return tuple(ax for ax in symbolic_axes[arg] if strides is None and shape[ax] >= 2)
+
+    first = next((a for a in range(len(sigs)) if axes_of(a)), None)
     if first is None:
         return []
-    size = sigs[first][0][0]
-    own = {sigs[first][0][ax] for ax in _candidate_axes(*sigs[first][::2])}
-    tries = [_shape_class(sigs, lambda arg, ax, d: True),
-             _shape_class(sigs, lambda arg, ax, d: d in own),
-             _shape_class(sigs, lambda arg, ax, d: arg == first),
-             _shape_class(sigs, lambda arg, ax, d: ax == 0),
-             _shape_class(sigs, lambda arg, ax, d: ax == 0 and d == size),
-             _shape_class(sigs, lambda arg, ax, d: ax == 0 and arg == first)]
+    lead = axes_of(first)[0]
+    size = sigs[first][0][lead]
+    own = {sigs[first][0][ax] for ax in axes_of(first)}
+    tries = [_shape_class(sigs, axes_of, lambda arg, ax, d: True),
+             _shape_class(sigs, axes_of, lambda arg, ax, d: d in own),
+             _shape_class(sigs, axes_of, lambda arg, ax, d: arg == first),
+             _shape_class(sigs, axes_of, lambda arg, ax, d: ax == 0),
+             _shape_class(sigs, axes_of, lambda arg, ax, d: ax == 0 and d == size),
+             _shape_class(sigs, axes_of, lambda arg, ax, d: ax == 0 and arg == first)]
     out = []
-    for sc in tries:                  # (distinct ones, in order)
-        if sc not in out:
+    for sc in tries:                  # (distinct ones with a symbol, in order)
+        if sc not in out and sc.positions:
             out.append(sc)
     return out
 
 
-def _shape_class(sigs: list, candidate) -> ShapeClass:
+def _shape_class(sigs: list, axes_of, candidate) -> ShapeClass:
     symbols: dict = {}                # extent -> symbol
     positions: list = []
     out = []
     for arg, (shape, dtype, strides) in enumerate(sigs):
         shape = list(shape)
-        for ax in _candidate_axes(shape, strides):
+        for ax in axes_of(arg):
             d = shape[ax]
             if not candidate(arg, ax, d) or (d not in symbols and len(symbols) >= MAX_SYMBOLS):
                 continue

@@ -8,9 +8,10 @@ computed from it. Two checks make sure:
 
 - `check_graph` (the primitive graph): every op that sees a dynamic extent keeps it as an
   axis of its own (elementwise ops, broadcasts, reductions, transposes, matmuls) or merges
-  it with others (a reshape to c * s_b * s_t); slicing, indexing, joining, convolution,
+  it with others (a reshape to c * s_b * s_t), or gathers from a table whose extents are
+  static at run-time indices (an embedding of [B, T] ids); slicing, joining, convolution,
   pooling and forked tasks on a dynamic axis need its value; a constant computed from an
-  extent (the 1/n of a mean over a dynamic axis) does too.
+  extent does too (a mean's 1/n is read at run time: an Op.DIM node).
 - `check_lowered` (the kernels): every integer in the kernels is a real (small) value or
   a static count c times a product of placeholders (symbolic.monomial), standing as a loop
   extent (axes merged into one loop), a buffer's dimension, a stride or an offset (the
@@ -70,6 +71,13 @@ def check_graph(graph) -> None:
                 raise NotDynamic(f"{what} to {_shape_text(node.shape)} splits a dynamic "
                                  "axis")
             continue
+        if node.op == Op.TAKE:
+            # a lookup into a table whose gathered axis is static (an embedding: the ids'
+            # extents may be run-time; the index check reads the table's static extent)
+            table, axis = node.src[0], node.arg
+            if not _dynamic_axes(table.shape):
+                continue
+            raise NotDynamic(f"{what}: gathering from a table with run-time extents")
         if node.op == Op.SLICE:
             if _dynamic_axes(node.src[0].shape) != _dynamic_axes(node.shape):
                 raise NotDynamic(f"{what}: slicing a dynamic axis needs its extent")
@@ -157,8 +165,8 @@ def _check_node(node, name: str) -> None:
                 and math.isfinite(node.value) and abs(node.value) >= HUGE:
             raise NotDynamic(f"{name}: a constant computed from a dynamic extent")
         return
-    if isinstance(node, Gather):
-        raise NotDynamic(f"{name}: gathers are compiled per shape")
+    if isinstance(node, Gather) and (abs(node.extent) >= HUGE or abs(node.stride) >= HUGE):
+        raise NotDynamic(f"{name}: a gather along a run-time extent")
     if hasattr(node, "offset"):
         _check_lin(node.offset, name)
     for f in dataclasses.fields(node) if dataclasses.is_dataclass(node) else ():

@@ -17,9 +17,10 @@ from jitcore.api import JitFunction, _checked
 from jitcore.ir import build as b
 from jitcore.ir.errors import JitcoreError, TraceError
 from jitcore.ir.graph import Graph as IRGraph
+from jitcore.ir.sizes import Size, SizeValueNeeded
 from jitcore.tracer import Tracer, node_of
 
-from .lowering import LOWERINGS, bind_symbols, bound_symbols, fit_to
+from .lowering import LOWERINGS, bind_symbols, bound_symbols, extent_of, fit_to
 
 
 def _lower_node(node: torch.fx.Node, env: dict):
@@ -56,16 +57,39 @@ class Part(JitFunction):
     def _arg_names(self, count: int) -> list:
         return [f"in{i}" for i in range(count)]
 
+    def _symbolic_axes(self, sigs: list):
+        """The axes torch.export made symbolic (a dim with free symbols), per input, wherever
+        they stand (GPT-2's [1, T] ids vary along T); the last axis of a rank >= 3 input
+        only when its symbol also sizes another kind of axis (a mask's T, not a head's
+        features: those stay static, vector code runs along them)."""
+        if len(sigs) != len(self._fx_inputs):
+            return None
+        dims = []
+        for fx in self._fx_inputs:
+            val = fx.meta.get("val")
+            shape = val.shape if isinstance(val, torch.Tensor) else ()
+            dims.append([(k, d.node.expr, len(shape) >= 3 and k == len(shape) - 1)
+                         for k, d in enumerate(shape) if isinstance(d, torch.SymInt)
+                         and d.node.expr.free_symbols])
+        inner = {expr for axes in dims for _, expr, last in axes if not last}
+        return [tuple(k for k, expr, last in axes if not last or expr in inner)
+                for axes in dims]
+
     def _trace(self, sigs: list, names: list, weak=None) -> IRGraph:
-        """The fx graph, node by node through the lowering table (parts take no Python
-        scalars, so `weak` is always None)."""
+        """The fx graph, node by node through the lowering table (a size or a number torch
+        computed, passed to the part as a Python scalar, is a weak run-time scalar)."""
         inputs = [b.input_node(n, shape, dtype) for n, (shape, dtype, _) in zip(names, sigs)]
-        env = {fx: Tracer(i) for fx, i in zip(self._fx_inputs, inputs)}
+        env = {fx: Tracer(i, w) for fx, i, w in zip(self._fx_inputs, inputs,
+                                                    weak or [None] * len(inputs))}
         env.update({fx: Tracer(b.const_array(c)) for fx, c in self._fx_const_nodes.items()})
         bindings = {}                  # an export with dynamic dims: its symbols' extents here
         for fx, i in zip(self._fx_inputs, inputs):
             if isinstance(fx.meta.get("val"), torch.Tensor):
                 bind_symbols(bindings, fx.meta["val"], i.shape)
+        for fx in self._fx_inputs:     # a size torch computed: the Size it is here
+            size = _size_from_symbols(fx, bindings)
+            if size is not None:
+                env[fx] = size
         outputs = None
         with bound_symbols(bindings):
             for node in self._fx.nodes:
@@ -77,8 +101,25 @@ class Part(JitFunction):
         return _checked(IRGraph(self.__name__, inputs, [node_of(o) for o in outputs]))
 
 
-def _as_array(t: torch.Tensor) -> np.ndarray:
-    """A numpy view of a CPU tensor's memory (never a copy)."""
+def _size_from_symbols(fx: torch.fx.Node, bindings: dict):
+    """A part's SymInt input as the graph knows it, from its tensors' extents: an int, or a
+    run-time Size (s0 * s1 ...); None when it is not such a product of them (it stays a
+    run-time scalar)."""
+    val = fx.meta.get("val")
+    if not isinstance(val, torch.SymInt):
+        return None
+    try:
+        with bound_symbols(bindings):
+            return Size.of(extent_of(val))
+    except (JitcoreError, SizeValueNeeded):
+        return None
+
+
+def _as_array(t):
+    """A numpy view of a CPU tensor's memory (never a copy); a Python scalar (a size or a
+    number torch computed) as it is."""
+    if not isinstance(t, torch.Tensor):
+        return t
     return (t.detach() if t.requires_grad else t).numpy()
 
 
@@ -90,9 +131,12 @@ class PartModule(torch.nn.Module):
     """The torch-side face of a Part: called by the partitioned fx graph with the part's
     run-time inputs (tensors), returns its output tensor or a tuple of them."""
 
-    def __init__(self, part: Part, outputs: int, single: bool):
+    def __init__(self, part: Part, outputs: int, single: bool, scalars: dict | None = None):
         super().__init__()
         self.part, self.outputs, self.single = part, outputs, single
+        # output index -> int or float: a size or number torch's side takes as a Python
+        # scalar (arange's end, a view's extent), not as a 0-d tensor
+        self.scalars = scalars or {}
         self.example = None            # the arrays of the first call, for explain()/kernels()
 
     def forward(self, *tensors):
@@ -101,6 +145,10 @@ class PartModule(torch.nn.Module):
             self.example = arrays
         result = self.part(*arrays)
         if self.single:
-            return _as_tensor(result)
+            return self._out(0, result)
         result = result if isinstance(result, tuple) else (result,)
-        return tuple(_as_tensor(r) for r in result)
+        return tuple(self._out(k, r) for k, r in enumerate(result))
+
+    def _out(self, k: int, value):
+        kind = self.scalars.get(k)
+        return _as_tensor(value) if kind is None else kind(value)

@@ -214,14 +214,28 @@ def partition(gm: torch.fx.GraphModule, name: str = "model", dynamic: bool = Fal
                 dynamic.append(arg)
         out = next(n for n in sub.graph.nodes if n.op == "output").args[0]
         single = not isinstance(out, (tuple, list))
+        scalars = {k: _python_type(n) for k, n in enumerate([out] if single else out)
+                   if _python_type(n) is not None}
         part = Part(f"{name}_{node.target[len(PART_PREFIX):]}", sub.graph, constants, dynamic)
         delattr(fused, node.target)
-        fused.add_submodule(node.target, PartModule(part, 1 if single else len(out), single))
+        fused.add_submodule(node.target, PartModule(part, 1 if single else len(out), single,
+                                                    scalars))
         node.args = tuple(dynamic)
         parts.append(node.target)
     fused.graph.eliminate_dead_code()
     drop_unused_constants(fused)
     return parts
+
+
+def _python_type(node) -> type | None:
+    """int or float for a node whose value is a size or a number (a SymInt such as
+    sym_size's, or a SymFloat), which torch's side takes as a Python scalar; else None."""
+    val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+    if isinstance(val, (torch.SymInt, int)) and not isinstance(val, bool):
+        return int
+    if isinstance(val, (torch.SymFloat, float)):
+        return float
+    return None
 
 
 def fallback_nodes(gm: torch.fx.GraphModule) -> tuple:
