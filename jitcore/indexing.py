@@ -12,6 +12,7 @@ from jitcore.ir.errors import ShapeError, TraceError
 from jitcore.ir.graph import Node
 from jitcore.ir import dtypes as dt
 from jitcore.ir.ops import Op
+from jitcore.ir.sizes import Size
 
 from .tracer import Tracer, node_of
 
@@ -60,6 +61,18 @@ def _array_index(node: Node, index: tuple, k: int) -> Node:
     return b.node(Op.TAKE, view, idx, arg=axis)
 
 
+def _static_bounds(i: slice, size: int) -> slice:
+    """A slice whose bounds hold run-time sizes: x[:n] (or x[0:n:1]) of an axis whose extent
+    is n is all of it; any other bound needs the size's value (clamping depends on it)."""
+    sizes = [v for v in (i.start, i.stop, i.step) if isinstance(v, Size)]
+    if not sizes:
+        return i
+    if i.start in (None, 0) and i.step in (None, 1) and isinstance(i.stop, Size) \
+            and len(sizes) == 1 and i.stop == Size.of(size):
+        return slice(None)
+    sizes[0].needed("a slice bound other than the whole axis")
+
+
 def apply_index(node: Node, index) -> Node:
     """x[index]. Integer indices are bounds-checked at trace time; the values of an integer
     array index are checked by the kernel (IndexError after the call)."""
@@ -74,7 +87,8 @@ def apply_index(node: Node, index) -> Node:
         return _array_index(node, index, arrays[0])
     for i in index:
         if not (i is None or i is Ellipsis or isinstance(i, slice)
-                or isinstance(i, numbers.Integral) and not isinstance(i, bool)):
+                or isinstance(i, numbers.Integral) and not isinstance(i, bool)
+                or isinstance(i, Size)):
             raise TraceError(f"only basic indexing (ints, slices, None, ...) is supported, "
                              f"got {type(i).__name__} {i!r}")
     index = _expand_ellipsis(index, node.ndim)
@@ -85,7 +99,7 @@ def apply_index(node: Node, index) -> Node:
             continue
         size = node.shape[dim]
         if isinstance(i, slice):
-            rng = range(*i.indices(size))
+            rng = range(*_static_bounds(i, size).indices(size))
             slices.append((rng.start, rng.stop, rng.step))
             final_shape.append(len(rng))
         else:

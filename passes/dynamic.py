@@ -9,7 +9,8 @@ computed from it. Two checks make sure:
 - `check_graph` (the primitive graph): every op that sees a dynamic extent keeps it as an
   axis of its own (elementwise ops, broadcasts, reductions, transposes, matmuls) or merges
   it with others (a reshape to c * s_b * s_t), or gathers from a table whose extents are
-  static at run-time indices (an embedding of [B, T] ids); slicing, joining, convolution,
+  static at run-time indices (an embedding of [B, T] ids), or joins along a static axis;
+  slicing, other joins, convolution,
   pooling and forked tasks on a dynamic axis need its value; a constant computed from an
   extent does too (a mean's 1/n is read at run time: an Op.DIM node).
 - `check_lowered` (the kernels): every integer in the kernels is a real (small) value or
@@ -78,19 +79,39 @@ def check_graph(graph) -> None:
             if not _dynamic_axes(table.shape):
                 continue
             raise NotDynamic(f"{what}: gathering from a table with run-time extents")
+        if node.op == Op.CONCAT and monomial(node.shape[node.arg]) is None:
+            continue            # joined along a static axis (rotary's halves): regions of it
         if node.op == Op.SLICE:
-            if _dynamic_axes(node.src[0].shape) != _dynamic_axes(node.shape):
+            if not all(_slice_holds(d, sl, n) for d, sl, n in
+                       zip(node.src[0].shape, node.arg, node.shape)):
                 raise NotDynamic(f"{what}: slicing a dynamic axis needs its extent")
             continue
         raise NotDynamic(f"{what}: {node.op.name.lower()} is compiled per shape")
 
 
+def _slice_holds(extent: int, sl: tuple, out: int) -> bool:
+    """A slice of an axis is the same at every run-time size: a static axis; all of a
+    run-time one; or a static run of indices below 2 (every run-time extent is >= 2 in its
+    class): BERT's [:, 0] reads token 0 of any length."""
+    if monomial(extent) is None:
+        return True
+    start, stop, step = sl
+    if (start, stop, step) == (0, extent, 1):
+        return True
+    return out < HUGE and step > 0 and 0 <= start and (out == 0 or start + (out - 1) * step < 2)
+
+
 def _check_constant(node) -> None:
+    """A pass that computed a constant from a placeholder (n, or 1/n) made it huge, or the
+    reciprocal of c times a product of placeholders. Tiny constants of the model itself
+    (BERT's layer-norm eps, 1e-12) are no such thing."""
     value = node.arg
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and value != 0 \
-            and math.isfinite(value) and not (2.0 ** -36 < abs(value) < HUGE):
-        raise NotDynamic(f"constant {value!r} is computed from a dynamic extent (a mean "
-                         "over a dynamic axis?)")
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or value == 0 \
+            or not math.isfinite(value):
+        return
+    if abs(value) >= HUGE or (abs(value) < 2.0 ** -36 and
+                              monomial(round(1 / abs(value))) is not None):
+        raise NotDynamic(f"constant {value!r} is computed from a dynamic extent")
 
 
 def _shape_text(shape) -> str:

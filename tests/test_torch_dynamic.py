@@ -1,0 +1,115 @@
+"""jitcore.torch.compile(..., dynamic=True) where the model computes with its sizes: SymInt
+arithmetic, arange and masks from a length, causal attention, reflect padding, and tiny HF
+BERT, GPT-2 and LLaMA over many sequence lengths, against float64 eager with compile counts.
+
+A size torch computes reaches a part as a run-time Size (never a placeholder number) and
+leaves it as a Python scalar; parts vary along the axes torch.export made symbolic.
+"""
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.nn.functional as F  # noqa: E402
+
+import jitcore as jc  # noqa: E402
+import jitcore.torch as jt  # noqa: E402
+
+LENGTHS = [8, 5, 9, 16, 3, 33, 12, 2, 7, 20]       # primes, sizes around the vector width
+
+
+def compiles() -> int:
+    return jc.cache_info()["compiles"]
+
+
+def _close(got, module, x, dtype=torch.float32):
+    """Normwise error of the compiled float32 module against the module in float64."""
+    ref = module.double()(x.double() if x.is_floating_point() else x)
+    module.float()
+    ref = getattr(ref, "last_hidden_state", ref)
+    got = getattr(got, "last_hidden_state", got)
+    err = float((got.double() - ref).norm() / max(float(ref.norm()), 1e-30))
+    assert err < 2e-6, err
+
+
+class CausalAttention(torch.nn.Module):
+    def forward(self, q):
+        return F.scaled_dot_product_attention(q, q * 0.5, q.flip(-1), is_causal=True)
+
+
+class LengthMask(torch.nn.Module):
+    """A lower-triangular mask, an arange table and a scale, all built from T."""
+
+    def forward(self, x):
+        T, D = x.shape[1], x.shape[-1]
+        mask = torch.ones(T, T, dtype=x.dtype).tril()
+        pos = torch.arange(T, dtype=x.dtype)[None, :, None]
+        return (mask @ x) * D ** -0.5 + pos / T
+
+
+class ReflectConv(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1, padding_mode="reflect")
+
+    def forward(self, x):
+        return self.conv(x)
+
+
+@pytest.mark.parametrize("make,shape,per_length", [
+    (CausalAttention, lambda T: (2, 2, T, 8), 0),
+    (LengthMask, lambda T: (2, T, 4), 0),
+    (ReflectConv, lambda T: (1, 3, T, 6), 1),            # convolutions compile per shape
+])
+def test_size_patterns_compile_once_and_match_eager(make, shape, per_length):
+    torch.manual_seed(0)
+    m = make().eval()
+    c = jt.compile(m, torch.randn(*shape(LENGTHS[0])), dynamic=True)
+    before = compiles()
+    with torch.no_grad():
+        for T in LENGTHS[:6]:
+            x = torch.randn(*shape(T))
+            _close(c(x), m, x)
+    assert compiles() - before <= per_length * 6, compiles() - before
+    assert "1099511" not in c.explain()
+
+
+def _bert():
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                  intermediate_size=64, vocab_size=100)
+    return transformers.BertModel(cfg), 2
+
+
+def _gpt2():
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.GPT2Config(n_embd=32, n_layer=2, n_head=4, vocab_size=100,
+                                  use_cache=False, n_positions=64)
+    return transformers.GPT2Model(cfg), 1
+
+
+def _llama():
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.LlamaConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                   num_key_value_heads=2, intermediate_size=64, vocab_size=100,
+                                   use_cache=False, max_position_embeddings=64)
+    return transformers.LlamaModel(cfg), 1
+
+
+@pytest.mark.parametrize("make", [_bert, _gpt2, _llama], ids=["bert", "gpt2", "llama"])
+def test_hf_models_over_sequence_lengths(make):
+    """The encoder/decoder layers compile once for every length; what still compiles per
+    length is a small part (a slice of the position table by T, the causal mask's
+    cumsum/concat), at most two per new length. Results match float64 eager."""
+    torch.manual_seed(0)
+    m, batch = make()
+    m = m.eval()
+    c = jt.compile(m, torch.randint(0, 100, (batch, LENGTHS[0])), dynamic=True)
+    before = compiles()
+    with torch.no_grad():
+        for T in LENGTHS[:6]:
+            ids = torch.randint(0, 100, (batch, T))
+            _close(c(ids), m, ids)
+    new = len(set(LENGTHS[:6]) - {LENGTHS[0]})
+    assert compiles() - before <= 2 * new, (compiles() - before, new)
+    text = c.explain()
+    biggest = max(text.split("== ")[1:], key=len)       # the part with the layers
+    assert "run-time extents" in biggest.splitlines()[1], biggest[:600]
