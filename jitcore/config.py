@@ -18,7 +18,7 @@ JITCORE_OUTPUT_CACHE_MB  megabytes of freed large output buffers kept for reuse 
                        0: off; see output_cache.py)
 
 A value that is not valid warns (RuntimeWarning) and the default is used: a bad setting
-never stops `import jitcore`. JITCORE_TARGET is the exception that proves it: code for
+never stops `import jitcore`. JITCORE_TARGET is the exception: code for
 another instruction set than the one asked for would pass tests it was meant to fail, so
 a bad one is refused when first used (not at import).
 """
@@ -71,7 +71,7 @@ def from_env() -> Config:
                   output_cache_bytes=_int_env("JITCORE_OUTPUT_CACHE_MB", 256, minimum=0) << 20,
                   verify=bool(_int_env("JITCORE_VERIFY", 0, allowed=(0, 1))),
                   stream_stores=_int_env("JITCORE_STREAM_STORES", None, minimum=0),
-                  target=os.environ.get("JITCORE_TARGET", "").strip() or "native")
+                  target=os.environ.get("JITCORE_TARGET", "").strip().lower() or "native")
 
 
 _current = from_env()

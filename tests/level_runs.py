@@ -36,7 +36,7 @@ VALUE_MODULES = frozenset({
     "test_random_graphs", "test_broadcast_views", "test_composite_accuracy",
 })
 DEFAULT_LEVELS = "x86-64-v3,x86-64-v2"
-DEFAULT_SHARE = 0.2
+DEFAULT_SHARE = 0.15
 
 
 def pytest_addoption(parser):
