@@ -11,16 +11,20 @@ without AVX. Tests that assert kernel shapes must derive them from `jc.target_in
 follows the level.
 
 `--levels=none` turns it off; `--level-share=1` runs every test of those modules at every
-level (a full run per level); `--level-only` runs the level copies alone. Levels the host
+level (a full run per level); `--level-only` runs the level copies alone (with
+`-k x86-64-v2`, those of one level). Levels the host
 cannot run are left out (said in the header). A test is picked by a hash of its id and the level, so a run
-picks the same tests every time and each level its own share.
+picks the same tests every time and each level its own share; property tests (the random
+programs) run at every level, with EXAMPLES_SHARE of their examples.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import zlib
 
 import pytest
+from hypothesis import settings
 from _pytest.python import CallSpec
 
 import jitcore as jc
@@ -37,6 +41,13 @@ VALUE_MODULES = frozenset({
 })
 DEFAULT_LEVELS = "x86-64-v3,x86-64-v2"
 DEFAULT_SHARE = 0.15
+# modules whose tests cost the most per test run a smaller share (times this factor):
+# test_reductions compiles a graph of every reduction per case (a fifth of the copies' time
+# at 15%, measured)
+SHARE_FACTOR = {"test_reductions": 0.5}
+# property tests (hypothesis: the random programs) run at every level, with this share of
+# their examples
+EXAMPLES_SHARE = 0.2
 
 
 def pytest_addoption(parser):
@@ -97,11 +108,15 @@ def _with_id(item, suffix: str):
     return dataclasses.replace(spec, _idlist=(*spec._idlist, suffix))
 
 
+def _is_property_test(item) -> bool:
+    return getattr(item.obj, "is_hypothesis_test", False)
+
+
 def level_items(item, levels: list, share: float) -> list:
     """Copies of one collected test, one per level that picks it."""
     copies = []
     for level in levels:
-        if not picked(item.nodeid, level, share):
+        if not (_is_property_test(item) or picked(item.nodeid, level, share)):
             continue
         copy = pytest.Function.from_parent(
             item.parent, name=f"{item.name}@{level}", callspec=_with_id(item, f"@{level}"),
@@ -118,8 +133,9 @@ def pytest_collection_modifyitems(session, config, items):
         return
     extra = []
     for item in items:
-        if isinstance(item, pytest.Function) and item.module.__name__ in VALUE_MODULES:
-            extra += level_items(item, levels, share)
+        module = item.module.__name__ if isinstance(item, pytest.Function) else None
+        if module in VALUE_MODULES:
+            extra += level_items(item, levels, share * SHARE_FACTOR.get(module, 1.0))
     if config.getoption("--level-only"):
         config.hook.pytest_deselected(items=list(items))
         items[:] = extra
@@ -134,6 +150,23 @@ def pytest_runtest_protocol(item, nextitem):
         yield
         return
     forget_plans()
-    with jc_config.override(target=level):
+    with jc_config.override(target=level), _fewer_examples(item):
         yield
     forget_plans()
+
+
+@contextlib.contextmanager
+def _fewer_examples(item):
+    """A property test's settings with EXAMPLES_SHARE of its examples, while `item` runs
+    (hypothesis reads them from the test function at each call)."""
+    fn = item.obj
+    saved = getattr(fn, "_hypothesis_internal_use_settings", None)
+    if not _is_property_test(item) or saved is None:
+        yield
+        return
+    fn._hypothesis_internal_use_settings = settings(
+        saved, max_examples=max(1, round(saved.max_examples * EXAMPLES_SHARE)))
+    try:
+        yield
+    finally:
+        fn._hypothesis_internal_use_settings = saved

@@ -320,3 +320,16 @@ def test_a_compiled_graph_takes_a_target():
     if X86:
         _check_registers(level, f.asm(a))
 
+
+
+def _double(a):
+    return a * 2.0
+
+
+def test_a_pickled_function_keeps_its_target():
+    import pickle
+    level = RUNNABLE[-1]
+    g = pickle.loads(pickle.dumps(jc.jit(_double, target=level)))
+    x = np.arange(37, dtype=np.float32)
+    np.testing.assert_array_equal(g(x), x * 2)
+    assert g.kernels(x)[0].lanes == LEVELS[level].vector_bits // 32
