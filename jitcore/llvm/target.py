@@ -29,10 +29,11 @@ VALID_WIDTHS = (128, 256, 512)
 @dataclass(frozen=True)
 class Level:
     """One instruction-set level: the LLVM CPU name that stands for it, the LLVM features it
-    guarantees (cumulative), its widest vector and the architecture it belongs to."""
+    guarantees (cumulative), its widest vector, its name in reports and its architecture."""
     cpu: str
     features: tuple
     vector_bits: int
+    isa: str
     arch: str = "x86_64"
 
 
@@ -45,12 +46,12 @@ _X86_64_V4 = _X86_64_V3 + ("avx512f", "avx512bw", "avx512cd", "avx512dq", "avx51
                            "evex512")
 
 # JITCORE_TARGET / jit(target=) names -> levels. Another architecture adds rows here (AArch64:
-# e.g. "armv8-a": Level("generic", ("neon", "fp-armv8"), 128, "aarch64")).
+# e.g. "armv8-a": Level("generic", ("neon", "fp-armv8"), 128, "NEON", "aarch64")).
 LEVELS = {
-    "x86-64-v4": Level("x86-64-v4", _X86_64_V4, 512),
-    "x86-64-v3": Level("x86-64-v3", _X86_64_V3, 256),
-    "x86-64-v2": Level("x86-64-v2", _X86_64_V2, 128),
-    "x86-64": Level("x86-64", _X86_64, 128),
+    "x86-64-v4": Level("x86-64-v4", _X86_64_V4, 512, "AVX-512"),
+    "x86-64-v3": Level("x86-64-v3", _X86_64_V3, 256, "AVX2"),
+    "x86-64-v2": Level("x86-64-v2", _X86_64_V2, 128, "SSE4.2"),
+    "x86-64": Level("x86-64", _X86_64, 128, "SSE2"),
 }
 NATIVE = "native"
 TARGET_NAMES = (NATIVE,) + tuple(LEVELS)
@@ -76,6 +77,8 @@ class Target:
 
     @property
     def isa(self) -> str:
+        if self.level in LEVELS and self.vector_bits == self.max_vector_bits:
+            return LEVELS[self.level].isa
         names = {512: "AVX-512", 256: "AVX2", 128: "SSE/NEON (128-bit)"}
         return names[self.vector_bits] if self.triple.startswith("x86_64") else \
             f"{self.vector_bits}-bit SIMD"
