@@ -38,6 +38,12 @@ RUNNABLE = [name for name in LEVELS if _host_runs(name)]
 REFUSED = [name for name in LEVELS if name not in RUNNABLE]
 
 
+def _lowest_runnable() -> str:
+    if not RUNNABLE:
+        pytest.skip("this host runs none of the levels (another architecture)")
+    return RUNNABLE[-1]
+
+
 # -- the table and the refusals -----------------------------------------------------------------
 @pytest.mark.parametrize("level", RUNNABLE)
 def test_level_target_has_its_features_and_nothing_above(level):
@@ -83,7 +89,7 @@ def test_an_unknown_level_is_refused():
 
 
 def test_the_environment_variable_sets_the_level_in_a_fresh_process():
-    level = RUNNABLE[-1]
+    level = _lowest_runnable()
     code = ("import numpy as np, jitcore as jc\n"
             "f = jc.jit(lambda a: a * 2.0)\n"
             "print(jc.target_info()['level'], jc.target_info()['vector_bits'],\n"
@@ -127,14 +133,16 @@ def test_forget_plans_makes_a_function_compile_for_the_new_level():
     narrow = [n for n in RUNNABLE if LEVELS[n].vector_bits == 128]
     if not narrow or host_target().max_vector_bits == 128:
         pytest.skip("needs a wider host and a 128-bit level")
-    f = jc.jit(lambda a: a * 3.0 + 1.0)
+    f = jc.jit(lambda a: a * 3.0 + 1.0625)      # a graph no other test compiles
     x = np.arange(100, dtype=np.float32)
     f(x)
     before = jc.cache_info()["compiles"]
     try:
         with config.override(target=narrow[0]):
+            f(x)                                  # the plan of the first call
+            assert jc.cache_info()["compiles"] == before
             forget_plans()
-            np.testing.assert_array_equal(f(x), x * 3.0 + 1.0)
+            np.testing.assert_array_equal(f(x), x * 3.0 + 1.0625)
             assert jc.cache_info()["compiles"] == before + 1
             assert f.kernels(x)[0].lanes == 4
     finally:
@@ -309,7 +317,7 @@ def test_lanes_follow_the_level(level):
 
 
 def test_a_compiled_graph_takes_a_target():
-    level = RUNNABLE[-1]
+    level = _lowest_runnable()
     g = jc.Graph()
     x = g.input("x", (100,), jc.float32)
     g.output(jc.exp(x) * 2)
@@ -328,7 +336,7 @@ def _double(a):
 
 def test_a_pickled_function_keeps_its_target():
     import pickle
-    level = RUNNABLE[-1]
+    level = _lowest_runnable()
     g = pickle.loads(pickle.dumps(jc.jit(_double, target=level)))
     x = np.arange(37, dtype=np.float32)
     np.testing.assert_array_equal(g(x), x * 2)
