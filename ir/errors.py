@@ -23,7 +23,11 @@ class CompileError(JitcoreError):
     """A graph failed verification, lowering or LLVM compilation."""
 
 
+class TargetError(JitcoreError, ValueError):
+    """A compilation target this host cannot run, or one jitcore does not know."""
+
+
 # Tracebacks and reprs name the public path (`jitcore.ShapeError`), not this module's.
-for _error in (JitcoreError, ShapeError, DTypeError, TraceError, CompileError):
+for _error in (JitcoreError, ShapeError, DTypeError, TraceError, CompileError, TargetError):
     _error.__module__ = "jitcore"
 del _error

@@ -12,7 +12,8 @@
 """
 from . import source_layout  # noqa: F401 -- first: in a checkout, maps jitcore.ir/passes/runtime
 from jitcore.ir.dtypes import bool_, float32, float64, int32, int64, uint8
-from jitcore.ir.errors import CompileError, DTypeError, JitcoreError, ShapeError, TraceError
+from jitcore.ir.errors import (CompileError, DTypeError, JitcoreError, ShapeError, TargetError,
+                               TraceError)
 
 from .api import Graph, JitFunction, compile, jit
 from .compiler import cache_info

@@ -38,8 +38,8 @@ def _vector_lines(ir_text: str, limit: int = 6) -> list:
 def demo() -> int:
     import jitcore as jc
     info = jc.target_info()
-    print(f"jitcore {jc.__version__} on {info['brand']} ({info['cpu']}): {info['isa']}, "
-          f"{info['vector_bits']}-bit vectors")
+    print(f"jitcore {jc.__version__} on {info['brand']} ({info['host_cpu']}): target "
+          f"{info['level']} ({info['cpu']}), {info['isa']}, {info['vector_bits']}-bit vectors")
     rng = np.random.default_rng(0)
     scores = rng.standard_normal((512, 1000), dtype=np.float32)
     mask = rng.random((512, 1000)) > 0.1

@@ -7,6 +7,7 @@ import sys
 import threading
 import dataclasses
 import time
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -127,7 +128,8 @@ class JitFunction:
     is traced inline: its ops become part of the caller's graph."""
 
     def __init__(self, fn, vector_width=None, num_threads=None, prepack_weights=True,
-                 constants=None, static_argnums=(), static_argnames=(), dynamic=False):
+                 constants=None, static_argnums=(), static_argnames=(), dynamic=False,
+                 target=None):
         # the options as given (every parameter but fn, so new ones travel too): a pickled
         # copy is rebuilt with them
         self._options = dict(locals())
@@ -151,9 +153,10 @@ class JitFunction:
         self._static_positions, self._static_keywords = static_spec(
             fn, [n for n in self._params if n not in self._constants], static_argnums,
             static_argnames)
-        # static arguments' values (and keyword layouts) -> a JitFunction of the rest
-        self._variants = LRU()
+        _LIVE.add(self)
         self._vector_width = vector_width
+        # the instruction-set level (None: JITCORE_TARGET's, read at each compile)
+        self._target = target
         # intra-op threads for this function's kernels (None: jc.set_num_threads' setting)
         self.num_threads = None if num_threads is None else \
             validate_count(num_threads, "jit(num_threads=)")
@@ -162,6 +165,13 @@ class JitFunction:
         # dynamic=True: leading extents are run-time values (jitcore/shape_classes.py); shape
         # class -> _Dynamic (the compiled graph, or why the class is compiled per shape)
         self.dynamic = bool(dynamic)
+        self._forget_plans()
+        if vector_width is not None or target is not None:
+            select_target(vector_width, target)   # validate early
+
+    def _forget_plans(self) -> None:
+        """No call plan yet: the next call of each signature compiles (or finds its code in
+        the compile cache) for the settings of that moment."""
         self._classes = LRU()
         # (shape, strides, dtype) per arg -> CallPlan; an LRU as long as the compile cache's,
         # so a function called with ever new shapes does not keep every compiled graph alive
@@ -170,8 +180,8 @@ class JitFunction:
         # between calls, the lookup paths (jitcore/dispatch.py), rebuilt when a plan is added
         self._lookup = _no_plan_yet, _no_plan_yet
         self._fast, self._fast_out = self._lookup
-        if vector_width is not None:
-            select_target(vector_width)   # validate early
+        # static arguments' values (and keyword layouts) -> a JitFunction of the rest
+        self._variants = LRU()
 
     def _arg_names(self, count: int) -> list:
         return input_names(self._params, count, skip=self._constants)
@@ -309,7 +319,7 @@ class JitFunction:
             full = [static_at[i] if i in static_at else next(rest) for i in range(n_pos)]
             return fn(*with_constants(full), **kw_static, **dict(zip(dyn_kw, rest)))
         specialized.__name__ = self.__name__
-        variant = JitFunction(specialized, vector_width=self._vector_width,
+        variant = JitFunction(specialized, vector_width=self._vector_width, target=self._target,
                               num_threads=self.num_threads,
                               prepack_weights=self.prepack_weights, dynamic=self.dynamic)
         names = self._arg_names(n_pos)
@@ -341,7 +351,7 @@ class JitFunction:
         graph = self._trace(sigs, names, weak)
         trace_seconds = time.perf_counter() - t0
         strides = tuple(s[2] for s in sigs)
-        compiled = compile_graph(graph, strides, select_target(self._vector_width),
+        compiled = compile_graph(graph, strides, select_target(self._vector_width, self._target),
                                  self.num_threads or 0, self.prepack_weights, trace_seconds)
         return compiled, _scalar_args(weak), ()
 
@@ -384,8 +394,9 @@ class JitFunction:
         try:
             graph = self._trace(list(sc.sigs), names, weak)
             compiled = compile_graph(graph, tuple(s[2] for s in sc.sigs),
-                                     select_target(self._vector_width), self.num_threads or 0,
-                                     self.prepack_weights, time.perf_counter() - t0,
+                                     select_target(self._vector_width, self._target),
+                                     self.num_threads or 0, self.prepack_weights,
+                                     time.perf_counter() - t0,
                                      dynamic=True)
             return _Dynamic(compiled, sc, _scalar_args(weak), None)
         except NotDynamic as e:
@@ -505,6 +516,20 @@ class JitFunction:
 
 
 
+# every JitFunction alive, for forget_plans
+_LIVE: "weakref.WeakSet[JitFunction]" = weakref.WeakSet()
+
+
+def forget_plans() -> None:
+    """Every jitted function drops its call plans. A plan holds code compiled for the target
+    of its first call; after an in-process change of JITCORE_TARGET's setting
+    (`config.override(target=...)`, as the tests' level runs do), call this so that no
+    function keeps running code built for the previous target."""
+    with _PLANS_LOCK:
+        for function in list(_LIVE):
+            function._forget_plans()
+
+
 class BoundJitFunction:
     """`obj.method` for a method decorated with `@jc.jit`: obj is the first argument, static
     (the object itself is part of the cache key, so the values the trace reads from its
@@ -542,8 +567,12 @@ class BoundJitFunction:
 
 
 def jit(fn=None, *, vector_width=None, num_threads=None, prepack_weights=True,
-        constants=None, static_argnums=(), static_argnames=(), dynamic=False):
+        constants=None, static_argnums=(), static_argnames=(), dynamic=False, target=None):
     """Decorator: `@jc.jit` or `@jc.jit(vector_width=256)`.
+
+    target="x86-64-v3" (or "x86-64-v4", "x86-64-v2", "x86-64", "native"; default:
+    JITCORE_TARGET, else native) builds code for that instruction-set level only; a level
+    above the host's CPU raises jc.TargetError. vector_width caps the width below the level's.
 
     constants={"W": W} binds fn's parameter W to (a copy of) the array W: calls pass the other
     arguments only, and a matmul with W as its right operand reads it prepacked into the
@@ -567,7 +596,7 @@ def jit(fn=None, *, vector_width=None, num_threads=None, prepack_weights=True,
         return JitFunction(f, vector_width=vector_width, num_threads=num_threads,
                            prepack_weights=prepack_weights, constants=constants,
                            static_argnums=static_argnums, static_argnames=static_argnames,
-                           dynamic=dynamic)
+                           dynamic=dynamic, target=target)
     return wrap(fn) if fn is not None else wrap
 
 
@@ -600,13 +629,13 @@ class Graph:
 class CompiledFunction(JitFunction):
     """A Graph compiled for its declared input shapes and dtypes."""
 
-    def __init__(self, graph: Graph, vector_width=None):
+    def __init__(self, graph: Graph, vector_width=None, target=None):
         self._ir = graph.to_ir()
 
         def fn(*args):
             raise TraceError("a compiled Graph cannot be re-traced")
         fn.__name__ = graph.name
-        super().__init__(fn, vector_width=vector_width)
+        super().__init__(fn, vector_width=vector_width, target=target)
         self._names = [i.arg for i in self._ir.inputs]
 
     def _arg_names(self, count: int) -> list:
@@ -630,6 +659,7 @@ class CompiledFunction(JitFunction):
         return self._ir
 
 
-def compile(graph: Graph, vector_width=None) -> CompiledFunction:  # noqa: A001 (API name)
-    """Compile an explicit Graph; the result is called with arrays of the declared signature."""
-    return CompiledFunction(graph, vector_width=vector_width)
+def compile(graph: Graph, vector_width=None, target=None) -> CompiledFunction:  # noqa: A001
+    """Compile an explicit Graph; the result is called with arrays of the declared signature.
+    vector_width and target as in `jit`."""
+    return CompiledFunction(graph, vector_width=vector_width, target=target)

@@ -364,7 +364,7 @@ class _Job:
         t = self.target
         return build_module(lowered, t.vector_bits, t.triple, self.mach.data_layout,
                             t.masked_tails, self.threads, diskcache.KernelIR(t.key()),
-                            t.stream_bytes)
+                            t.stream_bytes, t.has("fma"))
 
 
 def _compile(graph: Graph, strides: tuple, target: Target, threads: int,

@@ -1,6 +1,10 @@
 """Settings read from the environment once, with `override()` for tests.
 
-JITCORE_VECTOR_WIDTH   128 | 256 | 512: cap the vector width (never above the CPU's)
+JITCORE_TARGET         native | x86-64-v4 | x86-64-v3 | x86-64-v2 | x86-64: the instruction
+                       set kernels are built for (default native: the host CPU); a level
+                       the host cannot run, or an unknown name, is refused at the first
+                       compile (jitcore.TargetError)
+JITCORE_VECTOR_WIDTH   128 | 256 | 512: cap the vector width (never above the target's)
 JITCORE_DUMP_DIR       a directory: every compile writes graph, kernels, IR and asm there
 JITCORE_CACHE_SIZE     compiled graphs kept in the in-memory LRU cache, and signatures per
                        jitted function (default 512)
@@ -14,7 +18,9 @@ JITCORE_OUTPUT_CACHE_MB  megabytes of freed large output buffers kept for reuse 
                        0: off; see output_cache.py)
 
 A value that is not valid warns (RuntimeWarning) and the default is used: a bad setting
-never stops `import jitcore`.
+never stops `import jitcore`. JITCORE_TARGET is the exception: code for
+another instruction set than the one asked for would pass tests it was meant to fail, so
+a bad one is refused when first used (not at import).
 """
 from __future__ import annotations
 
@@ -33,6 +39,7 @@ class Config:
     output_cache_bytes: int
     verify: bool = False
     stream_stores: int | None = None
+    target: str = "native"
 
 
 def _int_env(name: str, default, allowed=None, minimum=None):
@@ -63,7 +70,8 @@ def from_env() -> Config:
                   prepack=bool(_int_env("JITCORE_PREPACK", 1, allowed=(0, 1))),
                   output_cache_bytes=_int_env("JITCORE_OUTPUT_CACHE_MB", 256, minimum=0) << 20,
                   verify=bool(_int_env("JITCORE_VERIFY", 0, allowed=(0, 1))),
-                  stream_stores=_int_env("JITCORE_STREAM_STORES", None, minimum=0))
+                  stream_stores=_int_env("JITCORE_STREAM_STORES", None, minimum=0),
+                  target=os.environ.get("JITCORE_TARGET", "").strip().lower() or "native")
 
 
 _current = from_env()

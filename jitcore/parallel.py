@@ -158,6 +158,7 @@ def parallel_info() -> str:
         "  environment: " + ", ".join(f"{k}={os.environ.get(k, '(unset)')}" for k in
                                         ("JITCORE_NUM_THREADS", "MKL_NUM_THREADS",
                                          "OMP_NUM_THREADS")),
-        f"  CPU: {info['brand']} ({info['cpu']}), {info['isa']}, {info['vector_bits']}-bit vectors",
+        f"  CPU: {info['brand']} ({info['host_cpu']}), target {info['level']}, {info['isa']}, "
+        f"{info['vector_bits']}-bit vectors",
     ]
     return "\n".join(lines)

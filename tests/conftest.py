@@ -45,6 +45,9 @@ def pytest_report_header(config):
     return f"jitcore under test: {os.path.dirname(jitcore.__file__)} ({JITCORE_UNDER_TEST})"
 
 
+# value tests again at other instruction-set levels (--levels, --level-share): level_runs.py
+pytest_plugins = ["level_runs"]
+
 settings.register_profile("ci", derandomize=True)
 if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
     settings.load_profile("ci")

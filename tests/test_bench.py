@@ -220,3 +220,41 @@ def test_unknown_names_are_refused():
     proc = subprocess.run([sys.executable, "-m", "jitcore", "bench", "--only", "nope"],
                           capture_output=True, text=True, env=dict(os.environ))
     assert proc.returncode == 2 and "unknown: nope" in proc.stderr
+
+
+def test_target_holds_jitcore_and_the_peers_to_the_level(tmp_path):
+    """--target: jitcore's child builds for the level, numpy's and torch's switches are set
+    to it, and the results record the level and the variables."""
+    import jitcore as jc
+    from jitcore.bench import levels
+    if not jc.target_info()["triple"].startswith("x86_64"):
+        pytest.skip("x86-64 levels")
+    data, out = run_cli(tmp_path, "--only", "chain", "--threads", "1", "--systems",
+                        "jitcore,numpy", "--no-cold", "--target", "x86-64-v2")
+    assert data["machine"]["target"] == "x86-64-v2" and "target x86-64-v2" in out
+    env = data["machine"]["restriction"]["env"]
+    assert env["JITCORE_TARGET"] == "x86-64-v2" and env["ATEN_CPU_CAPABILITY"] == "default"
+    dispatch, _ = levels.numpy_dispatch()
+    assert set(env.get("NPY_DISABLE_CPU_FEATURES", "").split()) == \
+        {t for t in dispatch if levels.NUMPY_TARGET_RANK.get(t, 99) > 2}
+    jit_report = next(r for r in data["raw"] if r["system"] == "jitcore")
+    assert jit_report["target"] == "x86-64-v2"
+    assert jit_report["results"]["chain"]["status"] == "ok"
+
+
+def test_a_target_the_host_cannot_run_is_refused():
+    import jitcore as jc
+    above = [n for n in ("x86-64-v4", "x86-64-v3") if not _runs(jc, n)]
+    if not above:
+        pytest.skip("the host runs every level")
+    proc = subprocess.run([sys.executable, "-m", "jitcore", "bench", "--target", above[0]],
+                          capture_output=True, text=True, env=dict(os.environ))
+    assert proc.returncode == 2 and "needs CPU features this host lacks" in proc.stderr
+
+
+def _runs(jc, level: str) -> bool:
+    try:
+        jc.target_info(target=level)
+        return True
+    except jc.TargetError:
+        return False

@@ -180,6 +180,10 @@ def main(argv=None) -> int:
     if opts.system == "jitcore":
         import jitcore as jc
         report["interop_threads"] = jc.get_num_interop_threads()
+        report["target"] = jc.target_info()["level"]          # JITCORE_TARGET (bench --target)
+    if opts.system.startswith("torch"):
+        import torch
+        report["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
     if opts.system == "jitcore" and not opts.first_calls_only:
         from .peak import fma_peak_gflops
         report["bandwidth_gbs"] = bandwidth(opts.threads, opts.tiny, opts.repeat)

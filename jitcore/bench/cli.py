@@ -2,7 +2,7 @@
 
     python -m jitcore bench [--only chain,softmax] [--threads 1,2] [--systems jitcore,numpy]
                             [--runs R] [--repeat N] [--no-cold] [--json PATH] [--plot PATH]
-                            [--tiny]
+                            [--tiny] [--target x86-64-v3]
     python -m jitcore bench --models [...]     whole PyTorch models (jitcore/bench/model_suite.py)
 
 For every run, thread count and system (jitcore and numpy always; numexpr, numba, torch,
@@ -20,7 +20,10 @@ medians. jitcore's child also measures the copy/triad bandwidth and a core's fp3
 the tables show jitcore's GB/s as a share of that bandwidth and matmul GFLOP/s as a share of
 the peak times the threads. A missing, failing or wrong peer is reported as such. --json
 writes every number; --plot a PNG of natural-use speedups over numpy (needs matplotlib).
---tiny runs small sizes and few repeats (the test suite uses it).
+--tiny runs small sizes and few repeats (the test suite uses it). --target LEVEL holds
+every system to one instruction-set level: jitcore builds for it (JITCORE_TARGET) and the
+peers are restricted alike through their own switches (jitcore/bench/levels.py); the
+results record the level and the variables set.
 """
 from __future__ import annotations
 
@@ -38,6 +41,9 @@ import tempfile
 import threading
 import time
 
+from jitcore.llvm.target import LEVELS
+
+from .levels import restriction
 from .roofline import add_roofline, roofline_text
 from .systems import CONV_LAYOUTS, INTO_NOTES, SYSTEM_MODULES, SYSTEMS
 from .workloads import BY_NAME, SUITE, WEIGHTS_AFTER_FIRST
@@ -97,10 +103,12 @@ FAIR_ALLOCATION = {"MALLOC_MMAP_THRESHOLD_": str(1 << 30), "MALLOC_TRIM_THRESHOL
                    "MALLOC_TOP_PAD_": str(256 << 20), "THP_MEM_ALLOC_ENABLE": "1"}
 
 
-def child_env(threads: int, cache_dir: str, own_allocators: bool = False) -> dict:
+def child_env(threads: int, cache_dir: str, own_allocators: bool = False,
+              target: str | None = None) -> dict:
     """Each system's child: its thread settings at `threads`, its caches in `cache_dir`,
-    and (unless `own_allocators`) allocator settings under which no system page-faults the
-    fresh outputs of a loop of calls (FAIR_ALLOCATION)."""
+    (unless `own_allocators`) allocator settings under which no system page-faults the
+    fresh outputs of a loop of calls (FAIR_ALLOCATION), and with `target` every system held
+    to that instruction-set level (levels.restriction)."""
     env = {**os.environ, **{v: str(threads) for v in THREAD_VARIABLES}}
     if not own_allocators:
         env.update(FAIR_ALLOCATION)
@@ -115,6 +123,8 @@ def child_env(threads: int, cache_dir: str, own_allocators: bool = False) -> dic
         "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
         "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
     })
+    if target is not None:
+        env.update(restriction(target, env["XLA_FLAGS"])["env"])
     return env
 
 
@@ -127,17 +137,17 @@ def run_child(system: str, threads: int, names: list, opts, progress: Progress,
         (["--first-calls-only"] if first_calls_only else [])
     label = f"{system} @ {threads}{' cold' * first_calls_only}"
     return spawn_child(cmd, threads, names, progress, cache_dir, label,
-                       getattr(opts, "own_allocators", False))
+                       getattr(opts, "own_allocators", False), getattr(opts, "target", None))
 
 
 def spawn_child(cmd: list, threads: int, names: list, progress: Progress, cache_dir: str,
-                label: str, own_allocators: bool = False) -> dict:
+                label: str, own_allocators: bool = False, target: str | None = None) -> dict:
     """Run one child pinned to `threads` cores with the thread variables and cache
     directories set; count its progress lines; return its final JSON report (every name
     failed, with the child's last stderr line, when it printed none)."""
     cores = cores_for(threads)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=child_env(threads, cache_dir, own_allocators),
+                            env=child_env(threads, cache_dir, own_allocators, target),
                             preexec_fn=None if cores is None else
                             lambda: os.sched_setaffinity(0, cores))
     report = None
@@ -208,7 +218,8 @@ def run_suite(names: list, systems: list, threads_list: list, opts) -> dict:
                                      colds.get((system, threads))))
     add_roofline(merged)
     return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "machine": machine(), "versions": versions(), "tiny": opts.tiny, "runs_count": runs,
+            "machine": machine(getattr(opts, "target", None)), "versions": versions(),
+            "tiny": opts.tiny, "runs_count": runs,
             "compute_only_means": {s: INTO_NOTES[s] for s in systems},
             "workloads": {n: BY_NAME[n].title for n in names}, "runs": merged, "raw": raw}
 
@@ -261,11 +272,17 @@ def merge_runs(system: str, threads: int, names: list, reports: list, cold) -> d
     return entry
 
 
-def machine() -> dict:
+def machine(target: str | None = None) -> dict:
+    """The host and the level the systems ran at (with the variables that held the peers to
+    it, and what could not be held)."""
     import jitcore as jc
-    info = jc.target_info()
-    return {"cpu": info["cpu"], "brand": info["brand"], "isa": info["isa"],
-            "vector_bits": info["vector_bits"], "cpus": os.cpu_count()}
+    info = jc.target_info(target=target)
+    found = {"cpu": info["host_cpu"], "brand": info["brand"], "isa": info["isa"],
+             "vector_bits": info["vector_bits"], "cpus": os.cpu_count(),
+             "target": info["level"]}
+    if target is not None:
+        found["restriction"] = restriction(target)
+    return found
 
 
 # ---- the report -------------------------------------------------------------------------------
@@ -458,6 +475,7 @@ def parse(argv) -> argparse.Namespace:
     ap.add_argument("--json", help="write all results to this JSON file")
     ap.add_argument("--plot", help="write a PNG bar chart to this path (needs matplotlib)")
     ap.add_argument("--tiny", action="store_true", help="small sizes, few repeats")
+    add_target_option(ap)
     ap.add_argument("--own-allocators", action="store_true",
                     help="each system's default allocator settings in the natural-use column "
                          "(default: glibc and torch set so that no system page-faults its "
@@ -480,14 +498,32 @@ def parse(argv) -> argparse.Namespace:
         systems.insert(0, "numpy")                     # speedups are over numpy
     opts.names, opts.systems_list = names, systems
     opts.repeat = opts.repeat or (2 if opts.tiny else 9)
+    check_target(ap, opts)
     return opts
+
+
+def add_target_option(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--target", choices=list(LEVELS),
+                    help="hold every system to this instruction-set level (jitcore's "
+                         "JITCORE_TARGET; the peers' switches: jitcore/bench/levels.py)")
+
+
+def check_target(ap: argparse.ArgumentParser, opts) -> None:
+    """A level this host cannot run is a usage error, said before any child starts."""
+    if opts.target is not None:
+        import jitcore as jc
+        try:
+            jc.target_info(target=opts.target)
+        except jc.TargetError as e:
+            ap.error(str(e))
 
 
 def main(argv=None) -> int:
     opts = parse(argv)
     data = run_suite(opts.names, opts.systems_list, opts.threads_list, opts)
     m = data["machine"]
-    print(f"{m['brand']} ({m['cpu']}), {m['isa']}, {m['cpus']} cpus; {data['date']}; "
+    print(f"{m['brand']} ({m['cpu']}), target {m['target']}: {m['isa']}, {m['cpus']} cpus; "
+          f"{data['date']}; "
           + ", ".join(f"{k} {v}" for k, v in data["versions"].items())
           + f"; median of {data['runs_count']} interleaved run(s)")
     print_tables(data)

@@ -26,7 +26,8 @@ import shutil
 import sys
 import tempfile
 
-from .cli import Progress, fmt_seconds, machine, spawn_child, versions
+from .cli import (Progress, add_target_option, check_target, fmt_seconds, machine,
+                  spawn_child, versions)
 from .model_child import SYSTEM_MODULES, SYSTEMS
 
 NAMES = ("mlp", "resnet18", "mobilenet_v2", "bert", "gpt2")
@@ -53,8 +54,9 @@ def run(names: list, systems: list, threads_list: list, opts) -> dict:
                 cold = None
                 if not opts.no_cold:
                     cold = spawn_child(cmd + ["--first-calls-only"], threads, names, progress,
-                                       cache, f"{system} @ {threads} cold")
-                report = spawn_child(cmd, threads, names, progress, cache, f"{system} @ {threads}")
+                                       cache, f"{system} @ {threads} cold", target=opts.target)
+                report = spawn_child(cmd, threads, names, progress, cache, f"{system} @ {threads}",
+                                     target=opts.target)
                 for n, c in report["results"].items():
                     if cold is not None:
                         c["first_call_cold_s"] = cold["results"][n].get("first_call_s")
@@ -69,7 +71,7 @@ def run(names: list, systems: list, threads_list: list, opts) -> dict:
         shutil.rmtree(root, ignore_errors=True)
     progress.finish()
     return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "machine": machine(), "versions": versions(), "tiny": opts.tiny,
+            "machine": machine(opts.target), "versions": versions(), "tiny": opts.tiny,
             "models": names, "runs": runs}
 
 
@@ -206,6 +208,7 @@ def parse(argv) -> argparse.Namespace:
     ap.add_argument("--json")
     ap.add_argument("--plot")
     ap.add_argument("--tiny", action="store_true", help="small models, few repeats")
+    add_target_option(ap)
     opts = ap.parse_args(argv)
     opts.names = opts.only.split(",") if opts.only else list(NAMES)
     opts.systems_list = opts.systems.split(",")
@@ -218,6 +221,7 @@ def parse(argv) -> argparse.Namespace:
                  f"systems: {', '.join(SYSTEMS)}")
     opts.threads_list = [int(t) for t in opts.threads.split(",")]
     opts.repeat = opts.repeat or (3 if opts.tiny else 9)
+    check_target(ap, opts)
     return opts
 
 
@@ -225,7 +229,8 @@ def report(data: dict, systems: list) -> None:
     """Print the tables of a saved run: `python -m jitcore.bench.model_suite RUN.json
     [PLOT.png]`."""
     m = data["machine"]
-    print(f"{m['brand']} ({m['cpu']}), {m['isa']}, {m['cpus']} cpus; {data['date']}; "
+    print(f"{m['brand']} ({m['cpu']}), target {m.get('target', 'native')}: {m['isa']}, "
+          f"{m['cpus']} cpus; {data['date']}; "
           + ", ".join(f"{k} {v}" for k, v in data["versions"].items()))
     print_tables(data, systems)
 

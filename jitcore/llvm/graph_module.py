@@ -88,13 +88,14 @@ class GraphModule:
 
 def build_module(lowered, vector_bits: int, triple: str, data_layout: str,
                  masked_tails: bool = False, threads: int = 0, store=None,
-                 stream_bytes: int = 0) -> GraphModule:
+                 stream_bytes: int = 0, fused_fma: bool = True) -> GraphModule:
     """The LLVM modules of a lowered graph. `threads`: intra-op threads of its kernels (0:
     the process-wide setting at call time). `store`: where kernels' IR outlives the process
     (the disk cache: load(key) -> KernelCode | None, save(key, KernelCode)), or None.
-    `stream_bytes`: elementwise kernels writing this much output stream it (0: never)."""
+    `stream_bytes`: elementwise kernels writing this much output stream it (0: never).
+    `fused_fma`: the target fuses llvm.fmuladd (has FMA; irutil.fused_fma)."""
     kernels = tuple(emit_kernel(kernel, vector_bits, triple, data_layout, masked_tails, threads,
-                                store, stream_bytes)
+                                store, stream_bytes, fused_fma)
                     for kernel in lowered.kernels)
     module = ir.Module(name=lowered.name)
     module.triple, module.data_layout = triple, data_layout
@@ -123,13 +124,13 @@ STATS = {"kernels_generated": 0, "kernels_reused": 0, "kernels_loaded": 0}
 
 def emit_kernel(kernel: Kernel, vector_bits: int, triple: str, data_layout: str,
                 masked_tails: bool, threads: int, store=None,
-                stream_bytes: int = 0) -> KernelCode:
+                stream_bytes: int = 0, fused_fma: bool = True) -> KernelCode:
     """One kernel in a module of its own, named by a hash of its text; generated once per
     process for each structure (the code of an equal kernel is reused with this kernel's
     buffer slots), and loaded from `store` when an earlier process generated it."""
     structure, slots = kernel_key(kernel)
     key = (structure, vector_bits, triple, data_layout, masked_tails, plan_threads(threads),
-           stream_bytes)
+           stream_bytes, fused_fma)
     with _EMITTED_LOCK:
         seen = _EMITTED.get(key)
         if seen is not None:
@@ -143,7 +144,7 @@ def emit_kernel(kernel: Kernel, vector_bits: int, triple: str, data_layout: str,
     if seen is None:
         STATS["kernels_generated"] += 1
         seen = _emit_kernel(kernel, vector_bits, triple, data_layout, masked_tails, threads,
-                            stream_bytes)
+                            stream_bytes, fused_fma)
         positions = {slot: k for k, slot in enumerate(slots)}
         positions[DIMS_SLOT] = DIMS_SLOT
         # the kernel's pointer array, as positions in the key's numbering of buffers
@@ -172,9 +173,11 @@ def _remember(key, code: KernelCode) -> None:
 
 
 def _emit_kernel(kernel: Kernel, vector_bits: int, triple: str, data_layout: str,
-                 masked_tails: bool, threads: int, stream_bytes: int = 0) -> KernelCode:
+                 masked_tails: bool, threads: int, stream_bytes: int = 0,
+                 fused_fma: bool = True) -> KernelCode:
     module = ir.Module(name=KERNEL_PLACEHOLDER)
     module.triple, module.data_layout = triple, data_layout
+    u.set_fused_fma(module, fused_fma)
     ke = KernelEmitter(module, kernel, KERNEL_PLACEHOLDER, masked_tails, stream_bytes)
     extent, chunk = kernel.range_extent, grain(kernel)
     if kernel.kind == "gemm":        # work items of the GEMM, one per call at most

@@ -96,6 +96,18 @@ def mangle(ty: ir.Type) -> str:
     return f"i{ty.width}"
 
 
+def set_fused_fma(module: ir.Module, fused: bool) -> None:
+    """Record on a kernel's module whether its target fuses llvm.fmuladd (has FMA): math
+    whose accuracy rests on fused multiply-adds (opemit's sin/cos) asks `fused_fma`."""
+    module.jc_fused_fma = bool(fused)
+
+
+def fused_fma(builder: ir.IRBuilder) -> bool:
+    """Whether the module being built targets FMA hardware (set_fused_fma; modules that
+    never said are built for the host by code that does not care: True)."""
+    return getattr(builder.module, "jc_fused_fma", True)
+
+
 def declare_intrinsic(module: ir.Module, name: str, overloads: list, fnty: ir.FunctionType):
     """Declare (once) `llvm.<name>.<suffixes>`, e.g. llvm.fptosi.sat.v16i64.v16f32."""
     full = ".".join([f"llvm.{name}"] + [mangle(t) for t in overloads])

@@ -30,9 +30,12 @@ SINCOS_EXACT_BELOW = {32: 6.5e6, 64: 3.5e15}
 
 def _sincos(name):
     """Vector sin/cos; lanes with huge arguments (rare) are redone by libm, whose
-    Payne-Hanek reduction is exact at any magnitude."""
+    Payne-Hanek reduction is exact at any magnitude. vecmath's reduction is exact only with
+    fused multiply-adds: targets without FMA (x86-64, x86-64-v2) call libm for every lane."""
     def emit(b, out, inp, args, arg):
         x = args[0]
+        if not u.fused_fma(b):
+            return u.intrinsic(b, name, [x])
         fast = vecmath.emit_math(b, name, x)
         limit = u.const(x.type, SINCOS_EXACT_BELOW[out.bits])
         big = b.fcmp_ordered(">", u.intrinsic(b, "fabs", [x]), limit)

@@ -1,9 +1,14 @@
-"""The compilation target as a frozen value: triple, CPU, features, the vector width and
-the output size from which elementwise kernels write with streaming (non-temporal) stores.
+"""The compilation target as a frozen value: level, triple, CPU, features, the vector width
+and the output size from which elementwise kernels write with streaming (non-temporal)
+stores.
 
-The width comes from LLVM's view of the host CPU (512 bits with AVX-512F, 256 with AVX2,
+The level is `native` (the host CPU as LLVM sees it) or one row of LEVELS, an x86-64
+microarchitecture level of the psABI: code built for it uses that level's instructions only,
+whatever the host has above it, and every choice made from the target (width, masked tails,
+GEMM/conv blocking, vector math) follows. A level the host cannot run is refused
+(`level_target`). The width comes from the features (512 bits with AVX-512F, 256 with AVX2,
 128 otherwise); `JITCORE_VECTOR_WIDTH` or `jit(vector_width=)` can lower it, never raise it
-above what the CPU executes. The streaming threshold comes from the host's cache sizes
+above what the level executes. The streaming threshold comes from the host's cache sizes
 (`stream_threshold`), `JITCORE_STREAM_STORES` overrides it. The target is part of every
 cache key.
 """
@@ -16,9 +21,40 @@ from dataclasses import dataclass, replace
 
 import llvmlite.binding as llvm
 
-from jitcore.ir.errors import JitcoreError
+from jitcore.ir.errors import JitcoreError, TargetError
 
 VALID_WIDTHS = (128, 256, 512)
+
+
+@dataclass(frozen=True)
+class Level:
+    """One instruction-set level: the LLVM CPU name that stands for it, the LLVM features it
+    guarantees (cumulative), its widest vector, its name in reports and its architecture."""
+    cpu: str
+    features: tuple
+    vector_bits: int
+    isa: str
+    arch: str = "x86_64"
+
+
+_X86_64 = ("64bit", "cmov", "cx8", "fxsr", "mmx", "sse", "sse2")
+_X86_64_V2 = _X86_64 + ("cx16", "sahf", "popcnt", "crc32", "sse3", "ssse3", "sse4.1", "sse4.2")
+_X86_64_V3 = _X86_64_V2 + ("avx", "avx2", "bmi", "bmi2", "f16c", "fma", "lzcnt", "movbe",
+                           "xsave")
+# (evex512 exists in LLVM 18-20 only; features this LLVM does not know are left out)
+_X86_64_V4 = _X86_64_V3 + ("avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl",
+                           "evex512")
+
+# JITCORE_TARGET / jit(target=) names -> levels. Another architecture adds rows here (AArch64:
+# e.g. "armv8-a": Level("generic", ("neon", "fp-armv8"), 128, "NEON", "aarch64")).
+LEVELS = {
+    "x86-64-v4": Level("x86-64-v4", _X86_64_V4, 512, "AVX-512"),
+    "x86-64-v3": Level("x86-64-v3", _X86_64_V3, 256, "AVX2"),
+    "x86-64-v2": Level("x86-64-v2", _X86_64_V2, 128, "SSE4.2"),
+    "x86-64": Level("x86-64", _X86_64, 128, "SSE2"),
+}
+NATIVE = "native"
+TARGET_NAMES = (NATIVE,) + tuple(LEVELS)
 
 
 @dataclass(frozen=True)
@@ -31,6 +67,7 @@ class Target:
     # kernels writing at least this many bytes of contiguous output use non-temporal stores
     # (0: never); see codegen's streaming loops
     stream_bytes: int = 0
+    level: str = NATIVE    # "native" or a key of LEVELS
 
     def with_stream_bytes(self, nbytes: int) -> "Target":
         return replace(self, stream_bytes=max(0, int(nbytes)))
@@ -40,6 +77,8 @@ class Target:
 
     @property
     def isa(self) -> str:
+        if self.level in LEVELS and self.vector_bits == self.max_vector_bits:
+            return LEVELS[self.level].isa
         names = {512: "AVX-512", 256: "AVX2", 128: "SSE/NEON (128-bit)"}
         return names[self.vector_bits] if self.triple.startswith("x86_64") else \
             f"{self.vector_bits}-bit SIMD"
@@ -48,11 +87,57 @@ class Target:
     def masked_tails(self) -> bool:
         """AVX-512 (with BW for byte lanes) masks loads and stores of every element size, so
         vector tails are one masked iteration; elsewhere tails are scalar code."""
-        flags = set(self.features.split(","))
-        return "+avx512f" in flags and "+avx512bw" in flags and "+avx512vl" in flags
+        return self.has("avx512f") and self.has("avx512bw") and self.has("avx512vl")
 
     def key(self) -> tuple:
-        return (self.triple, self.cpu, self.features, self.vector_bits, self.stream_bytes)
+        return (self.level, self.triple, self.cpu, self.features, self.vector_bits,
+                self.stream_bytes)
+
+    def has(self, feature: str) -> bool:
+        """Whether the target's code may use this LLVM feature ("avx2", "fma", ...)."""
+        return f"+{feature}" in self.features.split(",")
+
+
+def _host_features() -> dict:
+    """{LLVM feature name: present} for every feature LLVM knows on this architecture."""
+    llvm.initialize_native_target()
+    return dict(llvm.get_host_cpu_features())
+
+
+def _arch(triple: str) -> str:
+    return triple.split("-", 1)[0]
+
+
+def level_features(level: Level, host: dict) -> str:
+    """The LLVM feature string of a level: its own features on, and every host feature above
+    it off (so nothing the host has leaks into the code). Names this LLVM does not know are
+    left out."""
+    own = [f for f in level.features if f in host]
+    above = sorted(f for f, present in host.items() if present and f not in level.features)
+    return ",".join([f"+{f}" for f in own] + [f"-{f}" for f in above])
+
+
+@functools.lru_cache(maxsize=None)
+def level_target(name: str) -> Target:
+    """The target of one level (a key of LEVELS, or "native"); TargetError when the name is
+    unknown or the host lacks some of the level's features."""
+    host = host_target()
+    if name == NATIVE:
+        return host
+    level = LEVELS.get(name)
+    if level is None:
+        raise TargetError(f"unknown target {name!r}; expected one of {', '.join(TARGET_NAMES)}")
+    if level.arch != _arch(host.triple):
+        raise TargetError(f"target {name!r} is for {level.arch}; this host is "
+                          f"{_arch(host.triple)} ({host.cpu})")
+    features = _host_features()
+    missing = [f for f in level.features if f in features and not features[f]]
+    if missing:
+        raise TargetError(f"target {name!r} needs CPU features this host lacks: "
+                          f"{', '.join(missing)} (host CPU: {host.cpu}, {cpu_brand()}); "
+                          f"use a lower level or 'native'")
+    return Target(host.triple, level.cpu, level_features(level, features), level.vector_bits,
+                  level.vector_bits, host.stream_bytes, name)
 
 
 def max_width_from_features(features: str) -> int:

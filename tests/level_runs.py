@@ -1,0 +1,172 @@
+"""The value suites again at other instruction-set levels (pytest hooks, used by conftest.py).
+
+One run of the suite (`python -m pytest tests -n auto`, what CI runs) also checks the code of
+the levels most users' CPUs run: a sampled share of the tests of VALUE_MODULES runs again at
+each level of `--levels` (default x86-64-v3 and x86-64-v2, see jitcore/llvm/target.py's
+LEVELS), as extra items whose ids end in `@<level>` (`test_x[f32-7-@x86-64-v2]`). While
+such an item runs (setup, call, teardown), JITCORE_TARGET's setting is that level (`config.override(target=)`) and every
+jitted function forgets the plans it made at another level (`api.forget_plans`), so the
+kernels it runs are built for that level: AVX2 without mask registers (scalar tails), SSE
+without AVX. Tests that assert kernel shapes must derive them from `jc.target_info()`, which
+follows the level.
+
+`--levels=none` turns it off; `--level-share=1` runs every test of those modules at every
+level (a full run per level); `--level-only` runs the level copies alone (with
+`-k x86-64-v2`, those of one level). Levels the host
+cannot run are left out (said in the header). A test is picked by a hash of its id and the level, so a run
+picks the same tests every time and each level its own share; property tests (the random
+programs) run at every level, with EXAMPLES_SHARE of their examples.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import zlib
+
+import pytest
+from hypothesis import settings
+from _pytest.python import CallSpec
+
+import jitcore as jc
+from jitcore import config as jc_config
+from jitcore.api import forget_plans
+from jitcore.llvm.target import LEVELS
+
+# the test modules whose tests compare values against numpy (a share of each runs per level)
+VALUE_MODULES = frozenset({
+    "test_elementwise", "test_casts", "test_bitwise", "test_reductions",
+    "test_reduction_accuracy", "test_arg_reductions", "test_gemm", "test_gemv", "test_conv",
+    "test_pooling", "test_gather_join", "test_vecmath_jit", "test_row_norms",
+    "test_random_graphs", "test_broadcast_views", "test_composite_accuracy",
+})
+DEFAULT_LEVELS = "x86-64-v3,x86-64-v2"
+DEFAULT_SHARE = 0.15
+# modules whose tests cost the most per test run a smaller share (times this factor):
+# test_reductions compiles a graph of every reduction per case (a fifth of the copies' time
+# at 15%, measured)
+SHARE_FACTOR = {"test_reductions": 0.5}
+# property tests (hypothesis: the random programs) run at every level, with this share of
+# their examples
+EXAMPLES_SHARE = 0.2
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("jitcore levels")
+    group.addoption("--levels", default=DEFAULT_LEVELS,
+                    help="instruction-set levels (comma-separated, or none) at which a share "
+                         f"of the value tests runs again (default {DEFAULT_LEVELS})")
+    group.addoption("--level-share", type=float, default=DEFAULT_SHARE,
+                    help=f"share of the value tests run at each level (default {DEFAULT_SHARE})")
+    group.addoption("--level-only", action="store_true",
+                    help="run only the value tests' copies at other levels")
+
+
+def requested_levels(option: str) -> list:
+    """The levels of `--levels` in order; unknown names are a usage error."""
+    names = [] if option.strip() in ("", "none") else [n.strip() for n in option.split(",")]
+    unknown = [n for n in names if n not in LEVELS and n != "native"]
+    if unknown:
+        raise pytest.UsageError(f"--levels: unknown {', '.join(unknown)}; expected some of "
+                                f"{', '.join(LEVELS)} or none")
+    return [n for n in names if n != "native"]
+
+
+def runnable(levels: list) -> tuple:
+    """(the levels this host can run, {level: why not} for the others)."""
+    ok, refused = [], {}
+    for name in levels:
+        try:
+            jc.target_info(target=name)
+            ok.append(name)
+        except jc.TargetError as e:
+            refused[name] = str(e)
+    return ok, refused
+
+
+def picked(nodeid: str, level: str, share: float) -> bool:
+    """Deterministic sampling: the same tests every run, another share per level."""
+    return zlib.crc32(f"{level}|{nodeid}".encode()) % 10000 < share * 10000
+
+
+def pytest_configure(config):
+    levels, refused = runnable(requested_levels(config.getoption("--levels")))
+    config.jc_levels, config.jc_levels_refused = levels, refused
+
+
+def pytest_report_header(config):
+    share = config.getoption("--level-share")
+    line = (f"value tests also at: {', '.join(config.jc_levels)} ({share:.0%} of them each)"
+            if config.jc_levels else "value tests at the native target only")
+    return [line] + [f"  level left out: {why}" for why in config.jc_levels_refused.values()]
+
+
+def _with_id(item, suffix: str):
+    """The item's parametrization (CallSpec) with one more id part: pytest builds a test's
+    id from it, so `test_x[f32-7]` has the copy `test_x[f32-7-@x86-64-v2]`, and an item
+    without parameters `test_y[@x86-64-v2]`."""
+    spec = getattr(item, "callspec", None) or CallSpec()
+    return dataclasses.replace(spec, _idlist=(*spec._idlist, suffix))
+
+
+def _is_property_test(item) -> bool:
+    return getattr(item.obj, "is_hypothesis_test", False)
+
+
+def level_items(item, levels: list, share: float) -> list:
+    """Copies of one collected test, one per level that picks it."""
+    copies = []
+    for level in levels:
+        if not (_is_property_test(item) or picked(item.nodeid, level, share)):
+            continue
+        copy = pytest.Function.from_parent(
+            item.parent, name=f"{item.name}@{level}", callspec=_with_id(item, f"@{level}"),
+            fixtureinfo=item._fixtureinfo, keywords={level: True},
+            originalname=item.originalname)
+        copy.jc_level = level
+        copies.append(copy)
+    return copies
+
+
+def pytest_collection_modifyitems(session, config, items):
+    levels, share = config.jc_levels, config.getoption("--level-share")
+    if not levels or share <= 0:
+        return
+    extra = []
+    for item in items:
+        module = item.module.__name__ if isinstance(item, pytest.Function) else None
+        if module in VALUE_MODULES:
+            extra += level_items(item, levels, share * SHARE_FACTOR.get(module, 1.0))
+    if config.getoption("--level-only"):
+        config.hook.pytest_deselected(items=list(items))
+        items[:] = extra
+    else:
+        items.extend(extra)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    level = getattr(item, "jc_level", None)
+    if level is None:
+        yield
+        return
+    forget_plans()
+    with jc_config.override(target=level), _fewer_examples(item):
+        yield
+    forget_plans()
+
+
+@contextlib.contextmanager
+def _fewer_examples(item):
+    """A property test's settings with EXAMPLES_SHARE of its examples, while `item` runs
+    (hypothesis reads them from the test function at each call)."""
+    fn = item.obj
+    saved = getattr(fn, "_hypothesis_internal_use_settings", None)
+    if not _is_property_test(item) or saved is None:
+        yield
+        return
+    fn._hypothesis_internal_use_settings = settings(
+        saved, max_examples=max(1, round(saved.max_examples * EXAMPLES_SHARE)))
+    try:
+        yield
+    finally:
+        fn._hypothesis_internal_use_settings = saved
