@@ -1,12 +1,13 @@
 """numpy's other elementwise math and statistics (`jc.log1p`, `jc.arctan2`, `jc.var`, ...).
 
-Each is a decomposition into the primitives of `jitcore.ops` (and two IR primitives of its
-own: ATAN, from the vector math, and COPYSIGN), chosen for accuracy rather than brevity:
-log1p and expm1 use Kahan's compensations, sinh/arcsinh/arctanh go through them where the
-naive formulas cancel, hypot scales, cbrt takes a Newton step after pow. float32 inputs of
-the transcendental ones are computed in float64 and rounded once (at most ~0.5 ulp beyond
-the float64 error, which is tiny at float32's precision). The ulp bounds tested against
-numpy (tests/test_tracing_numpy.py) are in `ULP_BOUNDS`.
+Each is a decomposition into the primitives of `jitcore.ops` (and IR primitives of its own
+from the vector math: ATAN, CBRT, EXPM1, and COPYSIGN), chosen for accuracy rather than
+brevity: log1p uses Kahan's compensation, sinh/arcsinh/arctanh go through expm1/log1p where
+the naive formulas cancel, hypot scales. Each evaluates one transcendental per element
+(the branches select its argument, not its result). float32 inputs of the transcendental
+ones are computed in float64 and rounded once (at most ~0.5 ulp beyond the float64 error,
+which is tiny at float32's precision). The ulp bounds tested against a long double
+reference (tests/test_tracing_numpy.py) are in `ULP_BOUNDS`.
 
 Like every op, each runs eagerly (jitted once per signature) on plain arrays.
 """
@@ -26,16 +27,18 @@ from . import ops
 from .ops import op
 from .tracer import Tracer, node_of, wrap
 
-# max error in ulp against numpy's float64 result, (float32, float64), measured over wide
+# max error in ulp against a long double reference, (float32, float64), measured over wide
 # ranges with edge values (random bit patterns, dense sweeps, 0, +-inf, NaN, subnormals,
-# huge) by tests/test_tracing_numpy.py. float32 is computed in float64 and rounded once;
-# float64 is compared with numpy's own float64 result (itself within ~1 ulp), so the
-# bounds there are whole ulps.
+# huge) by tests/test_tracing_numpy.py. float32 is computed in float64 and rounded once.
+# float64 is measured against long double, not numpy's float64: numpy's own results are
+# libm's on hosts without AVX-512 (glibc's cbrt is off by up to 3 ulp, sinh by 2).
 ULP_BOUNDS = {
-    "log1p": (0.51, 2), "expm1": (0.51, 2), "exp2": (0.51, 1), "log2": (0.51, 2),
-    "log10": (0.51, 3), "arctan": (0.51, 1), "arcsin": (0.51, 2), "arccos": (0.51, 2),
-    "arctan2": (0.51, 2), "sinh": (0.51, 2), "cosh": (0.51, 1), "arcsinh": (0.51, 2),
-    "arccosh": (0.51, 3), "arctanh": (0.51, 3), "hypot": (0.51, 2), "cbrt": (0.51, 1),
+    "log1p": (0.51, 2), "expm1": (0.51, 1.1), "exp2": (0.51, 1), "log2": (0.51, 1.5),
+    "log10": (0.51, 2.9), "arctan": (0.51, 0.76), "arcsin": (0.51, 1.7),
+    "arccos": (0.51, 1.55), "arctan2": (0.51, 2), "sinh": (0.51, 2.25), "cosh": (0.51, 1.35),
+    "arcsinh": (0.51, 2.3), "arccosh": (0.51, 2.2), "arctanh": (0.51, 2.6),
+    "hypot": (0.51, 2), "cbrt": (0.51, 0.75),
+    # numpy's own product x * (pi/180), bit for bit in float64
     "deg2rad": (0.75, 0), "rad2deg": (0.75, 0),
     # float64 logaddexp is numpy's formula, max(x, y) + log1p(exp(-|x - y|)), which cancels
     # where the result is near 0: its bound is in ulp of max(|x|, |y|, |result|)
@@ -86,6 +89,11 @@ def _atan(x: Tracer) -> Tracer:
     return wrap(b.elementwise(Op.ATAN, x.node))
 
 
+def _expm1(x: Tracer) -> Tracer:
+    """exp(x) - 1, the vector math's kernel (float32 in double, rounded once)."""
+    return wrap(b.elementwise(Op.EXPM1, x.node))
+
+
 # ---- decompositions on float64 tensors -------------------------------------------------------
 
 def _log1p(x):
@@ -95,54 +103,71 @@ def _log1p(x):
     return _where(x == math.inf, x, r)
 
 
-def _expm1(x):
-    u = ops.exp(x)
-    um1 = u - 1.0
-    # (u - 1) * x / log(u): the errors of u cancel (Kahan)
-    r = _where(u == 1.0, x, _where(um1 == -1.0, _c(-1.0, x), um1 * (x / ops.log(u))))
-    return _where(u == math.inf, u, r)
+# Each decomposition below evaluates one transcendental per element: the branches pick the
+# argument of a single exp/expm1/log1p instead of computing every branch's function and
+# selecting the result (vectors run all branches).
+
+_EXP_HALF_FROM = 709.0          # exp(a) overflows past ~709.78; exp(a/2)^2 / 2 does not
+
+
+def _half_past_overflow(a):
+    """a, or a/2 where exp(a) would overflow: the exp argument of sinh/cosh."""
+    return _where(a < _EXP_HALF_FROM, a, 0.5 * a)
 
 
 def _sinh(x):
+    """sinh = (e + e/(e+1)) / 2 with e = expm1(|x|) (no cancellation near 0); past exp's
+    overflow exp(|x|/2)^2 / 2. One expm1 and one division per element."""
     a = ops.abs(x)
-    e = _expm1(a)
+    e = _expm1(_half_past_overflow(a))
     small = 0.5 * (e + e / (e + 1.0))
-    h = ops.exp(0.5 * a)
-    big = (0.5 * h) * h                     # exp(a) / 2 past exp's overflow
-    return _copysign(_where(a < 709.0, small, big), x)
+    h = e + 1.0
+    big = (0.5 * h) * h
+    return _copysign(_where(a < _EXP_HALF_FROM, small, big), x)
 
 
 def _cosh(x):
+    """cosh = (e + 1/e) / 2 with e = exp(|x|); past exp's overflow exp(|x|/2)^2 / 2."""
     a = ops.abs(x)
-    e = ops.exp(a)
-    h = ops.exp(0.5 * a)
-    return _where(a < 709.0, 0.5 * (e + 1.0 / e), (0.5 * h) * h)
+    e = ops.exp(_half_past_overflow(a))
+    return _where(a < _EXP_HALF_FROM, 0.5 * (e + 1.0 / e), (0.5 * e) * e)
+
+
+_BIG = 2.0 ** 28                # asinh/acosh: past this, log(2|x|) (the 1/x terms are gone)
 
 
 def _arcsinh(x):
+    """log1p of one argument per element: |x| < 2: a + a^2/(1 + sqrt(1 + a^2)) (no
+    cancellation); below 2^28: 2a + 1/(sqrt(a^2 + 1) + a) - 1 (exact subtraction);
+    beyond: a - 1, plus ln 2. One sqrt, one division and one log1p."""
     a = ops.abs(x)
     a2 = a * a
-    small = _log1p(a + a2 / (1.0 + ops.sqrt(1.0 + a2)))
-    mid = ops.log(2.0 * a + 1.0 / (ops.sqrt(a2 + 1.0) + a))
-    big = ops.log(a) + _LN2
-    r = _where(a < 2.0, small, _where(a < 2.0 ** 28, mid, big))
+    q = ops.sqrt(1.0 + a2)
+    small = a < 2.0
+    d = _where(small, a2, _c(1.0, a)) / _where(small, 1.0 + q, q + a)
+    s = _where(small, a + d, _where(a < _BIG, (2.0 * a + d) - 1.0, a - 1.0))
+    r = _log1p(s) + _where(a < _BIG, _c(0.0, a), _c(_LN2, a))
     return _copysign(r, x)
 
 
 def _arccosh(x):
+    """log1p of one argument per element: x < 2: t + sqrt(2t + t^2) with t = x - 1; below
+    2^28: 2x - 1/(x + sqrt(x^2 - 1)) - 1; beyond: x - 1, plus ln 2. NaN below 1."""
     t = x - 1.0
-    small = _log1p(t + ops.sqrt(2.0 * t + t * t))
-    mid = ops.log(2.0 * x - 1.0 / (x + ops.sqrt(x * x - 1.0)))
-    big = ops.log(x) + _LN2
-    r = _where(x < 2.0, small, _where(x < 2.0 ** 28, mid, big))
+    q = ops.sqrt(t * (t + 2.0))                     # sqrt(x^2 - 1) without cancellation
+    mid = (2.0 * x - 1.0 / (x + q)) - 1.0
+    s = _where(x < 2.0, t + q, _where(x < _BIG, mid, t))
+    r = _log1p(s) + _where(x < _BIG, _c(0.0, x), _c(_LN2, x))
     return _where(x < 1.0, _c(math.nan, x), r)
 
 
 def _arctanh(x):
+    """0.5 * log1p(2a/(1 - a)), with 2a + a*(2a/(1 - a)) below 0.5 (the same value, summed
+    so that the small term comes last). One division and one log1p."""
     a = ops.abs(x)
-    small = 0.5 * _log1p(2.0 * a + 2.0 * a * a / (1.0 - a))
-    big = 0.5 * _log1p(2.0 * a / (1.0 - a))
-    return _copysign(_where(a < 0.5, small, big), x)
+    d = (2.0 * a) / (1.0 - a)
+    s = _where(a < 0.5, 2.0 * a + a * d, d)
+    return _copysign(0.5 * _log1p(s), x)
 
 
 def _arcsin(x):
@@ -184,14 +209,6 @@ def _logaddexp(x, y):
     return _where(x == y, x + _LN2, r)             # equal infinities: x - y is NaN
 
 
-def _cbrt(x):
-    a = ops.abs(x)
-    y = ops.pow(a, 1.0 / 3.0)
-    y = y - (y - a / (y * y)) / 3.0                  # one Newton step: pow(a, 1/3) is inexact
-    y = _where((a == 0.0) | (a == math.inf), a, y)
-    return _copysign(y, x)
-
-
 def _log2(x):
     return ops.log(x) * (1.0 / _LN2)
 
@@ -212,7 +229,6 @@ def _float_op(name: str, fn, doc: str):
 
 
 log1p = _float_op("log1p", _log1p, "log(1 + x), accurate for small x.")
-expm1 = _float_op("expm1", _expm1, "exp(x) - 1, accurate for small x.")
 log2 = _float_op("log2", _log2, "Base-2 logarithm.")
 log10 = _float_op("log10", _log10, "Base-10 logarithm.")
 sinh = _float_op("sinh", _sinh, "Hyperbolic sine.")
@@ -226,13 +242,24 @@ arctan2 = _float_op("arctan2", _arctan2, "atan(y / x) in the quadrant of (x, y),
                     "signed zeros and infinities.")
 hypot = _float_op("hypot", _hypot, "sqrt(x**2 + y**2) without overflow; inf if either is.")
 logaddexp = _float_op("logaddexp", _logaddexp, "log(exp(x) + exp(y)) without overflow.")
-cbrt = _float_op("cbrt", _cbrt, "Cube root (negative for negative x).")
 
 
 @op
 def arctan(x):
     """Inverse tangent (vector math: fdlibm's reduction and polynomial)."""
     return _atan(_float_tensor(x))
+
+
+@op
+def expm1(x):
+    """exp(x) - 1, accurate for small x (vector math: exp's reduction, 2^k*p + (2^k - 1))."""
+    return _expm1(_float_tensor(x))
+
+
+@op
+def cbrt(x):
+    """Cube root, negative for negative x (vector math: exponent split, Newton steps)."""
+    return wrap(b.elementwise(Op.CBRT, _float_tensor(x).node))
 
 
 @op

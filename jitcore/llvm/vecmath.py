@@ -36,7 +36,7 @@ from . import irutil as u
 
 __all__ = ["SUPPORTED", "emit_math"]
 
-SUPPORTED = frozenset({"exp", "log", "tanh", "erf", "sin", "cos", "atan"})
+SUPPORTED = frozenset({"exp", "log", "tanh", "erf", "sin", "cos", "atan", "cbrt", "expm1"})
 
 
 # --------------------------------------------------------------------------------------
@@ -411,6 +411,97 @@ def _emit_atan(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     return _copysign(b, y, x)                      # NaN stays NaN (through the division)
 
 
+# cbrt(m) for m in [1, 2) around m = 1.5: relative error 1.4e-6 (IRLS fit), the start of the
+# Newton steps
+_CBRT_START = (1.1447129614607252, 0.2543863981778454, -0.05643700486255366,
+               0.02080971427143322, -0.01026736890126254, 0.005319247747983297)
+_CBRT_2R = (1.0, 2.0 ** (1.0 / 3.0), 2.0 ** (2.0 / 3.0))   # cbrt(2^r), r = 0, 1, 2
+
+
+def _in_double(b: ir.IRBuilder, emit, x: ir.Value) -> ir.Value:
+    """emit(x) evaluated in double and rounded once to x's type (float32 lanes)."""
+    wide = _like(x.type, ir.DoubleType())
+    return b.fptrunc(emit(b, b.fpext(x, wide)), x.type)
+
+
+def _cbrt_newton(b: ir.IRBuilder, y: ir.Value, a: ir.Value) -> ir.Value:
+    """One Newton step for y^3 = a, written as a small correction of y: y - (y - a/y^2)/3
+    (the correction's own rounding is tiny next to y's, so the result is y's rounding)."""
+    return b.fsub(y, b.fmul(b.fsub(y, b.fdiv(a, b.fmul(y, y))), _fc(y, 1.0 / 3.0)))
+
+
+def _emit_cbrt(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """cbrt(x) without pow: |x| = 2^(3q+r) * m (m in [1, 2), r in {0, 1, 2}), a polynomial
+    start for cbrt(m) (1.4e-6) times cbrt(2^r), Newton steps on m*2^r, scaled by 2^q.
+
+    Max error 0.72 ulp (float64: two Newton steps, the second one's rounding); float32 runs
+    it in double with one step (2e-12 relative) and rounds once, 0.5 ulp. 0, +-inf and NaN
+    are returned as they are; the sign is x's."""
+    if _fmt(x.type) is _F32:
+        return _in_double(b, lambda b_, w: _cbrt_core(b_, w, steps=1), x)
+    return _cbrt_core(b, x, steps=2)
+
+
+def _cbrt_core(b: ir.IRBuilder, x: ir.Value, steps: int) -> ir.Value:
+    f = _fmt(x.type)
+    a = _fabs(b, x)
+    # subnormals: scale by 2^(3*18) into the normal range, 18 off the result's exponent
+    sub = b.fcmp_ordered("<", a, _fc(x, f.min_normal))
+    a_n = _select(b, sub, b.fmul(a, _fc(x, 2.0 ** 54)), a)
+    bits = _to_int(b, a_n)
+    e = b.sub(b.lshr(bits, _ic(x, f.mant)), _ic(x, f.bias))
+    m = _to_float(b, b.or_(b.and_(bits, _ic(x, (1 << f.mant) - 1)), _ic(x, f.bias << f.mant)),
+                  x.type)
+    # q = e div 3 (floor): (e - 1)/3 is q - 1/3, q or q + 1/3, which rounds to q
+    _, qi = _round_to_int(b, b.fmul(b.fsub(b.sitofp(e, x.type), _fc(x, 1.0)),
+                                    _fc(x, 1.0 / 3.0)))
+    r = b.sub(e, b.mul(qi, _ic(x, 3)))
+    r1, r2 = (b.icmp_signed("==", r, _ic(x, k)) for k in (1, 2))
+    scale_m = _select(b, r1, _fc(x, 2.0), _select(b, r2, _fc(x, 4.0), _fc(x, 1.0)))
+    c_r = _select(b, r1, _fc(x, _CBRT_2R[1]), _select(b, r2, _fc(x, _CBRT_2R[2]), _fc(x, 1.0)))
+    mr = b.fmul(m, scale_m)                               # exact, in [1, 8)
+    y = b.fmul(_poly(b, b.fsub(m, _fc(x, 1.5)), _CBRT_START), c_r)
+    for _ in range(steps):
+        y = _cbrt_newton(b, y, mr)
+    qi = b.sub(qi, _select(b, sub, _ic(x, 18), _ic(x, 0)))
+    y = b.fmul(y, _pow2(b, qi, x.type))                   # exact: 2^q is normal, y in [1, 2)
+    # 0, inf: the result is the input; NaN: the compare is true (unordered)
+    keep = b.fcmp_unordered("uno", a, a)
+    keep = b.or_(keep, b.fcmp_ordered("==", a, _fc(x, 0.0)))
+    keep = b.or_(keep, b.fcmp_ordered("==", a, _fc(x, float("inf"))))
+    return _copysign(b, _select(b, keep, a, y), x)
+
+
+def _emit_expm1(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """expm1(x) = exp(x) - 1 from exp's reduction: x = k*ln2 + r, p = exp(r) - 1 by the
+    exp polynomial (r + r^2*P(r), exact near 0), then 2^k*p + (2^k - 1) with one rounding
+    (2^k - 1 is exact for the k where it matters); past k = 60 the -1 is below the last
+    bit and the result is exp's. float32 runs it in double and rounds once."""
+    if _fmt(x.type) is _F32:
+        return _in_double(b, _emit_expm1, x)
+    f = _fmt(x.type)
+    # below -40 the result rounds to -1; NaN passes both clamps (the compares are false)
+    lo = -40.0
+    xc = _select(b, b.fcmp_ordered(">", x, _fc(x, f.exp_hi)), _fc(x, f.exp_hi), x)
+    xc = _select(b, b.fcmp_ordered("<", xc, _fc(x, lo)), _fc(x, lo), xc)
+    k, ki = _round_to_int(b, b.fmul(xc, _fc(x, f.log2e)))
+    r_hi = _fmuladd(b, k, _fc(x, -f.ln2_hi), xc)          # exact
+    c = b.fmul(k, _fc(x, f.ln2_lo))
+    r = b.fsub(r_hi, c)
+    r_lo = b.fsub(b.fsub(r_hi, r), c)                     # r's rounding error
+    # p = r + q as p_hi + p_lo (fast two-sum, |q| < |r|/5): for k = 1 the result is about
+    # 2p, and p's roundings would count twice in its ulp
+    q = b.fmul(b.fmul(r, r), _poly(b, r, f.coeffs["exp"]))
+    p_hi = b.fadd(r, q)
+    p_lo = b.fadd(b.fadd(b.fsub(r, p_hi), q), r_lo)
+    big = b.icmp_signed(">", ki, _ic(x, 60))
+    t = _pow2(b, _select(b, big, _ic(x, 0), ki), x.type)
+    small = _fmuladd(b, t, p_lo, _fmuladd(b, t, p_hi, b.fsub(t, _fc(x, 1.0))))
+    large = _ldexp(b, b.fadd(p_hi, _fc(x, 1.0)), ki)
+    y = _select(b, big, large, small)
+    return _select(b, b.fcmp_ordered("==", x, _fc(x, 0.0)), x, y)   # -0.0 stays -0.0
+
+
 def _reduce_pio2(b: ir.IRBuilder, x: ir.Value, k: ir.Value) -> ir.Value:
     """x - k*pi/2 with a three-part pi/2 (Cody-Waite), one fmuladd per part."""
     for part in _fmt(x.type).pio2:
@@ -473,6 +564,8 @@ _EMITTERS: Dict[str, Callable[[ir.IRBuilder, ir.Value], ir.Value]] = {
     "sin": _emit_sin,
     "cos": _emit_cos,
     "atan": _emit_atan,
+    "cbrt": _emit_cbrt,
+    "expm1": _emit_expm1,
 }
 assert frozenset(_EMITTERS) == SUPPORTED
 
