@@ -29,20 +29,22 @@ from .tracer import Tracer, node_of, wrap
 
 # max error in ulp against a long double reference, (float32, float64), measured over wide
 # ranges with edge values (random bit patterns, dense sweeps, 0, +-inf, NaN, subnormals,
-# huge) by tests/test_tracing_numpy.py. float32 is computed in float64 and rounded once.
-# float64 is measured against long double, not numpy's float64: numpy's own results are
-# libm's on hosts without AVX-512 (glibc's cbrt is off by up to 3 ulp, sinh by 2).
+# huge) by tests/test_tracing_numpy.py. Most are computed in the input's own precision
+# from the vector math's kernels; arcsin, arccos, arctan2, hypot, logaddexp compute float32
+# in float64 and round once. float64 is measured against long double, not numpy's float64:
+# numpy's own results are libm's on hosts without AVX-512 (glibc's cbrt is off by up to
+# 3 ulp there, sinh by 2).
 ULP_BOUNDS = {
-    "log1p": (0.51, 2), "expm1": (0.51, 1.1), "exp2": (0.51, 1), "log2": (0.51, 1.5),
-    "log10": (0.51, 2.9), "arctan": (0.51, 0.76), "arcsin": (0.51, 1.7),
-    "arccos": (0.51, 1.55), "arctan2": (0.51, 2), "sinh": (0.51, 2.25), "cosh": (0.51, 1.35),
-    "arcsinh": (0.51, 2.3), "arccosh": (0.51, 2.2), "arctanh": (0.51, 2.6),
-    "hypot": (0.51, 2), "cbrt": (0.51, 0.75),
+    "log1p": (0.75, 0.75), "expm1": (0.9, 1.1), "exp2": (0.51, 1), "log2": (0.9, 0.9),
+    "log10": (0.9, 0.9), "cbrt": (0.75, 0.75), "arctan": (0.51, 0.76),
+    "arcsin": (0.51, 1.7), "arccos": (0.51, 1.55), "arctan2": (0.51, 1.4),
+    "sinh": (1.8, 2.25), "cosh": (1.4, 1.35), "arcsinh": (1.4, 1.35),
+    "arccosh": (1.7, 1.55), "arctanh": (1.65, 1.4), "hypot": (0.51, 1.85),
     # numpy's own product x * (pi/180), bit for bit in float64
     "deg2rad": (0.75, 0), "rad2deg": (0.75, 0),
     # float64 logaddexp is numpy's formula, max(x, y) + log1p(exp(-|x - y|)), which cancels
     # where the result is near 0: its bound is in ulp of max(|x|, |y|, |result|)
-    "logaddexp": (0.51, 2),
+    "logaddexp": (0.51, 1),
 }
 
 _LN2 = math.log(2.0)
@@ -58,16 +60,18 @@ def _float_tensor(x) -> Tracer:
     return wrap(b.cast(t.node, dt.float_result(t.node.dtype)))
 
 
-def _in_double(fn):
-    """Run a float decomposition in float64 and round float32 results once. The result
-    dtype is numpy's: the operands' promotion (Python scalars weak), made float."""
+def _in_float(fn, wide: bool):
+    """Run a float decomposition in numpy's result dtype (the operands' promotion, Python
+    scalars weak, made float), or, with `wide`, in float64 with float32 results rounded
+    once (for the cheap ones whose float32 form would lose accuracy)."""
     def apply(*xs):
         nodes = ops._tensors(*xs) if len(xs) > 1 else [node_of(xs[0])]
         common = nodes[0].dtype
         for n in nodes[1:]:
             common = dt.promote(common, n.dtype)
-        wide = [wrap(b.cast(n, dt.float64)) for n in nodes]
-        return ops.astype(fn(*wide), dt.float_result(common))
+        result = dt.float_result(common)
+        work = [wrap(b.cast(n, dt.float64 if wide else result)) for n in nodes]
+        return ops.astype(fn(*work), result)
     apply.__name__ = fn.__name__
     return apply
 
@@ -90,29 +94,33 @@ def _atan(x: Tracer) -> Tracer:
 
 
 def _expm1(x: Tracer) -> Tracer:
-    """exp(x) - 1, the vector math's kernel (float32 in double, rounded once)."""
+    """exp(x) - 1, the vector math's kernel."""
     return wrap(b.elementwise(Op.EXPM1, x.node))
 
 
+def _log1p(x: Tracer) -> Tracer:
+    """log(1 + x), the vector math's kernel (the rounding of 1 + x corrected)."""
+    return wrap(b.elementwise(Op.LOG1P, x.node))
+
+
+def _is_f32(x: Tracer) -> bool:
+    return x.node.dtype == dt.float32
+
+
 # ---- decompositions on float64 tensors -------------------------------------------------------
-
-def _log1p(x):
-    u = x + 1.0
-    # log(u) * x / (u - 1) cancels the rounding of 1 + x (Goldberg/Kahan)
-    r = _where(u == 1.0, x, ops.log(u) * (x / (u - 1.0)))
-    return _where(x == math.inf, x, r)
-
 
 # Each decomposition below evaluates one transcendental per element: the branches pick the
 # argument of a single exp/expm1/log1p instead of computing every branch's function and
 # selecting the result (vectors run all branches).
 
-_EXP_HALF_FROM = 709.0          # exp(a) overflows past ~709.78; exp(a/2)^2 / 2 does not
+def _exp_half_from(a: Tracer) -> float:
+    """exp(a) overflows past ~88.72 (float32) / ~709.78 (float64); exp(a/2)^2 / 2 does not."""
+    return 88.0 if _is_f32(a) else 709.0
 
 
 def _half_past_overflow(a):
     """a, or a/2 where exp(a) would overflow: the exp argument of sinh/cosh."""
-    return _where(a < _EXP_HALF_FROM, a, 0.5 * a)
+    return _where(a < _exp_half_from(a), a, 0.5 * a)
 
 
 def _sinh(x):
@@ -123,14 +131,14 @@ def _sinh(x):
     small = 0.5 * (e + e / (e + 1.0))
     h = e + 1.0
     big = (0.5 * h) * h
-    return _copysign(_where(a < _EXP_HALF_FROM, small, big), x)
+    return _copysign(_where(a < _exp_half_from(a), small, big), x)
 
 
 def _cosh(x):
     """cosh = (e + 1/e) / 2 with e = exp(|x|); past exp's overflow exp(|x|/2)^2 / 2."""
     a = ops.abs(x)
     e = ops.exp(_half_past_overflow(a))
-    return _where(a < _EXP_HALF_FROM, 0.5 * (e + 1.0 / e), (0.5 * e) * e)
+    return _where(a < _exp_half_from(a), 0.5 * (e + 1.0 / e), (0.5 * e) * e)
 
 
 _BIG = 2.0 ** 28                # asinh/acosh: past this, log(2|x|) (the 1/x terms are gone)
@@ -209,18 +217,10 @@ def _logaddexp(x, y):
     return _where(x == y, x + _LN2, r)             # equal infinities: x - y is NaN
 
 
-def _log2(x):
-    return ops.log(x) * (1.0 / _LN2)
-
-
-def _log10(x):
-    return ops.log(x) * (1.0 / math.log(10.0))
-
-
 # ---- the public ops ------------------------------------------------------------------------
 
-def _float_op(name: str, fn, doc: str):
-    wrapped = _in_double(fn)
+def _float_op(name: str, fn, doc: str, wide: bool = False):
+    wrapped = _in_float(fn, wide)
 
     def f(*xs):
         return wrapped(*xs)
@@ -228,20 +228,21 @@ def _float_op(name: str, fn, doc: str):
     return op(f)
 
 
-log1p = _float_op("log1p", _log1p, "log(1 + x), accurate for small x.")
-log2 = _float_op("log2", _log2, "Base-2 logarithm.")
-log10 = _float_op("log10", _log10, "Base-10 logarithm.")
 sinh = _float_op("sinh", _sinh, "Hyperbolic sine.")
 cosh = _float_op("cosh", _cosh, "Hyperbolic cosine.")
 arcsinh = _float_op("arcsinh", _arcsinh, "Inverse hyperbolic sine.")
 arccosh = _float_op("arccosh", _arccosh, "Inverse hyperbolic cosine (NaN below 1).")
 arctanh = _float_op("arctanh", _arctanh, "Inverse hyperbolic tangent (+-inf at +-1).")
-arcsin = _float_op("arcsin", _arcsin, "Inverse sine (NaN outside [-1, 1]).")
-arccos = _float_op("arccos", _arccos, "Inverse cosine (NaN outside [-1, 1]).")
+# atan computes float32 in double anyway: the algebra around it costs little there
+arcsin = _float_op("arcsin", _arcsin, "Inverse sine (NaN outside [-1, 1]).", wide=True)
+arccos = _float_op("arccos", _arccos, "Inverse cosine (NaN outside [-1, 1]).", wide=True)
 arctan2 = _float_op("arctan2", _arctan2, "atan(y / x) in the quadrant of (x, y), numpy's "
-                    "signed zeros and infinities.")
-hypot = _float_op("hypot", _hypot, "sqrt(x**2 + y**2) without overflow; inf if either is.")
-logaddexp = _float_op("logaddexp", _logaddexp, "log(exp(x) + exp(y)) without overflow.")
+                    "signed zeros and infinities.", wide=True)
+hypot = _float_op("hypot", _hypot, "sqrt(x**2 + y**2) without overflow; inf if either is.",
+                  wide=True)
+# float32 logaddexp in float64: m + log1p(...) cancels where the result is near 0
+logaddexp = _float_op("logaddexp", _logaddexp, "log(exp(x) + exp(y)) without overflow.",
+                      wide=True)
 
 
 @op
@@ -250,16 +251,25 @@ def arctan(x):
     return _atan(_float_tensor(x))
 
 
-@op
-def expm1(x):
-    """exp(x) - 1, accurate for small x (vector math: exp's reduction, 2^k*p + (2^k - 1))."""
-    return _expm1(_float_tensor(x))
+def _unary_kernel(opcode: Op, name: str, doc: str):
+    """A ufunc that is one vector-math kernel (ints converted to numpy's float first)."""
+    def f(x):
+        return wrap(b.elementwise(opcode, _float_tensor(x).node))
+    f.__name__, f.__doc__ = name, doc
+    return op(f)
 
 
-@op
-def cbrt(x):
-    """Cube root, negative for negative x (vector math: exponent split, Newton steps)."""
-    return wrap(b.elementwise(Op.CBRT, _float_tensor(x).node))
+log2 = _unary_kernel(Op.LOG2, "log2", "Base-2 logarithm (vector math: the log kernel's "
+                     "pieces times 1/ln 2 in two parts).")
+log10 = _unary_kernel(Op.LOG10, "log10", "Base-10 logarithm (vector math: as log2).")
+cbrt = _unary_kernel(Op.CBRT, "cbrt", "Cube root, negative for negative x (vector math: "
+                     "exponent split, Newton steps).")
+
+
+log1p = _unary_kernel(Op.LOG1P, "log1p", "log(1 + x), accurate for small x (vector math: log "
+                      "of the rounded 1 + x, corrected by its rounding error).")
+expm1 = _unary_kernel(Op.EXPM1, "expm1", "exp(x) - 1, accurate for small x (vector math: "
+                      "exp's reduction, 2^k*p + (2^k - 1)).")
 
 
 @op

@@ -36,7 +36,8 @@ from . import irutil as u
 
 __all__ = ["SUPPORTED", "emit_math"]
 
-SUPPORTED = frozenset({"exp", "log", "tanh", "erf", "sin", "cos", "atan", "cbrt", "expm1"})
+SUPPORTED = frozenset({"exp", "log", "tanh", "erf", "sin", "cos", "atan", "cbrt", "expm1",
+                       "log1p", "log2", "log10"})
 
 
 # --------------------------------------------------------------------------------------
@@ -307,6 +308,12 @@ def _ldexp(b: ir.IRBuilder, x: ir.Value, n: ir.Value) -> ir.Value:
     return b.fmul(b.fmul(x, _pow2(b, n1, x.type)), _pow2(b, n2, x.type))
 
 
+def _in_double(b: ir.IRBuilder, emit, x: ir.Value) -> ir.Value:
+    """emit(x) evaluated in double and rounded once to x's type (float32 lanes)."""
+    wide = _like(x.type, ir.DoubleType())
+    return b.fptrunc(emit(b, b.fpext(x, wide)), x.type)
+
+
 # --------------------------------------------------------------------------------------
 # Emitters, one per function
 # --------------------------------------------------------------------------------------
@@ -328,6 +335,13 @@ def _emit_exp(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
 
 def _emit_log(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     """log(x) = k*ln2 + log1p(f) with 1+f in [sqrt(1/2), sqrt(2)) (fdlibm-style kernel)."""
+    return _log_specials(b, x, _log_core(b, x))
+
+
+def _log_reduce(b: ir.IRBuilder, x: ir.Value):
+    """The log kernel's pieces for finite x > 0: x = 2^k * (1 + f), 1 + f in [sqrt(1/2),
+    sqrt(2)), f exact; log1p(f) = f - hfsq + s*(hfsq + R). Returns (k as a float, f, hfsq,
+    s, R)."""
     f = _fmt(x.type)
     # Denormals: scale into the normal range first and compensate in the exponent.
     sub = b.fcmp_ordered("<", x, _fc(x, f.min_normal))
@@ -343,11 +357,53 @@ def _emit_log(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     s = b.fdiv(fm, b.fadd(fm, _fc(x, 2.0)))
     z = b.fmul(s, s)
     rz = b.fmul(z, _poly(b, z, f.coeffs["log"]))
-    dk = b.sitofp(k, x.type)
+    return b.sitofp(k, x.type), fm, hfsq, s, rz
+
+
+def _log_core(b: ir.IRBuilder, x: ir.Value, corr=None) -> ir.Value:
+    """The log kernel for finite x > 0, plus a small correction term `corr` (summed with
+    the small terms, before f and k*ln2_hi, so that it costs no extra rounding)."""
+    f = _fmt(x.type)
+    dk, fm, hfsq, s, rz = _log_reduce(b, x)
     # s*(hfsq+R) + k*ln2_lo - hfsq + f + k*ln2_hi, summed from small to large terms.
-    y = _fmuladd(b, s, b.fadd(hfsq, rz), b.fmul(dk, _fc(x, f.ln2_lo)))
+    lo = b.fmul(dk, _fc(x, f.ln2_lo))
+    if corr is not None:
+        lo = b.fadd(lo, corr)
+    y = _fmuladd(b, s, b.fadd(hfsq, rz), lo)
     y = b.fadd(b.fsub(y, hfsq), fm)
-    y = _fmuladd(b, dk, _fc(x, f.ln2_hi), y)
+    return _fmuladd(b, dk, _fc(x, f.ln2_hi), y)
+
+
+# log_b(x) = k*log_b(2) + log1p(f)/ln(b): (1/ln b hi, lo; log_b(2) hi, lo) per format; the
+# hi part of log_b(2) has few enough bits that k*hi is exact without FMA
+_LOG_BASE = {
+    (32, 2): (_H("0x1.715476p+0"), _H("0x1.4ae0c0p-26"), 1.0, 0.0),
+    (64, 2): (_H("0x1.71547652b82fep+0"), _H("0x1.777d0ffda0d24p-56"), 1.0, 0.0),
+    (32, 10): (_H("0x1.bcb7b2p-2"), _H("-0x1.5b235ep-27"),
+               _H("0x1.3440p-2"), _H("0x1.3509f8p-18")),
+    (64, 10): (_H("0x1.bcb7b1526e50ep-2"), _H("0x1.95355baaafad3p-57"),
+               _H("0x1.34413509f7p-2"), _H("0x1.3fde623e2566bp-43")),
+}
+
+
+def _emit_log_base(base: int):
+    def emit(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+        """log_b(x) from the log kernel's pieces: (f + w)/ln(b) with w = s*(hfsq + R) -
+        hfsq and 1/ln(b) in two parts, the large product fused with the small terms,
+        k*log_b(2) added last (exact when fused). Max error 0.95 / 0.88 ulp (log2 float32
+        / float64), 0.92 / 0.86 (log10)."""
+        c_hi, c_lo, l_hi, l_lo = (_fc(x, v) for v in _LOG_BASE[_fmt(x.type).width, base])
+        dk, fm, hfsq, s, rz = _log_reduce(b, x)
+        w = _fmuladd(b, s, b.fadd(hfsq, rz), b.fneg(hfsq))
+        small = _fmuladd(b, fm, c_lo, b.fmul(dk, l_lo))
+        y = _fmuladd(b, fm, c_hi, _fmuladd(b, w, c_hi, small))
+        return _log_specials(b, x, _fmuladd(b, dk, l_hi, y))
+    emit.__name__ = f"_emit_log{base}"
+    return emit
+
+
+def _log_specials(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
+    """log's results outside finite x > 0 (y elsewhere)."""
     # Specials: +inf -> +inf, +-0 -> -inf, x < 0 -> NaN, NaN -> NaN.
     y = _select(b, b.fcmp_ordered("==", x, _fc(x, float("inf"))), x, y)
     y = _select(b, b.fcmp_ordered("==", x, _fc(x, 0.0)), _fc(x, float("-inf")), y)
@@ -388,8 +444,7 @@ def _emit_atan(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     """atan(x), fdlibm's algorithm made branch-free: each lane picks its segment's
     reduction and constants with selects. float32 runs it in double and rounds once."""
     if _fmt(x.type) is _F32:
-        wide = _like(x.type, ir.DoubleType())
-        return b.fptrunc(_emit_atan(b, b.fpext(x, wide)), x.type)
+        return _in_double(b, _emit_atan, x)
     a = _fabs(b, x)
     # the last segment is the default, so NaN (all compares false) and +inf land there
     limit, hi, lo, (p, q, r, s) = _ATAN_SEGMENTS[-1]
@@ -418,12 +473,6 @@ _CBRT_START = (1.1447129614607252, 0.2543863981778454, -0.05643700486255366,
 _CBRT_2R = (1.0, 2.0 ** (1.0 / 3.0), 2.0 ** (2.0 / 3.0))   # cbrt(2^r), r = 0, 1, 2
 
 
-def _in_double(b: ir.IRBuilder, emit, x: ir.Value) -> ir.Value:
-    """emit(x) evaluated in double and rounded once to x's type (float32 lanes)."""
-    wide = _like(x.type, ir.DoubleType())
-    return b.fptrunc(emit(b, b.fpext(x, wide)), x.type)
-
-
 def _cbrt_newton(b: ir.IRBuilder, y: ir.Value, a: ir.Value) -> ir.Value:
     """One Newton step for y^3 = a, written as a small correction of y: y - (y - a/y^2)/3
     (the correction's own rounding is tiny next to y's, so the result is y's rounding)."""
@@ -434,16 +483,11 @@ def _emit_cbrt(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     """cbrt(x) without pow: |x| = 2^(3q+r) * m (m in [1, 2), r in {0, 1, 2}), a polynomial
     start for cbrt(m) (1.4e-6) times cbrt(2^r), Newton steps on m*2^r, scaled by 2^q.
 
-    Max error 0.72 ulp (float64: two Newton steps, the second one's rounding); float32 runs
-    it in double with one step (2e-12 relative) and rounds once, 0.5 ulp. 0, +-inf and NaN
-    are returned as they are; the sign is x's."""
-    if _fmt(x.type) is _F32:
-        return _in_double(b, lambda b_, w: _cbrt_core(b_, w, steps=1), x)
-    return _cbrt_core(b, x, steps=2)
-
-
-def _cbrt_core(b: ir.IRBuilder, x: ir.Value, steps: int) -> ir.Value:
+    Max error 0.73 ulp, float32 and float64 alike (the last Newton step's rounding; float32
+    needs one step, float64 two). 0, +-inf and NaN are returned as they are; the sign is
+    x's."""
     f = _fmt(x.type)
+    steps = 1 if f is _F32 else 2
     a = _fabs(b, x)
     # subnormals: scale by 2^(3*18) into the normal range, 18 off the result's exponent
     sub = b.fcmp_ordered("<", a, _fc(x, f.min_normal))
@@ -461,7 +505,7 @@ def _cbrt_core(b: ir.IRBuilder, x: ir.Value, steps: int) -> ir.Value:
     c_r = _select(b, r1, _fc(x, _CBRT_2R[1]), _select(b, r2, _fc(x, _CBRT_2R[2]), _fc(x, 1.0)))
     mr = b.fmul(m, scale_m)                               # exact, in [1, 8)
     y = b.fmul(_poly(b, b.fsub(m, _fc(x, 1.5)), _CBRT_START), c_r)
-    for _ in range(steps):
+    for _ in range(steps):                                # 1.4e-6 -> 2e-12 -> rounding
         y = _cbrt_newton(b, y, mr)
     qi = b.sub(qi, _select(b, sub, _ic(x, 18), _ic(x, 0)))
     y = b.fmul(y, _pow2(b, qi, x.type))                   # exact: 2^q is normal, y in [1, 2)
@@ -474,11 +518,9 @@ def _cbrt_core(b: ir.IRBuilder, x: ir.Value, steps: int) -> ir.Value:
 
 def _emit_expm1(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     """expm1(x) = exp(x) - 1 from exp's reduction: x = k*ln2 + r, p = exp(r) - 1 by the
-    exp polynomial (r + r^2*P(r), exact near 0), then 2^k*p + (2^k - 1) with one rounding
+    exp polynomial (r + r^2*P(r), exact near 0) kept as p_hi + p_lo, then 2^k*p + (2^k - 1)
     (2^k - 1 is exact for the k where it matters); past k = 60 the -1 is below the last
-    bit and the result is exp's. float32 runs it in double and rounds once."""
-    if _fmt(x.type) is _F32:
-        return _in_double(b, _emit_expm1, x)
+    bit and the result is exp's. Max error 0.90 ulp float32, 1.13 ulp float64."""
     f = _fmt(x.type)
     # below -40 the result rounds to -1; NaN passes both clamps (the compares are false)
     lo = -40.0
@@ -500,6 +542,20 @@ def _emit_expm1(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     large = _ldexp(b, b.fadd(p_hi, _fc(x, 1.0)), ki)
     y = _select(b, big, large, small)
     return _select(b, b.fcmp_ordered("==", x, _fc(x, 0.0)), x, y)   # -0.0 stays -0.0
+
+
+def _emit_log1p(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """log1p(x) = log(u) + c/u with u = 1 + x rounded and c = (1 + x) - u its rounding
+    error, computed exactly (fdlibm's correction), added to the log kernel's small terms.
+    -1 -> -inf, below -1 -> NaN."""
+    one = _fc(x, 1.0)
+    u = b.fadd(x, one)
+    # x < 1: u - 1 is exact (Sterbenz); x >= 1: u - x is exact (u and x within a factor 2)
+    c = _select(b, b.fcmp_ordered("<", u, _fc(x, 2.0)),
+                b.fsub(x, b.fsub(u, one)), b.fsub(one, b.fsub(u, x)))
+    # log(u)'s specials are log1p's: u = 0 (x = -1), u < 0, +inf, NaN
+    y = _log_specials(b, u, _log_core(b, u, b.fdiv(c, u)))
+    return _select(b, b.fcmp_ordered("==", u, one), x, y)    # x = +-0 and tiny x: x
 
 
 def _reduce_pio2(b: ir.IRBuilder, x: ir.Value, k: ir.Value) -> ir.Value:
@@ -566,6 +622,9 @@ _EMITTERS: Dict[str, Callable[[ir.IRBuilder, ir.Value], ir.Value]] = {
     "atan": _emit_atan,
     "cbrt": _emit_cbrt,
     "expm1": _emit_expm1,
+    "log1p": _emit_log1p,
+    "log2": _emit_log_base(2),
+    "log10": _emit_log_base(10),
 }
 assert frozenset(_EMITTERS) == SUPPORTED
 
