@@ -152,6 +152,12 @@ _ATAN_SEGMENTS = (
     (2.4375, 9.82793723247329054082e-01, 1.39033110312309984516e-17, (1.0, -1.5, 1.5, 1.0)),
     (math.inf, 1.57079632679489655800e+00, 6.12323399573676603587e-17, (0.0, -1.0, 1.0, 0.0)),
 )
+# float32 (FreeBSD s_atanf.c): atan(b) hi/lo per segment and a shorter polynomial
+_ATAN_HILO_F32 = ((0.0, 0.0), (4.6364760399e-01, 5.0121582440e-09),
+                  (7.8539812565e-01, 3.7748947079e-08), (9.8279368877e-01, 3.4473217170e-08),
+                  (1.5707962513e+00, 7.5497894159e-08))
+_ATAN_T_F32 = (3.3333328366e-01, -1.9999158382e-01, 1.4253635705e-01, -1.0648017377e-01,
+               6.1687607318e-02)
 _ATAN_T = (3.33333333333329318027e-01, -1.99999999998764832476e-01,
            1.42857142725034663711e-01, -1.11111104054623557880e-01,
            9.09088713343650656196e-02, -7.69187620504482999495e-02,
@@ -442,15 +448,18 @@ def _emit_erf(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
 
 def _emit_atan(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     """atan(x), fdlibm's algorithm made branch-free: each lane picks its segment's
-    reduction and constants with selects. float32 runs it in double and rounds once."""
-    if _fmt(x.type) is _F32:
-        return _in_double(b, _emit_atan, x)
+    reduction and constants with selects. float32 uses s_atanf.c's constants and shorter
+    polynomial (max error 0.84 ulp against 0.50 in double, at a third of the time)."""
+    f32 = _fmt(x.type) is _F32
+    segments = [(limit, *hilo, pqrs) for (limit, _, _, pqrs), hilo in
+                zip(_ATAN_SEGMENTS, _ATAN_HILO_F32)] if f32 else _ATAN_SEGMENTS
+    coeffs = _ATAN_T_F32 if f32 else _ATAN_T
     a = _fabs(b, x)
     # the last segment is the default, so NaN (all compares false) and +inf land there
-    limit, hi, lo, (p, q, r, s) = _ATAN_SEGMENTS[-1]
+    limit, hi, lo, (p, q, r, s) = segments[-1]
     hi_v, lo_v = _fc(x, hi), _fc(x, lo)
     num_v, den_v = _fc(x, q), a                       # -1 / |x|
-    for limit, hi, lo, (p, q, r, s) in reversed(_ATAN_SEGMENTS[:-1]):
+    for limit, hi, lo, (p, q, r, s) in reversed(segments[:-1]):
         inside = b.fcmp_ordered("<", a, _fc(x, limit))
         num = _fmuladd(b, _fc(x, p), a, _fc(x, q))
         den = _fmuladd(b, _fc(x, r), a, _fc(x, s))
@@ -459,8 +468,8 @@ def _emit_atan(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     t = b.fdiv(num_v, den_v)
     z = b.fmul(t, t)
     w = b.fmul(z, z)
-    s1 = b.fmul(z, _poly(b, w, _ATAN_T[0::2]))
-    s2 = b.fmul(w, _poly(b, w, _ATAN_T[1::2]))
+    s1 = b.fmul(z, _poly(b, w, coeffs[0::2]))
+    s2 = b.fmul(w, _poly(b, w, coeffs[1::2]))
     # atan(b) + atan(t) = hi - ((t*(s1 + s2) - lo) - t), summed from small to large
     y = b.fsub(hi_v, b.fsub(b.fsub(b.fmul(t, b.fadd(s1, s2)), lo_v), t))
     return _copysign(b, y, x)                      # NaN stays NaN (through the division)
