@@ -9,15 +9,20 @@ scalars and on ``<N x float>`` / ``<N x double>`` vectors of any width.
 No fast-math flags are set: NaN, infinities, signed zeros and denormals follow numpy.
 
 Max error in ulp against a correctly rounded reference (float32: exhaustive over all
-inputs; float64: sweeps of millions of points, see tests/test_vecmath.py):
+inputs for exp ... sin/cos, every 16th bit pattern for the others; float64: sweeps, see
+tests/test_vecmath.py):
 
     float32: exp 1.01  log 0.84  tanh 1.33  erf 1.05  sin/cos 1.54 (|x| <= 1e5),
-             2.31 (|x| <= 6.5e6)  atan 0.50 (computed in double, rounded once)
+             2.31 (|x| <= 6.5e6)  atan 0.84  cbrt 0.73  expm1 0.98  log1p 0.80
+             log2 1.04  log10 1.00  exp2 0.78
     float64: exp 0.99  log 0.81  tanh 1.29  erf 0.95  sin/cos 1.94 (|x| <= 3.5e15)
-             atan 0.76
+             atan 0.76  cbrt 0.73  expm1 1.04  log1p 0.75  log2 0.91  log10 0.85
+             exp2 0.74
 
+Without FMA (x86-64-v2 and below, where ``llvm.fmuladd`` is not fused) the bounds of all
+but sin/cos hold as well (tests/test_vecmath.py::test_accuracy_without_fma).
 The sin/cos range reduction assumes fmuladd is fused (FMA hardware) for large arguments.
-atan uses fdlibm's (s_atan.c) breakpoints and coefficients. The other polynomial
+atan uses fdlibm's (s_atan.c, s_atanf.c) breakpoints and coefficients. The other polynomial
 coefficients were fitted offline (Lawson/IRLS minimax with mpmath, rounding
 the coefficients to the target precision one at a time and refitting the rest).
 
@@ -279,6 +284,14 @@ def _copysign(b: ir.IRBuilder, mag: ir.Value, sign: ir.Value) -> ir.Value:
     return _to_float(b, b.or_(m, s), mag.type)
 
 
+def _two_sum(b: ir.IRBuilder, x: ir.Value, y: ir.Value):
+    """(s, e) with s = x + y rounded and e its exact rounding error (Knuth, any order)."""
+    s = b.fadd(x, y)
+    yy = b.fsub(s, x)
+    e = b.fadd(b.fsub(x, b.fsub(s, yy)), b.fsub(y, yy))
+    return s, e
+
+
 def _round_to_int(b: ir.IRBuilder, t: ir.Value):
     """Round t to the nearest integer, returning it both as float and as integer.
 
@@ -380,29 +393,37 @@ def _log_core(b: ir.IRBuilder, x: ir.Value, corr=None) -> ir.Value:
     return _fmuladd(b, dk, _fc(x, f.ln2_hi), y)
 
 
-# log_b(x) = k*log_b(2) + log1p(f)/ln(b): (1/ln b hi, lo; log_b(2) hi, lo) per format; the
-# hi part of log_b(2) has few enough bits that k*hi is exact without FMA
+# log_b(x) = k*log_b(2) + log1p(f)/ln(b): (1/ln b hi, lo; log_b(2) hi, lo) per format. The
+# hi parts have few enough bits (12 / 26 for float32 / float64) that k*hi and f_hi*hi are
+# exact without FMA (f_hi: f with as few bits)
 _LOG_BASE = {
-    (32, 2): (_H("0x1.715476p+0"), _H("0x1.4ae0c0p-26"), 1.0, 0.0),
-    (64, 2): (_H("0x1.71547652b82fep+0"), _H("0x1.777d0ffda0d24p-56"), 1.0, 0.0),
-    (32, 10): (_H("0x1.bcb7b2p-2"), _H("-0x1.5b235ep-27"),
-               _H("0x1.3440p-2"), _H("0x1.3509f8p-18")),
-    (64, 10): (_H("0x1.bcb7b1526e50ep-2"), _H("0x1.95355baaafad3p-57"),
-               _H("0x1.34413509f7p-2"), _H("0x1.3fde623e2566bp-43")),
+    (32, 2): (_H("0x1.716p+0"), _H("-0x1.7135a8p-13"), 1.0, 0.0),
+    (64, 2): (_H("0x1.7154768p+0"), _H("-0x1.6a3e80f444178p-27"), 1.0, 0.0),
+    (32, 10): (_H("0x1.bccp-2"), _H("-0x1.09d5b2p-15"), _H("0x1.344p-2"), _H("0x1.3509f8p-18")),
+    (64, 10): (_H("0x1.bcb7b18p-2"), _H("-0x1.6c8d78e6acaa4p-29"), _H("0x1.34413509f7p-2"),
+               _H("0x1.3fde623e2566bp-43")),
 }
+_LOG_SPLIT_BITS = {32: 12, 64: 26}          # significant bits kept in the hi parts
 
 
 def _emit_log_base(base: int):
     def emit(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
         """log_b(x) from the log kernel's pieces: (f + w)/ln(b) with w = s*(hfsq + R) -
-        hfsq and 1/ln(b) in two parts, the large product fused with the small terms,
-        k*log_b(2) added last (exact when fused). Max error 0.95 / 0.88 ulp (log2 float32
-        / float64), 0.92 / 0.86 (log10)."""
-        c_hi, c_lo, l_hi, l_lo = (_fc(x, v) for v in _LOG_BASE[_fmt(x.type).width, base])
+        hfsq; f and 1/ln(b) are both split in two so that the large product f_hi*c_hi is
+        exact with or without FMA, and it is added last but k*log_b(2) (exact as well).
+        Max error 1.04 / 0.91 ulp (log2 float32 / float64), 1.00 / 0.85 (log10), as much
+        without FMA."""
+        fmt = _fmt(x.type)
+        c_hi, c_lo, l_hi, l_lo = (_fc(x, v) for v in _LOG_BASE[fmt.width, base])
         dk, fm, hfsq, s, rz = _log_reduce(b, x)
         w = _fmuladd(b, s, b.fadd(hfsq, rz), b.fneg(hfsq))
+        drop = fmt.mant - _LOG_SPLIT_BITS[fmt.width] + 1
+        f_hi = _to_float(b, b.and_(_to_int(b, fm), _ic(x, -(1 << drop))), x.type)
+        f_lo = b.fsub(fm, f_hi)                                   # exact
+        c = _fc(x, sum(_LOG_BASE[fmt.width, base][:2]))
         small = _fmuladd(b, fm, c_lo, b.fmul(dk, l_lo))
-        y = _fmuladd(b, fm, c_hi, _fmuladd(b, w, c_hi, small))
+        small = _fmuladd(b, f_lo, c_hi, _fmuladd(b, w, c, small))
+        y = _fmuladd(b, f_hi, c_hi, small)
         return _log_specials(b, x, _fmuladd(b, dk, l_hi, y))
     emit.__name__ = f"_emit_log{base}"
     return emit
@@ -528,8 +549,8 @@ def _emit_cbrt(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
 def _emit_expm1(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     """expm1(x) = exp(x) - 1 from exp's reduction: x = k*ln2 + r, p = exp(r) - 1 by the
     exp polynomial (r + r^2*P(r), exact near 0) kept as p_hi + p_lo, then 2^k*p + (2^k - 1)
-    (2^k - 1 is exact for the k where it matters); past k = 60 the -1 is below the last
-    bit and the result is exp's. Max error 0.90 ulp float32, 1.13 ulp float64."""
+    with 2^k - 1's rounding error (past k = mant + 1) among the small terms; past k = 60
+    the -1 is below the last bit and the result is exp's."""
     f = _fmt(x.type)
     # below -40 the result rounds to -1; NaN passes both clamps (the compares are false)
     lo = -40.0
@@ -547,7 +568,11 @@ def _emit_expm1(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     p_lo = b.fadd(b.fadd(b.fsub(r, p_hi), q), r_lo)
     big = b.icmp_signed(">", ki, _ic(x, 60))
     t = _pow2(b, _select(b, big, _ic(x, 0), ki), x.type)
-    small = _fmuladd(b, t, p_lo, _fmuladd(b, t, p_hi, b.fsub(t, _fc(x, 1.0))))
+    # t - 1 = tm1 + err: err is 0 up to k = mant + 1 and -1 past it (tm1 rounds to t)
+    tm1 = b.fsub(t, _fc(x, 1.0))
+    err = b.fsub(b.fsub(t, tm1), _fc(x, 1.0))
+    hi, lo = _two_sum(b, b.fmul(t, p_hi), tm1)          # t*p_hi is exact (t = 2^k)
+    small = b.fadd(hi, b.fadd(lo, _fmuladd(b, t, p_lo, err)))
     large = _ldexp(b, b.fadd(p_hi, _fc(x, 1.0)), ki)
     y = _select(b, big, large, small)
     return _select(b, b.fcmp_ordered("==", x, _fc(x, 0.0)), x, y)   # -0.0 stays -0.0
