@@ -26,7 +26,7 @@ from .arguments import (Identity, input_names, name_of, positional_names, static
                         takes_varargs)
 from .callpath import MISMATCH, SCALAR_TYPES, CallPlan, ScalarArgs
 from .compiler import compile_graph
-from .dispatch import Dispatch, lookup_paths, plan_key
+from .dispatch import Dispatch, lookup_paths, plan_key, torch_path
 from .lru import LRU
 from .shape_classes import class_key, shape_classes
 from .signature import describe, signature_of, to_array
@@ -169,6 +169,7 @@ class JitFunction:
         # what a call tries first: the last plan's fast paths, or, while signatures change
         # between calls, the lookup paths (jitcore/dispatch.py), rebuilt when a plan is added
         self._lookup = _no_plan_yet, _no_plan_yet
+        self._dispatch = None
         self._fast, self._fast_out = self._lookup
         if vector_width is not None:
             select_target(vector_width)   # validate early
@@ -216,6 +217,10 @@ class JitFunction:
             # torch tensors, JAX arrays: viewed in place, a known plan's native entry takes them
             result = self._lookup[0](views[0]) if out is None else self._lookup[1](*views)
             if result is not MISMATCH:
+                tensor_type = foreign.torch_tensor_type(args)
+                if out is None and tensor_type is not None:
+                    # the next calls view torch tensors first, without this detour
+                    self._fast = torch_path(self._dispatch, tensor_type)
                 return _user_out(result, out, views[1])
         out_given, given = out, args
         if out is not None:
@@ -231,7 +236,8 @@ class JitFunction:
             with _PLANS_LOCK:
                 self._plans.put(key, plan)
                 # new lookup paths over a snapshot of the plans: calls read it unlocked
-                self._lookup = lookup_paths(Dispatch(self._plans), self)
+                self._dispatch = Dispatch(self._plans)
+                self._lookup = lookup_paths(self._dispatch, self)
         result = plan(plan.prepare(args), out)
         self._fast, self._fast_out = plan.fast, plan.fast_out      # after it worked once
         return _user_out(result, out_given, out)

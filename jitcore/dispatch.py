@@ -136,6 +136,24 @@ def lookup_paths(dispatch: Dispatch, owner) -> tuple:
     return fast, fast_out
 
 
+def torch_path(dispatch: Dispatch, tensor_type):
+    """fast(args) for calls with CPU torch tensors: each tensor of exactly `tensor_type` is
+    viewed in place (`Tensor.numpy()`, one C call) and the views go to their plan's fast
+    path. A tensor that cannot be viewed (GPU, requires grad, bfloat16) is a MISMATCH: the
+    slow path explains it. (Unlike lookup_paths, a plan never settles as the owner's fast
+    path here: that one takes ndarrays only.)"""
+    read, find = dispatch.read, dispatch.table.get
+
+    def torch_fast(args):
+        try:
+            views = tuple([a.numpy() if type(a) is tensor_type else a for a in args])
+            plan = find(read(views))
+        except (AttributeError, TypeError, RuntimeError, ValueError):
+            return MISMATCH
+        return MISMATCH if plan is None else plan.fast(views)
+    return torch_fast
+
+
 def _settle(owner_ref, plan) -> None:
     """One signature twice running: its plan's fast paths become the owner's first try."""
     owner = owner_ref()

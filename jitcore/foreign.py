@@ -22,6 +22,17 @@ def is_foreign(x) -> bool:
     return hasattr(type(x), "__dlpack__") and not isinstance(x, np.ndarray)
 
 
+def torch_tensor_type(args: tuple):
+    """torch.Tensor when every foreign argument is exactly a torch.Tensor (not a subclass
+    such as Parameter), else None: the arguments a steady torch fast path may view."""
+    types = {type(a) for a in args if is_foreign(a)}
+    if len(types) == 1:
+        t = types.pop()
+        if t.__module__ == "torch" and t.__name__ == "Tensor":
+            return t
+    return None
+
+
 def view(x, label: str) -> np.ndarray:
     """A numpy view of x's own memory (same data pointer and strides)."""
     try:
