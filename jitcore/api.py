@@ -26,7 +26,7 @@ from .arguments import (Identity, input_names, name_of, positional_names, static
                         takes_varargs)
 from .callpath import MISMATCH, SCALAR_TYPES, CallPlan, ScalarArgs
 from .compiler import compile_graph
-from .dispatch import Dispatch, lookup_paths, plan_key, torch_path
+from .dispatch import Dispatch, foreign_path, lookup_paths, plan_key
 from .lru import LRU
 from .shape_classes import class_key, shape_classes
 from .signature import describe, signature_of, to_array
@@ -217,10 +217,10 @@ class JitFunction:
             # torch tensors, JAX arrays: viewed in place, a known plan's native entry takes them
             result = self._lookup[0](views[0]) if out is None else self._lookup[1](*views)
             if result is not MISMATCH:
-                tensor_type = foreign.torch_tensor_type(args)
-                if out is None and tensor_type is not None:
-                    # the next calls view torch tensors first, without this detour
-                    self._fast = torch_path(self._dispatch, tensor_type)
+                steady = foreign.steady_type(args)
+                if out is None and steady is not None:
+                    # the next calls view such arrays first, without this detour
+                    self._fast = foreign_path(self._dispatch, *steady)
                 return _user_out(result, out, views[1])
         out_given, given = out, args
         if out is not None:

@@ -136,22 +136,23 @@ def lookup_paths(dispatch: Dispatch, owner) -> tuple:
     return fast, fast_out
 
 
-def torch_path(dispatch: Dispatch, tensor_type):
-    """fast(args) for calls with CPU torch tensors: each tensor of exactly `tensor_type` is
-    viewed in place (`Tensor.numpy()`, one C call) and the views go to their plan's fast
-    path. A tensor that cannot be viewed (GPU, requires grad, bfloat16) is a MISMATCH: the
-    slow path explains it. (Unlike lookup_paths, a plan never settles as the owner's fast
-    path here: that one takes ndarrays only.)"""
+def foreign_path(dispatch: Dispatch, foreign_type, view):
+    """fast(args) for steady calls with foreign arrays (CPU torch tensors, JAX arrays):
+    each argument of exactly `foreign_type` is viewed in place by `view` (for torch
+    `Tensor.numpy`, one C call) and the views go to their plan's fast path. An array that
+    cannot be viewed (GPU, requires grad, bfloat16) is a MISMATCH: the slow path explains
+    it. (Unlike lookup_paths, a plan never settles as the owner's fast path here: that one
+    takes ndarrays only.)"""
     read, find = dispatch.read, dispatch.table.get
 
-    def torch_fast(args):
+    def foreign_fast(args):
         try:
-            views = tuple([a.numpy() if type(a) is tensor_type else a for a in args])
+            views = tuple([view(a) if type(a) is foreign_type else a for a in args])
             plan = find(read(views))
-        except (AttributeError, TypeError, RuntimeError, ValueError):
+        except Exception:                      # noqa: BLE001 -- the slow path explains
             return MISMATCH
         return MISMATCH if plan is None else plan.fast(views)
-    return torch_fast
+    return foreign_fast
 
 
 def _settle(owner_ref, plan) -> None:
