@@ -1,13 +1,13 @@
 """numpy's other elementwise math and statistics (`jc.log1p`, `jc.arctan2`, `jc.var`, ...).
 
-Each is a decomposition into the primitives of `jitcore.ops` (and IR primitives of its own
-from the vector math: ATAN, CBRT, EXPM1, and COPYSIGN), chosen for accuracy rather than
-brevity: log1p uses Kahan's compensation, sinh/arcsinh/arctanh go through expm1/log1p where
-the naive formulas cancel, hypot scales. Each evaluates one transcendental per element
-(the branches select its argument, not its result). float32 inputs of the transcendental
-ones are computed in float64 and rounded once (at most ~0.5 ulp beyond the float64 error,
-which is tiny at float32's precision). The ulp bounds tested against a long double
-reference (tests/test_tracing_numpy.py) are in `ULP_BOUNDS`.
+The transcendental ones are kernels of the vector math (IR primitives ATAN, CBRT, EXPM1,
+LOG1P, LOG2, LOG10, EXP2, SINH, COSH: `jitcore/llvm/vecmath.py`) or decompositions into
+them and the primitives of `jitcore.ops`, chosen for accuracy rather than brevity:
+arcsinh/arccosh/arctanh go through log1p where the naive formulas cancel, hypot scales.
+Each evaluates one transcendental per element (the branches select its argument, not its
+result), in the input's precision (float32 in float32 vectors), except hypot and logaddexp,
+whose float32 inputs are computed in float64 and rounded once. The ulp bounds tested
+against a long double reference (tests/test_tracing_numpy.py) are in `ULP_BOUNDS`.
 
 Like every op, each runs eagerly (jitted once per signature) on plain arrays.
 """
@@ -39,7 +39,7 @@ ULP_BOUNDS = {
     "log1p": (0.81, 0.8), "expm1": (1.0, 1.05), "exp2": (0.8, 0.76), "log2": (1.05, 1.0),
     "log10": (1.0, 1.0), "cbrt": (0.75, 0.75), "arctan": (0.85, 0.76),
     "arcsin": (2.4, 2.1), "arccos": (2.1, 2.1), "arctan2": (1.85, 1.6),
-    "sinh": (2.3, 2.8), "cosh": (2.3, 2.75), "arcsinh": (1.8, 1.6),
+    "sinh": (1.6, 1.6), "cosh": (1.4, 1.4), "arcsinh": (1.8, 1.6),
     "arccosh": (2.45, 2.55), "arctanh": (1.7, 1.5), "hypot": (0.51, 1.85),
     # numpy's own product x * (pi/180), bit for bit in float64
     "deg2rad": (0.75, 0), "rad2deg": (0.75, 0),
@@ -94,53 +94,16 @@ def _atan(x: Tracer) -> Tracer:
     return wrap(b.elementwise(Op.ATAN, x.node))
 
 
-def _expm1(x: Tracer) -> Tracer:
-    """exp(x) - 1, the vector math's kernel."""
-    return wrap(b.elementwise(Op.EXPM1, x.node))
-
-
 def _log1p(x: Tracer) -> Tracer:
     """log(1 + x), the vector math's kernel (the rounding of 1 + x corrected)."""
     return wrap(b.elementwise(Op.LOG1P, x.node))
 
 
-def _is_f32(x: Tracer) -> bool:
-    return x.node.dtype == dt.float32
-
-
-# ---- decompositions on float64 tensors -------------------------------------------------------
+# ---- decompositions (in the input's float dtype, or float64: see _in_float) -----------------
 
 # Each decomposition below evaluates one transcendental per element: the branches pick the
-# argument of a single exp/expm1/log1p instead of computing every branch's function and
+# argument of a single log1p/atan instead of computing every branch's function and
 # selecting the result (vectors run all branches).
-
-def _exp_half_from(a: Tracer) -> float:
-    """exp(a) overflows past ~88.72 (float32) / ~709.78 (float64); exp(a/2)^2 / 2 does not."""
-    return 88.0 if _is_f32(a) else 709.0
-
-
-def _half_past_overflow(a):
-    """a, or a/2 where exp(a) would overflow: the exp argument of sinh/cosh."""
-    return _where(a < _exp_half_from(a), a, 0.5 * a)
-
-
-def _sinh(x):
-    """sinh = (e + e/(e+1)) / 2 with e = expm1(|x|) (no cancellation near 0); past exp's
-    overflow exp(|x|/2)^2 / 2. One expm1 and one division per element."""
-    a = ops.abs(x)
-    e = _expm1(_half_past_overflow(a))
-    small = 0.5 * (e + e / (e + 1.0))
-    h = e + 1.0
-    big = (0.5 * h) * h
-    return _copysign(_where(a < _exp_half_from(a), small, big), x)
-
-
-def _cosh(x):
-    """cosh = (e + 1/e) / 2 with e = exp(|x|); past exp's overflow exp(|x|/2)^2 / 2."""
-    a = ops.abs(x)
-    e = ops.exp(_half_past_overflow(a))
-    return _where(a < _exp_half_from(a), 0.5 * (e + 1.0 / e), (0.5 * e) * e)
-
 
 _BIG = 2.0 ** 28                # asinh/acosh: past this, log(2|x|) (the 1/x terms are gone)
 
@@ -229,8 +192,6 @@ def _float_op(name: str, fn, doc: str, wide: bool = False):
     return op(f)
 
 
-sinh = _float_op("sinh", _sinh, "Hyperbolic sine.")
-cosh = _float_op("cosh", _cosh, "Hyperbolic cosine.")
 arcsinh = _float_op("arcsinh", _arcsinh, "Inverse hyperbolic sine.")
 arccosh = _float_op("arccosh", _arccosh, "Inverse hyperbolic cosine (NaN below 1).")
 arctanh = _float_op("arctanh", _arctanh, "Inverse hyperbolic tangent (+-inf at +-1).")
@@ -272,6 +233,10 @@ expm1 = _unary_kernel(Op.EXPM1, "expm1", "exp(x) - 1, accurate for small x (vect
                       "exp's reduction, 2^k*p + (2^k - 1)).")
 
 
+sinh = _unary_kernel(Op.SINH, "sinh", "Hyperbolic sine (vector math: one exp reduction; "
+                     "expm1's form below 1, exp(|x|)/2 - 1/(2 exp(|x|)) above).")
+cosh = _unary_kernel(Op.COSH, "cosh", "Hyperbolic cosine (vector math: h + 1/(4h), h = "
+                     "exp(|x|)/2 scaled without overflow).")
 exp2 = _unary_kernel(Op.EXP2, "exp2", "2**x (vector math: 2^round(x) * exp((x - round(x)) * "
                      "ln2), the product kept in two parts).")
 

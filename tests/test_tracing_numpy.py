@@ -335,8 +335,8 @@ UNARY_RANGES = {
     "cosh": (-5, 5), "arcsinh": (-5, 5), "arccosh": (1, 5), "arctanh": (-1, 1),
     "cbrt": (-10, 10), "deg2rad": (-400, 400), "rad2deg": (-7, 7),
 }
-# where the decompositions lose most (beside the sweep): sinh/cosh past exp's overflow
-# (exp(x/2)^2 / 2: exp's error twice), arccosh near 1, arcsin/arccos near +-1
+# where they lose most or break easily (beside the sweep): sinh/cosh past exp's overflow,
+# arccosh near 1, arcsin/arccos near +-1
 UNARY_HARD = {"sinh": (85, 89.4, 700, 710.4), "cosh": (85, 89.4, 700, 710.4),
               "arccosh": (1, 1.01, 1, 1.01), "arcsin": (0.99, 1, 0.99, 1),
               "arccos": (-1, -0.99, -1, -0.99)}

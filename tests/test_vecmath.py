@@ -25,15 +25,15 @@ from llvmlite import ir
 from jitcore.llvm import vecmath
 
 FUNCS = ("exp", "log", "tanh", "erf", "sin", "cos", "atan", "cbrt", "expm1", "log1p",
-         "log2", "log10", "exp2")
+         "log2", "log10", "exp2", "sinh", "cosh")
 DTYPES = (np.float32, np.float64)
 
 # Max ulp error allowed per (dtype, function).
 BOUNDS = {
     np.float32: dict(exp=4, log=4, tanh=4, erf=4, sin=4, cos=4, atan=1, cbrt=0.75, expm1=1.05,
-                     log1p=1, log2=1.05, log10=1.05, exp2=0.8),
+                     log1p=1, log2=1.05, log10=1.05, exp2=0.8, sinh=1.6, cosh=1.4),
     np.float64: dict(exp=4, log=4, tanh=8, erf=8, sin=8, cos=8, atan=2, cbrt=0.75, expm1=1.1,
-                     log1p=1, log2=1.05, log10=1.05, exp2=0.8),
+                     log1p=1, log2=1.05, log10=1.05, exp2=0.8, sinh=1.6, cosh=1.4),
 }
 # sin/cos must be accurate up to this |x| (required: 1e5 / 1e9; the reduction holds up to
 # 2^(mant-1) * pi/2); beyond it any value in [-1, 1] is accepted.
@@ -263,6 +263,8 @@ def sweep(name: str, dtype, n: int, seed: int = 0) -> np.ndarray:
         "log2": (0.0, 4.0),
         "log10": (0.0, 4.0),
         "exp2": (-1080.0, 1030.0) if f64 else (-155.0, 130.0),
+        "sinh": (-711.0, 711.0) if f64 else (-90.0, 90.0),     # past exp's overflow too
+        "cosh": (-711.0, 711.0) if f64 else (-90.0, 90.0),
     }[name]
     dense = rng.uniform(lo, hi, size=n).astype(dtype)
     parts = [bits, dense, edge_values(dtype)]

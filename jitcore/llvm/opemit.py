@@ -262,6 +262,7 @@ EMITTERS = {
     Op.SIN: _sincos("sin"), Op.COS: _sincos("cos"), Op.ATAN: _math("atan"),
     Op.CBRT: _math("cbrt"), Op.EXPM1: _math("expm1"), Op.LOG1P: _math("log1p"),
     Op.LOG2: _math("log2"), Op.LOG10: _math("log10"), Op.EXP2: _math("exp2"),
+    Op.SINH: _math("sinh"), Op.COSH: _math("cosh"),
     Op.COPYSIGN: lambda b, out, inp, args, arg: _copysign(b, *args),
     Op.SQRT: lambda b, out, inp, args, arg: u.intrinsic(b, "sqrt", args),
     Op.FLOOR: _round("floor"), Op.CEIL: _round("ceil"),

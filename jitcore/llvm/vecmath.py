@@ -14,10 +14,10 @@ tests/test_vecmath.py):
 
     float32: exp 1.01  log 0.84  tanh 1.33  erf 1.05  sin/cos 1.54 (|x| <= 1e5),
              2.31 (|x| <= 6.5e6)  atan 0.84  cbrt 0.73  expm1 0.98  log1p 0.80
-             log2 1.04  log10 1.00  exp2 0.78
+             log2 1.04  log10 1.00  exp2 0.78  sinh 1.58  cosh 1.35
     float64: exp 0.99  log 0.81  tanh 1.29  erf 0.95  sin/cos 1.94 (|x| <= 3.5e15)
              atan 0.76  cbrt 0.73  expm1 1.04  log1p 0.75  log2 0.91  log10 0.85
-             exp2 0.74
+             exp2 0.74  sinh 1.58  cosh 1.34
 
 Without FMA (x86-64-v2 and below, where ``llvm.fmuladd`` is not fused) the bounds of all
 but sin/cos hold as well (tests/test_vecmath.py::test_accuracy_without_fma).
@@ -42,7 +42,8 @@ from . import irutil as u
 __all__ = ["SUPPORTED", "emit_math"]
 
 SUPPORTED = frozenset({"exp", "log", "tanh", "erf", "sin", "cos", "atan", "cbrt", "expm1",
-                       "log1p", "log2", "log10", "exp2"})
+                       "log1p", "log2", "log10", "exp2",
+                       "sinh", "cosh"})
 
 
 # --------------------------------------------------------------------------------------
@@ -546,23 +547,24 @@ def _emit_cbrt(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     return _copysign(b, _select(b, keep, a, y), x)
 
 
-def _emit_expm1(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
-    """expm1(x) = exp(x) - 1 from exp's reduction: x = k*ln2 + r, p = exp(r) - 1 by the
-    exp polynomial (r + r^2*P(r), exact near 0) kept as p_hi + p_lo, then 2^k*p + (2^k - 1)
-    with 2^k - 1's rounding error (past k = mant + 1) among the small terms; past k = 60
-    the -1 is below the last bit and the result is exp's."""
+def _expm1_parts(b: ir.IRBuilder, x: ir.Value):
+    """exp(x) - 1 and its pieces: (k, p_hi, p_lo, value) with x = k*ln2 + r and exp(r) - 1
+    = p_hi + p_lo (for sinh/cosh: exp(x)/2 = 2^(k-1) * (1 + p) without overflowing).
+
+    The reduction as in exp; p = r + r^2*P(r) kept in two parts (fast two-sum, |q| < |r|/5),
+    then 2^k*p + (2^k - 1) with 2^k - 1's rounding error (past k = mant + 1) among the
+    small terms; past k = 60 the -1 is below the last bit and the value is exp's. x is
+    clamped to [-40, exp_hi + 1] (exp(x)/2 overflows just past exp_hi); NaN passes."""
     f = _fmt(x.type)
-    # below -40 the result rounds to -1; NaN passes both clamps (the compares are false)
-    lo = -40.0
-    xc = _select(b, b.fcmp_ordered(">", x, _fc(x, f.exp_hi)), _fc(x, f.exp_hi), x)
-    xc = _select(b, b.fcmp_ordered("<", xc, _fc(x, lo)), _fc(x, lo), xc)
+    hi_lim, lo_lim = f.exp_hi + 1.0, -40.0          # below -40 the value rounds to -1
+    xc = _select(b, b.fcmp_ordered(">", x, _fc(x, hi_lim)), _fc(x, hi_lim), x)
+    xc = _select(b, b.fcmp_ordered("<", xc, _fc(x, lo_lim)), _fc(x, lo_lim), xc)
     k, ki = _round_to_int(b, b.fmul(xc, _fc(x, f.log2e)))
     r_hi = _fmuladd(b, k, _fc(x, -f.ln2_hi), xc)          # exact
     c = b.fmul(k, _fc(x, f.ln2_lo))
     r = b.fsub(r_hi, c)
     r_lo = b.fsub(b.fsub(r_hi, r), c)                     # r's rounding error
-    # p = r + q as p_hi + p_lo (fast two-sum, |q| < |r|/5): for k = 1 the result is about
-    # 2p, and p's roundings would count twice in its ulp
+    # for k = 1 the result is about 2p, and p's roundings would count twice in its ulp
     q = b.fmul(b.fmul(r, r), _poly(b, r, f.coeffs["exp"]))
     p_hi = b.fadd(r, q)
     p_lo = b.fadd(b.fadd(b.fsub(r, p_hi), q), r_lo)
@@ -574,8 +576,46 @@ def _emit_expm1(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     hi, lo = _two_sum(b, b.fmul(t, p_hi), tm1)          # t*p_hi is exact (t = 2^k)
     small = b.fadd(hi, b.fadd(lo, _fmuladd(b, t, p_lo, err)))
     large = _ldexp(b, b.fadd(p_hi, _fc(x, 1.0)), ki)
-    y = _select(b, big, large, small)
-    return _select(b, b.fcmp_ordered("==", x, _fc(x, 0.0)), x, y)   # -0.0 stays -0.0
+    return ki, p_hi, p_lo, _select(b, big, large, small)
+
+
+def _emit_expm1(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """expm1(x) = exp(x) - 1 from exp's reduction (see _expm1_parts)."""
+    value = _expm1_parts(b, x)[3]
+    return _select(b, b.fcmp_ordered("==", x, _fc(x, 0.0)), x, value)   # -0.0 stays -0.0
+
+
+def _half_exp(b: ir.IRBuilder, ki: ir.Value, p_hi: ir.Value, p_lo: ir.Value) -> ir.Value:
+    """exp(x)/2 = 2^(k-1) * (1 + p) from _expm1_parts' pieces (finite up to exp_hi + ln2)."""
+    one_p = b.fadd(_fc(p_hi, 1.0), b.fadd(p_hi, p_lo))
+    return _ldexp(b, one_p, b.sub(ki, _ic(ki, 1)))
+
+
+def _emit_cosh(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """cosh(x) = h + 1/(4h) with h = exp(|x|)/2 from one exp reduction, scaled by 2^(k-1):
+    no overflow before cosh's own. NaN stays NaN, +-inf gives +inf."""
+    ki, p_hi, p_lo, _ = _expm1_parts(b, _fabs(b, x))
+    h = _half_exp(b, ki, p_hi, p_lo)
+    return b.fadd(h, b.fdiv(_fc(x, 0.25), h))
+
+
+# sinh(x) = x + x*z*P(z), z = x^2, |x| < 1: Taylor's 1/(2n+3)! (the next term is below
+# half an ulp: 1/13! float32, 1/19! float64)
+_SINH_TAYLOR = {32: tuple(1.0 / math.factorial(2 * n + 3) for n in range(5)),
+                64: tuple(1.0 / math.factorial(2 * n + 3) for n in range(8))}
+
+
+def _emit_sinh(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """sinh(x): below 1 in magnitude x + x^3*P(x^2) (Taylor, one rounding at the end);
+    above, h - 1/(4h) with h = exp(|x|)/2 from one exp reduction (no overflow before
+    sinh's own). The sign is x's (-0.0 stays -0.0)."""
+    a = _fabs(b, x)
+    z = b.fmul(a, a)
+    small = _fmuladd(b, b.fmul(a, z), _poly(b, z, _SINH_TAYLOR[_fmt(x.type).width]), a)
+    ki, p_hi, p_lo, _ = _expm1_parts(b, a)
+    h = _half_exp(b, ki, p_hi, p_lo)
+    big = b.fsub(h, b.fdiv(_fc(x, 0.25), h))
+    return _copysign(b, _select(b, b.fcmp_ordered("<", a, _fc(x, 1.0)), small, big), x)
 
 
 def _emit_exp2(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
@@ -687,6 +727,8 @@ _EMITTERS: Dict[str, Callable[[ir.IRBuilder, ir.Value], ir.Value]] = {
     "log2": _emit_log_base(2),
     "log10": _emit_log_base(10),
     "exp2": _emit_exp2,
+    "sinh": _emit_sinh,
+    "cosh": _emit_cosh,
 }
 assert frozenset(_EMITTERS) == SUPPORTED
 
