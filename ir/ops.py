@@ -19,6 +19,9 @@ class Op(Enum):
     NEG = auto(); ABS = auto(); EXP = auto(); LOG = auto(); SQRT = auto(); TANH = auto()
     ERF = auto(); SIN = auto(); COS = auto(); FLOOR = auto(); CEIL = auto()
     LOGICAL_NOT = auto(); CAST = auto(); BITWISE_NOT = auto(); ATAN = auto()
+    # numpy's math with kernels of their own in the vector math (jitcore.math_ops uses them)
+    CBRT = auto(); EXPM1 = auto(); LOG1P = auto(); LOG2 = auto(); LOG10 = auto()
+    EXP2 = auto(); SINH = auto(); COSH = auto()
     # unary composites (decomposed into primitives by passes.decompose)
     RSQRT = auto(); RECIPROCAL = auto(); SIGMOID = auto(); RELU = auto(); GELU = auto()
     SILU = auto(); HARDTANH = auto(); HARDSWISH = auto(); HARDSIGMOID = auto()
@@ -61,13 +64,15 @@ class Op(Enum):
 
 UNARY_PRIMITIVE = frozenset({Op.NEG, Op.ABS, Op.EXP, Op.LOG, Op.SQRT, Op.TANH, Op.ERF, Op.SIN,
                              Op.COS, Op.FLOOR, Op.CEIL, Op.LOGICAL_NOT, Op.CAST,
-                             Op.BITWISE_NOT, Op.ATAN})
+                             Op.BITWISE_NOT, Op.ATAN, Op.CBRT, Op.EXPM1, Op.LOG1P, Op.LOG2,
+                             Op.LOG10, Op.EXP2, Op.SINH, Op.COSH})
 UNARY_COMPOSITE = frozenset({Op.RSQRT, Op.RECIPROCAL, Op.SIGMOID, Op.RELU, Op.GELU, Op.SILU,
                              Op.HARDTANH, Op.HARDSWISH, Op.HARDSIGMOID, Op.LEAKY_RELU, Op.RELU6})
 UNARY = UNARY_PRIMITIVE | UNARY_COMPOSITE
 # unary ops whose result is always floating point (ints are converted first)
 FLOAT_UNARY = frozenset({Op.EXP, Op.LOG, Op.SQRT, Op.TANH, Op.ERF, Op.SIN, Op.COS, Op.ATAN,
-                         Op.RSQRT,
+                         Op.CBRT, Op.EXPM1, Op.LOG1P, Op.LOG2, Op.LOG10, Op.EXP2,
+                         Op.SINH, Op.COSH, Op.RSQRT,
                          Op.RECIPROCAL, Op.SIGMOID, Op.GELU, Op.SILU, Op.HARDSWISH,
                          Op.HARDSIGMOID, Op.HARDTANH, Op.LEAKY_RELU})
 ARITH_BINARY = frozenset({Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.POW, Op.FLOORDIV, Op.MOD,
@@ -90,7 +95,8 @@ COMPOSITE = UNARY_COMPOSITE | {Op.MEAN, Op.MATMUL, Op.SOFTMAX, Op.LOG_SOFTMAX, O
 LEAF = frozenset({Op.INPUT, Op.CONST, Op.DIM})
 # ops whose evaluation costs tens of instructions (vector math), for fusion decisions
 TRANSCENDENTAL = frozenset({Op.EXP, Op.LOG, Op.TANH, Op.ERF, Op.SIN, Op.COS, Op.POW,
-                            Op.ATAN})
+                            Op.ATAN, Op.CBRT, Op.EXPM1, Op.LOG1P, Op.LOG2, Op.LOG10,
+                            Op.EXP2, Op.SINH, Op.COSH})
 # the binary op that combines two partial results of a reduction
 REDUCE_COMBINE = {Op.SUM: Op.ADD, Op.PROD: Op.MUL, Op.MAX: Op.MAXIMUM, Op.MIN: Op.MINIMUM}
 TASK_BOUNDARY = frozenset({Op.FORKARG, Op.WAIT})

@@ -27,7 +27,7 @@ from .arguments import (Identity, input_names, name_of, positional_names, static
                         takes_varargs)
 from .callpath import MISMATCH, SCALAR_TYPES, CallPlan, ScalarArgs
 from .compiler import compile_graph
-from .dispatch import Dispatch, lookup_paths, plan_key
+from .dispatch import Dispatch, foreign_path, lookup_paths, plan_key
 from .lru import LRU
 from .shape_classes import class_key, shape_classes
 from .signature import describe, signature_of, to_array
@@ -179,6 +179,7 @@ class JitFunction:
         # what a call tries first: the last plan's fast paths, or, while signatures change
         # between calls, the lookup paths (jitcore/dispatch.py), rebuilt when a plan is added
         self._lookup = _no_plan_yet, _no_plan_yet
+        self._dispatch = None
         self._fast, self._fast_out = self._lookup
         # static arguments' values (and keyword layouts) -> a JitFunction of the rest
         self._variants = LRU()
@@ -226,6 +227,10 @@ class JitFunction:
             # torch tensors, JAX arrays: viewed in place, a known plan's native entry takes them
             result = self._lookup[0](views[0]) if out is None else self._lookup[1](*views)
             if result is not MISMATCH:
+                steady = foreign.steady_type(args)
+                if out is None and steady is not None:
+                    # the next calls view such arrays first, without this detour
+                    self._fast = foreign_path(self._dispatch, *steady)
                 return _user_out(result, out, views[1])
         out_given, given = out, args
         if out is not None:
@@ -241,7 +246,8 @@ class JitFunction:
             with _PLANS_LOCK:
                 self._plans.put(key, plan)
                 # new lookup paths over a snapshot of the plans: calls read it unlocked
-                self._lookup = lookup_paths(Dispatch(self._plans), self)
+                self._dispatch = Dispatch(self._plans)
+                self._lookup = lookup_paths(self._dispatch, self)
         result = plan(plan.prepare(args), out)
         self._fast, self._fast_out = plan.fast, plan.fast_out      # after it worked once
         return _user_out(result, out_given, out)

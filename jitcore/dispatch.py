@@ -136,6 +136,25 @@ def lookup_paths(dispatch: Dispatch, owner) -> tuple:
     return fast, fast_out
 
 
+def foreign_path(dispatch: Dispatch, foreign_type, view):
+    """fast(args) for steady calls with foreign arrays (CPU torch tensors, JAX arrays):
+    each argument of exactly `foreign_type` is viewed in place by `view` (for torch
+    `Tensor.numpy`, one C call) and the views go to their plan's fast path. An array that
+    cannot be viewed (GPU, requires grad, bfloat16) is a MISMATCH: the slow path explains
+    it. (Unlike lookup_paths, a plan never settles as the owner's fast path here: that one
+    takes ndarrays only.)"""
+    read, find = dispatch.read, dispatch.table.get
+
+    def foreign_fast(args):
+        try:
+            views = tuple([view(a) if type(a) is foreign_type else a for a in args])
+            plan = find(read(views))
+        except Exception:                      # noqa: BLE001 -- the slow path explains
+            return MISMATCH
+        return MISMATCH if plan is None else plan.fast(views)
+    return foreign_fast
+
+
 def _settle(owner_ref, plan) -> None:
     """One signature twice running: its plan's fast paths become the owner's first try."""
     owner = owner_ref()

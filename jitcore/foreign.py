@@ -22,6 +22,19 @@ def is_foreign(x) -> bool:
     return hasattr(type(x), "__dlpack__") and not isinstance(x, np.ndarray)
 
 
+def steady_type(args: tuple):
+    """(type, view function) when every foreign argument has exactly one type (a torch
+    subclass such as Parameter is left to the slow path), else None: what a steady fast
+    path may view without the checks of `views`."""
+    types = {type(a) for a in args if is_foreign(a)}
+    if len(types) != 1:
+        return None
+    t = types.pop()
+    if t.__module__.startswith("torch"):
+        return (t, t.numpy) if t.__name__ == "Tensor" else None
+    return t, np.from_dlpack
+
+
 def view(x, label: str) -> np.ndarray:
     """A numpy view of x's own memory (same data pointer and strides)."""
     try:

@@ -1,12 +1,13 @@
 """numpy's other elementwise math and statistics (`jc.log1p`, `jc.arctan2`, `jc.var`, ...).
 
-Each is a decomposition into the primitives of `jitcore.ops` (and two IR primitives of its
-own: ATAN, from the vector math, and COPYSIGN), chosen for accuracy rather than brevity:
-log1p and expm1 use Kahan's compensations, sinh/arcsinh/arctanh go through them where the
-naive formulas cancel, hypot scales, cbrt takes a Newton step after pow. float32 inputs of
-the transcendental ones are computed in float64 and rounded once (at most ~0.5 ulp beyond
-the float64 error, which is tiny at float32's precision). The ulp bounds tested against
-numpy (tests/test_tracing_numpy.py) are in `ULP_BOUNDS`.
+The transcendental ones are kernels of the vector math (IR primitives ATAN, CBRT, EXPM1,
+LOG1P, LOG2, LOG10, EXP2, SINH, COSH: `jitcore/llvm/vecmath.py`) or decompositions into
+them and the primitives of `jitcore.ops`, chosen for accuracy rather than brevity:
+arcsinh/arccosh/arctanh go through log1p where the naive formulas cancel, hypot scales.
+Each evaluates one transcendental per element (the branches select its argument, not its
+result), in the input's precision (float32 in float32 vectors), except hypot and logaddexp,
+whose float32 inputs are computed in float64 and rounded once. The ulp bounds tested
+against a long double reference (tests/test_tracing_numpy.py) are in `ULP_BOUNDS`.
 
 Like every op, each runs eagerly (jitted once per signature) on plain arrays.
 """
@@ -26,20 +27,25 @@ from . import ops
 from .ops import op
 from .tracer import Tracer, node_of, wrap
 
-# max error in ulp against numpy's float64 result, (float32, float64), measured over wide
+# max error in ulp against a long double reference, (float32, float64), measured over wide
 # ranges with edge values (random bit patterns, dense sweeps, 0, +-inf, NaN, subnormals,
-# huge) by tests/test_tracing_numpy.py. float32 is computed in float64 and rounded once;
-# float64 is compared with numpy's own float64 result (itself within ~1 ulp), so the
-# bounds there are whole ulps.
+# huge) by tests/test_tracing_numpy.py, and once by denser scans (float32: every 64th bit
+# pattern; 1M-point sweeps of the hard regions). Most are computed in the input's own
+# precision from the vector math's kernels; hypot and logaddexp compute float32 in float64
+# and round once (float32 logaddexp would cancel near 0). The reference is long double, not
+# numpy's float64: numpy's own results are libm's on hosts without AVX-512 (glibc's cbrt is
+# off by up to 3 ulp there, sinh by 2).
 ULP_BOUNDS = {
-    "log1p": (0.51, 2), "expm1": (0.51, 2), "exp2": (0.51, 1), "log2": (0.51, 2),
-    "log10": (0.51, 3), "arctan": (0.51, 1), "arcsin": (0.51, 2), "arccos": (0.51, 2),
-    "arctan2": (0.51, 2), "sinh": (0.51, 2), "cosh": (0.51, 1), "arcsinh": (0.51, 2),
-    "arccosh": (0.51, 3), "arctanh": (0.51, 3), "hypot": (0.51, 2), "cbrt": (0.51, 1),
+    "log1p": (0.81, 0.8), "expm1": (1.0, 1.05), "exp2": (0.8, 0.76), "log2": (1.05, 1.0),
+    "log10": (1.0, 1.0), "cbrt": (0.75, 0.75), "arctan": (0.85, 0.76),
+    "arcsin": (2.4, 2.1), "arccos": (2.1, 2.1), "arctan2": (1.85, 1.6),
+    "sinh": (1.6, 1.6), "cosh": (1.4, 1.4), "arcsinh": (1.8, 1.6),
+    "arccosh": (2.45, 2.55), "arctanh": (1.7, 1.5), "hypot": (0.51, 1.85),
+    # numpy's own product x * (pi/180), bit for bit in float64
     "deg2rad": (0.75, 0), "rad2deg": (0.75, 0),
     # float64 logaddexp is numpy's formula, max(x, y) + log1p(exp(-|x - y|)), which cancels
     # where the result is near 0: its bound is in ulp of max(|x|, |y|, |result|)
-    "logaddexp": (0.51, 2),
+    "logaddexp": (0.51, 1),
 }
 
 _LN2 = math.log(2.0)
@@ -55,16 +61,18 @@ def _float_tensor(x) -> Tracer:
     return wrap(b.cast(t.node, dt.float_result(t.node.dtype)))
 
 
-def _in_double(fn):
-    """Run a float decomposition in float64 and round float32 results once. The result
-    dtype is numpy's: the operands' promotion (Python scalars weak), made float."""
+def _in_float(fn, wide: bool):
+    """Run a float decomposition in numpy's result dtype (the operands' promotion, Python
+    scalars weak, made float), or, with `wide`, in float64 with float32 results rounded
+    once (for the cheap ones whose float32 form would lose accuracy)."""
     def apply(*xs):
         nodes = ops._tensors(*xs) if len(xs) > 1 else [node_of(xs[0])]
         common = nodes[0].dtype
         for n in nodes[1:]:
             common = dt.promote(common, n.dtype)
-        wide = [wrap(b.cast(n, dt.float64)) for n in nodes]
-        return ops.astype(fn(*wide), dt.float_result(common))
+        result = dt.float_result(common)
+        work = [wrap(b.cast(n, dt.float64 if wide else result)) for n in nodes]
+        return ops.astype(fn(*work), result)
     apply.__name__ = fn.__name__
     return apply
 
@@ -86,63 +94,52 @@ def _atan(x: Tracer) -> Tracer:
     return wrap(b.elementwise(Op.ATAN, x.node))
 
 
-# ---- decompositions on float64 tensors -------------------------------------------------------
-
-def _log1p(x):
-    u = x + 1.0
-    # log(u) * x / (u - 1) cancels the rounding of 1 + x (Goldberg/Kahan)
-    r = _where(u == 1.0, x, ops.log(u) * (x / (u - 1.0)))
-    return _where(x == math.inf, x, r)
+def _log1p(x: Tracer) -> Tracer:
+    """log(1 + x), the vector math's kernel (the rounding of 1 + x corrected)."""
+    return wrap(b.elementwise(Op.LOG1P, x.node))
 
 
-def _expm1(x):
-    u = ops.exp(x)
-    um1 = u - 1.0
-    # (u - 1) * x / log(u): the errors of u cancel (Kahan)
-    r = _where(u == 1.0, x, _where(um1 == -1.0, _c(-1.0, x), um1 * (x / ops.log(u))))
-    return _where(u == math.inf, u, r)
+# ---- decompositions (in the input's float dtype, or float64: see _in_float) -----------------
 
+# Each decomposition below evaluates one transcendental per element: the branches pick the
+# argument of a single log1p/atan instead of computing every branch's function and
+# selecting the result (vectors run all branches).
 
-def _sinh(x):
-    a = ops.abs(x)
-    e = _expm1(a)
-    small = 0.5 * (e + e / (e + 1.0))
-    h = ops.exp(0.5 * a)
-    big = (0.5 * h) * h                     # exp(a) / 2 past exp's overflow
-    return _copysign(_where(a < 709.0, small, big), x)
-
-
-def _cosh(x):
-    a = ops.abs(x)
-    e = ops.exp(a)
-    h = ops.exp(0.5 * a)
-    return _where(a < 709.0, 0.5 * (e + 1.0 / e), (0.5 * h) * h)
+_BIG = 2.0 ** 28                # asinh/acosh: past this, log(2|x|) (the 1/x terms are gone)
 
 
 def _arcsinh(x):
+    """log1p of one argument per element: |x| < 2: a + a^2/(1 + sqrt(1 + a^2)) (no
+    cancellation); below 2^28: 2a + 1/(sqrt(a^2 + 1) + a) - 1 (exact subtraction);
+    beyond: a - 1, plus ln 2. One sqrt, one division and one log1p."""
     a = ops.abs(x)
     a2 = a * a
-    small = _log1p(a + a2 / (1.0 + ops.sqrt(1.0 + a2)))
-    mid = ops.log(2.0 * a + 1.0 / (ops.sqrt(a2 + 1.0) + a))
-    big = ops.log(a) + _LN2
-    r = _where(a < 2.0, small, _where(a < 2.0 ** 28, mid, big))
+    q = ops.sqrt(1.0 + a2)
+    small = a < 2.0
+    d = _where(small, a2, _c(1.0, a)) / _where(small, 1.0 + q, q + a)
+    s = _where(small, a + d, _where(a < _BIG, (2.0 * a + d) - 1.0, a - 1.0))
+    r = _log1p(s) + _where(a < _BIG, _c(0.0, a), _c(_LN2, a))
     return _copysign(r, x)
 
 
 def _arccosh(x):
+    """log1p of one argument per element: x < 2: t + sqrt(2t + t^2) with t = x - 1; below
+    2^28: 2x - 1/(x + sqrt(x^2 - 1)) - 1; beyond: x - 1, plus ln 2. NaN below 1."""
     t = x - 1.0
-    small = _log1p(t + ops.sqrt(2.0 * t + t * t))
-    mid = ops.log(2.0 * x - 1.0 / (x + ops.sqrt(x * x - 1.0)))
-    big = ops.log(x) + _LN2
-    r = _where(x < 2.0, small, _where(x < 2.0 ** 28, mid, big))
+    q = ops.sqrt(t * (t + 2.0))                     # sqrt(x^2 - 1) without cancellation
+    mid = (2.0 * x - 1.0 / (x + q)) - 1.0
+    s = _where(x < 2.0, t + q, _where(x < _BIG, mid, t))
+    r = _log1p(s) + _where(x < _BIG, _c(0.0, x), _c(_LN2, x))
     return _where(x < 1.0, _c(math.nan, x), r)
 
 
 def _arctanh(x):
+    """0.5 * log1p(2a/(1 - a)), with 2a + a*(2a/(1 - a)) below 0.5 (the same value, summed
+    so that the small term comes last). One division and one log1p."""
     a = ops.abs(x)
-    small = 0.5 * _log1p(2.0 * a + 2.0 * a * a / (1.0 - a))
-    big = 0.5 * _log1p(2.0 * a / (1.0 - a))
-    return _copysign(_where(a < 0.5, small, big), x)
+    d = (2.0 * a) / (1.0 - a)
+    s = _where(a < 0.5, 2.0 * a + a * d, d)
+    return _copysign(0.5 * _log1p(s), x)
 
 
 def _arcsin(x):
@@ -184,26 +181,10 @@ def _logaddexp(x, y):
     return _where(x == y, x + _LN2, r)             # equal infinities: x - y is NaN
 
 
-def _cbrt(x):
-    a = ops.abs(x)
-    y = ops.pow(a, 1.0 / 3.0)
-    y = y - (y - a / (y * y)) / 3.0                  # one Newton step: pow(a, 1/3) is inexact
-    y = _where((a == 0.0) | (a == math.inf), a, y)
-    return _copysign(y, x)
-
-
-def _log2(x):
-    return ops.log(x) * (1.0 / _LN2)
-
-
-def _log10(x):
-    return ops.log(x) * (1.0 / math.log(10.0))
-
-
 # ---- the public ops ------------------------------------------------------------------------
 
-def _float_op(name: str, fn, doc: str):
-    wrapped = _in_double(fn)
+def _float_op(name: str, fn, doc: str, wide: bool = False):
+    wrapped = _in_float(fn, wide)
 
     def f(*xs):
         return wrapped(*xs)
@@ -211,12 +192,6 @@ def _float_op(name: str, fn, doc: str):
     return op(f)
 
 
-log1p = _float_op("log1p", _log1p, "log(1 + x), accurate for small x.")
-expm1 = _float_op("expm1", _expm1, "exp(x) - 1, accurate for small x.")
-log2 = _float_op("log2", _log2, "Base-2 logarithm.")
-log10 = _float_op("log10", _log10, "Base-10 logarithm.")
-sinh = _float_op("sinh", _sinh, "Hyperbolic sine.")
-cosh = _float_op("cosh", _cosh, "Hyperbolic cosine.")
 arcsinh = _float_op("arcsinh", _arcsinh, "Inverse hyperbolic sine.")
 arccosh = _float_op("arccosh", _arccosh, "Inverse hyperbolic cosine (NaN below 1).")
 arctanh = _float_op("arctanh", _arctanh, "Inverse hyperbolic tangent (+-inf at +-1).")
@@ -224,9 +199,11 @@ arcsin = _float_op("arcsin", _arcsin, "Inverse sine (NaN outside [-1, 1]).")
 arccos = _float_op("arccos", _arccos, "Inverse cosine (NaN outside [-1, 1]).")
 arctan2 = _float_op("arctan2", _arctan2, "atan(y / x) in the quadrant of (x, y), numpy's "
                     "signed zeros and infinities.")
-hypot = _float_op("hypot", _hypot, "sqrt(x**2 + y**2) without overflow; inf if either is.")
-logaddexp = _float_op("logaddexp", _logaddexp, "log(exp(x) + exp(y)) without overflow.")
-cbrt = _float_op("cbrt", _cbrt, "Cube root (negative for negative x).")
+hypot = _float_op("hypot", _hypot, "sqrt(x**2 + y**2) without overflow; inf if either is.",
+                  wide=True)
+# float32 logaddexp in float64: m + log1p(...) cancels where the result is near 0
+logaddexp = _float_op("logaddexp", _logaddexp, "log(exp(x) + exp(y)) without overflow.",
+                      wide=True)
 
 
 @op
@@ -235,11 +212,33 @@ def arctan(x):
     return _atan(_float_tensor(x))
 
 
-@op
-def exp2(x):
-    """2**x (float32: the correctly rounded-in-double float32 pow; float64: libm pow)."""
-    t = _float_tensor(x)
-    return ops.pow(_c(2.0, t), t)
+def _unary_kernel(opcode: Op, name: str, doc: str):
+    """A ufunc that is one vector-math kernel (ints converted to numpy's float first)."""
+    def f(x):
+        return wrap(b.elementwise(opcode, _float_tensor(x).node))
+    f.__name__, f.__doc__ = name, doc
+    return op(f)
+
+
+log2 = _unary_kernel(Op.LOG2, "log2", "Base-2 logarithm (vector math: the log kernel's "
+                     "pieces times 1/ln 2 in two parts).")
+log10 = _unary_kernel(Op.LOG10, "log10", "Base-10 logarithm (vector math: as log2).")
+cbrt = _unary_kernel(Op.CBRT, "cbrt", "Cube root, negative for negative x (vector math: "
+                     "exponent split, Newton steps).")
+
+
+log1p = _unary_kernel(Op.LOG1P, "log1p", "log(1 + x), accurate for small x (vector math: log "
+                      "of the rounded 1 + x, corrected by its rounding error).")
+expm1 = _unary_kernel(Op.EXPM1, "expm1", "exp(x) - 1, accurate for small x (vector math: "
+                      "exp's reduction, 2^k*p + (2^k - 1)).")
+
+
+sinh = _unary_kernel(Op.SINH, "sinh", "Hyperbolic sine (vector math: one exp reduction; "
+                     "expm1's form below 1, exp(|x|)/2 - 1/(2 exp(|x|)) above).")
+cosh = _unary_kernel(Op.COSH, "cosh", "Hyperbolic cosine (vector math: h + 1/(4h), h = "
+                     "exp(|x|)/2 scaled without overflow).")
+exp2 = _unary_kernel(Op.EXP2, "exp2", "2**x (vector math: 2^round(x) * exp((x - round(x)) * "
+                     "ln2), the product kept in two parts).")
 
 
 @op

@@ -27,7 +27,9 @@ _NUMPY = {
     Op.LOGICAL_OR: np.logical_or, Op.WHERE: np.where, Op.BITWISE_AND: np.bitwise_and,
     Op.BITWISE_OR: np.bitwise_or, Op.BITWISE_XOR: np.bitwise_xor, Op.BITWISE_NOT: np.invert,
     Op.LEFT_SHIFT: np.left_shift, Op.RIGHT_SHIFT: np.right_shift, Op.ATAN: np.arctan,
-    Op.COPYSIGN: np.copysign,
+    Op.CBRT: np.cbrt, Op.EXPM1: np.expm1, Op.LOG1P: np.log1p, Op.LOG2: np.log2,
+    Op.LOG10: np.log10, Op.EXP2: np.exp2,
+    Op.SINH: np.sinh, Op.COSH: np.cosh, Op.COPYSIGN: np.copysign,
 }
 
 

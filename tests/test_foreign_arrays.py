@@ -80,6 +80,23 @@ def test_in_place_changes_are_seen_by_the_cached_plan():
         np.testing.assert_array_equal(f(a, b), affine_reference(a.numpy(), b.numpy()))
 
 
+def test_steady_torch_calls_take_the_foreign_fast_path():
+    """After one call with torch tensors, the next ones view them first (no detour through
+    the numpy-only native check and the slow path), and everything else still works."""
+    a, b = torch.linspace(-1, 1, 64), torch.full((64,), 2.0)
+    f = jc.jit(affine)
+    for _ in range(3):
+        np.testing.assert_array_equal(f(a, b), affine_reference(a.numpy(), b.numpy()))
+    assert f._fast.__name__ == "foreign_fast"
+    a2 = torch.linspace(0, 1, 10)                       # another shape: a new plan
+    np.testing.assert_array_equal(f(a2, a2), affine_reference(a2.numpy(), a2.numpy()))
+    np.testing.assert_array_equal(f(a.numpy(), b), affine_reference(a.numpy(), b.numpy()))
+    with pytest.raises(TypeError, match=r"argument 0 \(a\).*detach"):
+        f(torch.ones(64, requires_grad=True), b)
+    p = torch.nn.Parameter(torch.ones(64), requires_grad=False)      # a subclass
+    np.testing.assert_array_equal(f(p, b), affine_reference(p.numpy(), b.numpy()))
+
+
 def test_view_shares_memory():
     t = torch.randn(4, 9)[:, 1::2]
     arr = to_array(t, 0, "t")

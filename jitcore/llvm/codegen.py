@@ -67,7 +67,9 @@ def streams_by_rows(kernel: Kernel) -> bool:
 
 
 _MATH_COST = {Op.EXP: 20, Op.LOG: 20, Op.TANH: 25, Op.ERF: 30, Op.SIN: 25, Op.COS: 25,
-              Op.POW: 40, Op.ATAN: 35}
+              Op.POW: 40, Op.ATAN: 35, Op.CBRT: 25, Op.EXPM1: 25,
+              Op.LOG1P: 25, Op.LOG2: 20, Op.LOG10: 20,
+              Op.EXP2: 25, Op.SINH: 30, Op.COSH: 30}
 
 
 def _compute_cost(value) -> int:

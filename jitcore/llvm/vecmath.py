@@ -9,15 +9,20 @@ scalars and on ``<N x float>`` / ``<N x double>`` vectors of any width.
 No fast-math flags are set: NaN, infinities, signed zeros and denormals follow numpy.
 
 Max error in ulp against a correctly rounded reference (float32: exhaustive over all
-inputs; float64: sweeps of millions of points, see tests/test_vecmath.py):
+inputs for exp ... sin/cos, every 16th bit pattern for the others; float64: sweeps, see
+tests/test_vecmath.py):
 
     float32: exp 1.01  log 0.84  tanh 1.33  erf 1.05  sin/cos 1.54 (|x| <= 1e5),
-             2.31 (|x| <= 6.5e6)  atan 0.50 (computed in double, rounded once)
+             2.31 (|x| <= 6.5e6)  atan 0.84  cbrt 0.73  expm1 0.98  log1p 0.80
+             log2 1.04  log10 1.00  exp2 0.78  sinh 1.58  cosh 1.35
     float64: exp 0.99  log 0.81  tanh 1.29  erf 0.95  sin/cos 1.94 (|x| <= 3.5e15)
-             atan 0.76
+             atan 0.76  cbrt 0.73  expm1 1.04  log1p 0.75  log2 0.91  log10 0.85
+             exp2 0.74  sinh 1.58  cosh 1.34
 
+Without FMA (x86-64-v2 and below, where ``llvm.fmuladd`` is not fused) the bounds of all
+but sin/cos hold as well (tests/test_vecmath.py::test_accuracy_without_fma).
 The sin/cos range reduction assumes fmuladd is fused (FMA hardware) for large arguments.
-atan uses fdlibm's (s_atan.c) breakpoints and coefficients. The other polynomial
+atan uses fdlibm's (s_atan.c, s_atanf.c) breakpoints and coefficients. The other polynomial
 coefficients were fitted offline (Lawson/IRLS minimax with mpmath, rounding
 the coefficients to the target precision one at a time and refitting the rest).
 
@@ -36,7 +41,9 @@ from . import irutil as u
 
 __all__ = ["SUPPORTED", "emit_math"]
 
-SUPPORTED = frozenset({"exp", "log", "tanh", "erf", "sin", "cos", "atan"})
+SUPPORTED = frozenset({"exp", "log", "tanh", "erf", "sin", "cos", "atan", "cbrt", "expm1",
+                       "log1p", "log2", "log10", "exp2",
+                       "sinh", "cosh"})
 
 
 # --------------------------------------------------------------------------------------
@@ -151,6 +158,12 @@ _ATAN_SEGMENTS = (
     (2.4375, 9.82793723247329054082e-01, 1.39033110312309984516e-17, (1.0, -1.5, 1.5, 1.0)),
     (math.inf, 1.57079632679489655800e+00, 6.12323399573676603587e-17, (0.0, -1.0, 1.0, 0.0)),
 )
+# float32 (FreeBSD s_atanf.c): atan(b) hi/lo per segment and a shorter polynomial
+_ATAN_HILO_F32 = ((0.0, 0.0), (4.6364760399e-01, 5.0121582440e-09),
+                  (7.8539812565e-01, 3.7748947079e-08), (9.8279368877e-01, 3.4473217170e-08),
+                  (1.5707962513e+00, 7.5497894159e-08))
+_ATAN_T_F32 = (3.3333328366e-01, -1.9999158382e-01, 1.4253635705e-01, -1.0648017377e-01,
+               6.1687607318e-02)
 _ATAN_T = (3.33333333333329318027e-01, -1.99999999998764832476e-01,
            1.42857142725034663711e-01, -1.11111104054623557880e-01,
            9.09088713343650656196e-02, -7.69187620504482999495e-02,
@@ -272,6 +285,14 @@ def _copysign(b: ir.IRBuilder, mag: ir.Value, sign: ir.Value) -> ir.Value:
     return _to_float(b, b.or_(m, s), mag.type)
 
 
+def _two_sum(b: ir.IRBuilder, x: ir.Value, y: ir.Value):
+    """(s, e) with s = x + y rounded and e its exact rounding error (Knuth, any order)."""
+    s = b.fadd(x, y)
+    yy = b.fsub(s, x)
+    e = b.fadd(b.fsub(x, b.fsub(s, yy)), b.fsub(y, yy))
+    return s, e
+
+
 def _round_to_int(b: ir.IRBuilder, t: ir.Value):
     """Round t to the nearest integer, returning it both as float and as integer.
 
@@ -307,6 +328,12 @@ def _ldexp(b: ir.IRBuilder, x: ir.Value, n: ir.Value) -> ir.Value:
     return b.fmul(b.fmul(x, _pow2(b, n1, x.type)), _pow2(b, n2, x.type))
 
 
+def _in_double(b: ir.IRBuilder, emit, x: ir.Value) -> ir.Value:
+    """emit(x) evaluated in double and rounded once to x's type (float32 lanes)."""
+    wide = _like(x.type, ir.DoubleType())
+    return b.fptrunc(emit(b, b.fpext(x, wide)), x.type)
+
+
 # --------------------------------------------------------------------------------------
 # Emitters, one per function
 # --------------------------------------------------------------------------------------
@@ -328,6 +355,13 @@ def _emit_exp(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
 
 def _emit_log(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     """log(x) = k*ln2 + log1p(f) with 1+f in [sqrt(1/2), sqrt(2)) (fdlibm-style kernel)."""
+    return _log_specials(b, x, _log_core(b, x))
+
+
+def _log_reduce(b: ir.IRBuilder, x: ir.Value):
+    """The log kernel's pieces for finite x > 0: x = 2^k * (1 + f), 1 + f in [sqrt(1/2),
+    sqrt(2)), f exact; log1p(f) = f - hfsq + s*(hfsq + R). Returns (k as a float, f, hfsq,
+    s, R)."""
     f = _fmt(x.type)
     # Denormals: scale into the normal range first and compensate in the exponent.
     sub = b.fcmp_ordered("<", x, _fc(x, f.min_normal))
@@ -343,11 +377,61 @@ def _emit_log(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     s = b.fdiv(fm, b.fadd(fm, _fc(x, 2.0)))
     z = b.fmul(s, s)
     rz = b.fmul(z, _poly(b, z, f.coeffs["log"]))
-    dk = b.sitofp(k, x.type)
+    return b.sitofp(k, x.type), fm, hfsq, s, rz
+
+
+def _log_core(b: ir.IRBuilder, x: ir.Value, corr=None) -> ir.Value:
+    """The log kernel for finite x > 0, plus a small correction term `corr` (summed with
+    the small terms, before f and k*ln2_hi, so that it costs no extra rounding)."""
+    f = _fmt(x.type)
+    dk, fm, hfsq, s, rz = _log_reduce(b, x)
     # s*(hfsq+R) + k*ln2_lo - hfsq + f + k*ln2_hi, summed from small to large terms.
-    y = _fmuladd(b, s, b.fadd(hfsq, rz), b.fmul(dk, _fc(x, f.ln2_lo)))
+    lo = b.fmul(dk, _fc(x, f.ln2_lo))
+    if corr is not None:
+        lo = b.fadd(lo, corr)
+    y = _fmuladd(b, s, b.fadd(hfsq, rz), lo)
     y = b.fadd(b.fsub(y, hfsq), fm)
-    y = _fmuladd(b, dk, _fc(x, f.ln2_hi), y)
+    return _fmuladd(b, dk, _fc(x, f.ln2_hi), y)
+
+
+# log_b(x) = k*log_b(2) + log1p(f)/ln(b): (1/ln b hi, lo; log_b(2) hi, lo) per format. The
+# hi parts have few enough bits (12 / 26 for float32 / float64) that k*hi and f_hi*hi are
+# exact without FMA (f_hi: f with as few bits)
+_LOG_BASE = {
+    (32, 2): (_H("0x1.716p+0"), _H("-0x1.7135a8p-13"), 1.0, 0.0),
+    (64, 2): (_H("0x1.7154768p+0"), _H("-0x1.6a3e80f444178p-27"), 1.0, 0.0),
+    (32, 10): (_H("0x1.bccp-2"), _H("-0x1.09d5b2p-15"), _H("0x1.344p-2"), _H("0x1.3509f8p-18")),
+    (64, 10): (_H("0x1.bcb7b18p-2"), _H("-0x1.6c8d78e6acaa4p-29"), _H("0x1.34413509f7p-2"),
+               _H("0x1.3fde623e2566bp-43")),
+}
+_LOG_SPLIT_BITS = {32: 12, 64: 26}          # significant bits kept in the hi parts
+
+
+def _emit_log_base(base: int):
+    def emit(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+        """log_b(x) from the log kernel's pieces: (f + w)/ln(b) with w = s*(hfsq + R) -
+        hfsq; f and 1/ln(b) are both split in two so that the large product f_hi*c_hi is
+        exact with or without FMA, and it is added last but k*log_b(2) (exact as well).
+        Max error 1.04 / 0.91 ulp (log2 float32 / float64), 1.00 / 0.85 (log10), as much
+        without FMA."""
+        fmt = _fmt(x.type)
+        c_hi, c_lo, l_hi, l_lo = (_fc(x, v) for v in _LOG_BASE[fmt.width, base])
+        dk, fm, hfsq, s, rz = _log_reduce(b, x)
+        w = _fmuladd(b, s, b.fadd(hfsq, rz), b.fneg(hfsq))
+        drop = fmt.mant - _LOG_SPLIT_BITS[fmt.width] + 1
+        f_hi = _to_float(b, b.and_(_to_int(b, fm), _ic(x, -(1 << drop))), x.type)
+        f_lo = b.fsub(fm, f_hi)                                   # exact
+        c = _fc(x, sum(_LOG_BASE[fmt.width, base][:2]))
+        small = _fmuladd(b, fm, c_lo, b.fmul(dk, l_lo))
+        small = _fmuladd(b, f_lo, c_hi, _fmuladd(b, w, c, small))
+        y = _fmuladd(b, f_hi, c_hi, small)
+        return _log_specials(b, x, _fmuladd(b, dk, l_hi, y))
+    emit.__name__ = f"_emit_log{base}"
+    return emit
+
+
+def _log_specials(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
+    """log's results outside finite x > 0 (y elsewhere)."""
     # Specials: +inf -> +inf, +-0 -> -inf, x < 0 -> NaN, NaN -> NaN.
     y = _select(b, b.fcmp_ordered("==", x, _fc(x, float("inf"))), x, y)
     y = _select(b, b.fcmp_ordered("==", x, _fc(x, 0.0)), _fc(x, float("-inf")), y)
@@ -386,16 +470,18 @@ def _emit_erf(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
 
 def _emit_atan(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     """atan(x), fdlibm's algorithm made branch-free: each lane picks its segment's
-    reduction and constants with selects. float32 runs it in double and rounds once."""
-    if _fmt(x.type) is _F32:
-        wide = _like(x.type, ir.DoubleType())
-        return b.fptrunc(_emit_atan(b, b.fpext(x, wide)), x.type)
+    reduction and constants with selects. float32 uses s_atanf.c's constants and shorter
+    polynomial (max error 0.84 ulp against 0.50 in double, at a third of the time)."""
+    f32 = _fmt(x.type) is _F32
+    segments = [(limit, *hilo, pqrs) for (limit, _, _, pqrs), hilo in
+                zip(_ATAN_SEGMENTS, _ATAN_HILO_F32)] if f32 else _ATAN_SEGMENTS
+    coeffs = _ATAN_T_F32 if f32 else _ATAN_T
     a = _fabs(b, x)
     # the last segment is the default, so NaN (all compares false) and +inf land there
-    limit, hi, lo, (p, q, r, s) = _ATAN_SEGMENTS[-1]
+    limit, hi, lo, (p, q, r, s) = segments[-1]
     hi_v, lo_v = _fc(x, hi), _fc(x, lo)
     num_v, den_v = _fc(x, q), a                       # -1 / |x|
-    for limit, hi, lo, (p, q, r, s) in reversed(_ATAN_SEGMENTS[:-1]):
+    for limit, hi, lo, (p, q, r, s) in reversed(segments[:-1]):
         inside = b.fcmp_ordered("<", a, _fc(x, limit))
         num = _fmuladd(b, _fc(x, p), a, _fc(x, q))
         den = _fmuladd(b, _fc(x, r), a, _fc(x, s))
@@ -404,11 +490,173 @@ def _emit_atan(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     t = b.fdiv(num_v, den_v)
     z = b.fmul(t, t)
     w = b.fmul(z, z)
-    s1 = b.fmul(z, _poly(b, w, _ATAN_T[0::2]))
-    s2 = b.fmul(w, _poly(b, w, _ATAN_T[1::2]))
+    s1 = b.fmul(z, _poly(b, w, coeffs[0::2]))
+    s2 = b.fmul(w, _poly(b, w, coeffs[1::2]))
     # atan(b) + atan(t) = hi - ((t*(s1 + s2) - lo) - t), summed from small to large
     y = b.fsub(hi_v, b.fsub(b.fsub(b.fmul(t, b.fadd(s1, s2)), lo_v), t))
     return _copysign(b, y, x)                      # NaN stays NaN (through the division)
+
+
+# cbrt(m) for m in [1, 2) around m = 1.5: relative error 1.4e-6 (IRLS fit), the start of the
+# Newton steps
+_CBRT_START = (1.1447129614607252, 0.2543863981778454, -0.05643700486255366,
+               0.02080971427143322, -0.01026736890126254, 0.005319247747983297)
+_CBRT_2R = (1.0, 2.0 ** (1.0 / 3.0), 2.0 ** (2.0 / 3.0))   # cbrt(2^r), r = 0, 1, 2
+
+
+def _cbrt_newton(b: ir.IRBuilder, y: ir.Value, a: ir.Value) -> ir.Value:
+    """One Newton step for y^3 = a, written as a small correction of y: y - (y - a/y^2)/3
+    (the correction's own rounding is tiny next to y's, so the result is y's rounding)."""
+    return b.fsub(y, b.fmul(b.fsub(y, b.fdiv(a, b.fmul(y, y))), _fc(y, 1.0 / 3.0)))
+
+
+def _emit_cbrt(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """cbrt(x) without pow: |x| = 2^(3q+r) * m (m in [1, 2), r in {0, 1, 2}), a polynomial
+    start for cbrt(m) (1.4e-6) times cbrt(2^r), Newton steps on m*2^r, scaled by 2^q.
+
+    Max error 0.73 ulp, float32 and float64 alike (the last Newton step's rounding; float32
+    needs one step, float64 two). 0, +-inf and NaN are returned as they are; the sign is
+    x's."""
+    f = _fmt(x.type)
+    steps = 1 if f is _F32 else 2
+    a = _fabs(b, x)
+    # subnormals: scale by 2^(3*18) into the normal range, 18 off the result's exponent
+    sub = b.fcmp_ordered("<", a, _fc(x, f.min_normal))
+    a_n = _select(b, sub, b.fmul(a, _fc(x, 2.0 ** 54)), a)
+    bits = _to_int(b, a_n)
+    e = b.sub(b.lshr(bits, _ic(x, f.mant)), _ic(x, f.bias))
+    m = _to_float(b, b.or_(b.and_(bits, _ic(x, (1 << f.mant) - 1)), _ic(x, f.bias << f.mant)),
+                  x.type)
+    # q = e div 3 (floor): (e - 1)/3 is q - 1/3, q or q + 1/3, which rounds to q
+    _, qi = _round_to_int(b, b.fmul(b.fsub(b.sitofp(e, x.type), _fc(x, 1.0)),
+                                    _fc(x, 1.0 / 3.0)))
+    r = b.sub(e, b.mul(qi, _ic(x, 3)))
+    r1, r2 = (b.icmp_signed("==", r, _ic(x, k)) for k in (1, 2))
+    scale_m = _select(b, r1, _fc(x, 2.0), _select(b, r2, _fc(x, 4.0), _fc(x, 1.0)))
+    c_r = _select(b, r1, _fc(x, _CBRT_2R[1]), _select(b, r2, _fc(x, _CBRT_2R[2]), _fc(x, 1.0)))
+    mr = b.fmul(m, scale_m)                               # exact, in [1, 8)
+    y = b.fmul(_poly(b, b.fsub(m, _fc(x, 1.5)), _CBRT_START), c_r)
+    for _ in range(steps):                                # 1.4e-6 -> 2e-12 -> rounding
+        y = _cbrt_newton(b, y, mr)
+    qi = b.sub(qi, _select(b, sub, _ic(x, 18), _ic(x, 0)))
+    y = b.fmul(y, _pow2(b, qi, x.type))                   # exact: 2^q is normal, y in [1, 2)
+    # 0, inf: the result is the input; NaN: the compare is true (unordered)
+    keep = b.fcmp_unordered("uno", a, a)
+    keep = b.or_(keep, b.fcmp_ordered("==", a, _fc(x, 0.0)))
+    keep = b.or_(keep, b.fcmp_ordered("==", a, _fc(x, float("inf"))))
+    return _copysign(b, _select(b, keep, a, y), x)
+
+
+def _expm1_parts(b: ir.IRBuilder, x: ir.Value):
+    """exp(x) - 1 and its pieces: (k, p_hi, p_lo, value) with x = k*ln2 + r and exp(r) - 1
+    = p_hi + p_lo (for sinh/cosh: exp(x)/2 = 2^(k-1) * (1 + p) without overflowing).
+
+    The reduction as in exp; p = r + r^2*P(r) kept in two parts (fast two-sum, |q| < |r|/5),
+    then 2^k*p + (2^k - 1) with 2^k - 1's rounding error (past k = mant + 1) among the
+    small terms; past k = 60 the -1 is below the last bit and the value is exp's. x is
+    clamped to [-40, exp_hi + 1] (exp(x)/2 overflows just past exp_hi); NaN passes."""
+    f = _fmt(x.type)
+    hi_lim, lo_lim = f.exp_hi + 1.0, -40.0          # below -40 the value rounds to -1
+    xc = _select(b, b.fcmp_ordered(">", x, _fc(x, hi_lim)), _fc(x, hi_lim), x)
+    xc = _select(b, b.fcmp_ordered("<", xc, _fc(x, lo_lim)), _fc(x, lo_lim), xc)
+    k, ki = _round_to_int(b, b.fmul(xc, _fc(x, f.log2e)))
+    r_hi = _fmuladd(b, k, _fc(x, -f.ln2_hi), xc)          # exact
+    c = b.fmul(k, _fc(x, f.ln2_lo))
+    r = b.fsub(r_hi, c)
+    r_lo = b.fsub(b.fsub(r_hi, r), c)                     # r's rounding error
+    # for k = 1 the result is about 2p, and p's roundings would count twice in its ulp
+    q = b.fmul(b.fmul(r, r), _poly(b, r, f.coeffs["exp"]))
+    p_hi = b.fadd(r, q)
+    p_lo = b.fadd(b.fadd(b.fsub(r, p_hi), q), r_lo)
+    big = b.icmp_signed(">", ki, _ic(x, 60))
+    t = _pow2(b, _select(b, big, _ic(x, 0), ki), x.type)
+    # t - 1 = tm1 + err: err is 0 up to k = mant + 1 and -1 past it (tm1 rounds to t)
+    tm1 = b.fsub(t, _fc(x, 1.0))
+    err = b.fsub(b.fsub(t, tm1), _fc(x, 1.0))
+    hi, lo = _two_sum(b, b.fmul(t, p_hi), tm1)          # t*p_hi is exact (t = 2^k)
+    small = b.fadd(hi, b.fadd(lo, _fmuladd(b, t, p_lo, err)))
+    large = _ldexp(b, b.fadd(p_hi, _fc(x, 1.0)), ki)
+    return ki, p_hi, p_lo, _select(b, big, large, small)
+
+
+def _emit_expm1(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """expm1(x) = exp(x) - 1 from exp's reduction (see _expm1_parts)."""
+    value = _expm1_parts(b, x)[3]
+    return _select(b, b.fcmp_ordered("==", x, _fc(x, 0.0)), x, value)   # -0.0 stays -0.0
+
+
+def _half_exp(b: ir.IRBuilder, ki: ir.Value, p_hi: ir.Value, p_lo: ir.Value) -> ir.Value:
+    """exp(x)/2 = 2^(k-1) * (1 + p) from _expm1_parts' pieces (finite up to exp_hi + ln2)."""
+    one_p = b.fadd(_fc(p_hi, 1.0), b.fadd(p_hi, p_lo))
+    return _ldexp(b, one_p, b.sub(ki, _ic(ki, 1)))
+
+
+def _emit_cosh(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """cosh(x) = h + 1/(4h) with h = exp(|x|)/2 from one exp reduction, scaled by 2^(k-1):
+    no overflow before cosh's own. NaN stays NaN, +-inf gives +inf."""
+    ki, p_hi, p_lo, _ = _expm1_parts(b, _fabs(b, x))
+    h = _half_exp(b, ki, p_hi, p_lo)
+    return b.fadd(h, b.fdiv(_fc(x, 0.25), h))
+
+
+# sinh(x) = x + x*z*P(z), z = x^2, |x| < 1: Taylor's 1/(2n+3)! (the next term is below
+# half an ulp: 1/13! float32, 1/19! float64)
+_SINH_TAYLOR = {32: tuple(1.0 / math.factorial(2 * n + 3) for n in range(5)),
+                64: tuple(1.0 / math.factorial(2 * n + 3) for n in range(8))}
+
+
+def _emit_sinh(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """sinh(x): below 1 in magnitude x + x^3*P(x^2) (Taylor, one rounding at the end);
+    above, h - 1/(4h) with h = exp(|x|)/2 from one exp reduction (no overflow before
+    sinh's own). The sign is x's (-0.0 stays -0.0)."""
+    a = _fabs(b, x)
+    z = b.fmul(a, a)
+    small = _fmuladd(b, b.fmul(a, z), _poly(b, z, _SINH_TAYLOR[_fmt(x.type).width]), a)
+    ki, p_hi, p_lo, _ = _expm1_parts(b, a)
+    h = _half_exp(b, ki, p_hi, p_lo)
+    big = b.fsub(h, b.fdiv(_fc(x, 0.25), h))
+    return _copysign(b, _select(b, b.fcmp_ordered("<", a, _fc(x, 1.0)), small, big), x)
+
+
+def _emit_exp2(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """2^x = 2^k * exp(r*ln2), k = round(x), r = x - k exact in [-1/2, 1/2]; r*ln2 is
+    kept as hi + lo (the product's rounding error by a fused multiply-add) so that exp's
+    polynomial sees the exact argument, and 1 + p is summed in two parts. Max error
+    0.77 / 0.74 ulp float32 / float64, in subnormal results (rounded twice, by the sum and
+    by the scaling); without FMA r*ln2's rounding adds up to ~0.5 ulp."""
+    f = _fmt(x.type)
+    ln2 = f.ln2_hi + f.ln2_lo
+    # clamp past overflow / underflow to 0 (ldexp then gives inf / 0); NaN passes both
+    hi_lim, lo_lim = f.bias + 2.0, -(f.bias + f.mant + 3.0)
+    xc = _select(b, b.fcmp_ordered(">", x, _fc(x, hi_lim)), _fc(x, hi_lim), x)
+    xc = _select(b, b.fcmp_ordered("<", xc, _fc(x, lo_lim)), _fc(x, lo_lim), xc)
+    k, ki = _round_to_int(b, xc)
+    r = b.fsub(xc, k)
+    t = b.fmul(r, _fc(x, ln2))
+    t_lo = _fmuladd(b, r, _fc(x, ln2), b.fneg(t))       # exact with FMA (0 without)
+    t_lo = _fmuladd(b, r, _fc(x, f.ln2_lo - (ln2 - f.ln2_hi)), t_lo)
+    # 1 + t + t^2*P(t) summed in two parts (fast two-sums), rounded once at the end
+    q = b.fmul(b.fmul(t, t), _poly(b, t, f.coeffs["exp"]))
+    p_hi = b.fadd(t, q)
+    p_lo = b.fadd(b.fadd(b.fsub(t, p_hi), q), t_lo)
+    one = _fc(x, 1.0)
+    y_hi = b.fadd(one, p_hi)
+    y_lo = b.fadd(b.fadd(b.fsub(one, y_hi), p_hi), p_lo)
+    return _ldexp(b, b.fadd(y_hi, y_lo), ki)
+
+
+def _emit_log1p(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """log1p(x) = log(u) + c/u with u = 1 + x rounded and c = (1 + x) - u its rounding
+    error, computed exactly (fdlibm's correction), added to the log kernel's small terms.
+    -1 -> -inf, below -1 -> NaN."""
+    one = _fc(x, 1.0)
+    u = b.fadd(x, one)
+    # x < 1: u - 1 is exact (Sterbenz); x >= 1: u - x is exact (u and x within a factor 2)
+    c = _select(b, b.fcmp_ordered("<", u, _fc(x, 2.0)),
+                b.fsub(x, b.fsub(u, one)), b.fsub(one, b.fsub(u, x)))
+    # log(u)'s specials are log1p's: u = 0 (x = -1), u < 0, +inf, NaN
+    y = _log_specials(b, u, _log_core(b, u, b.fdiv(c, u)))
+    return _select(b, b.fcmp_ordered("==", u, one), x, y)    # x = +-0 and tiny x: x
 
 
 def _reduce_pio2(b: ir.IRBuilder, x: ir.Value, k: ir.Value) -> ir.Value:
@@ -473,6 +721,14 @@ _EMITTERS: Dict[str, Callable[[ir.IRBuilder, ir.Value], ir.Value]] = {
     "sin": _emit_sin,
     "cos": _emit_cos,
     "atan": _emit_atan,
+    "cbrt": _emit_cbrt,
+    "expm1": _emit_expm1,
+    "log1p": _emit_log1p,
+    "log2": _emit_log_base(2),
+    "log10": _emit_log_base(10),
+    "exp2": _emit_exp2,
+    "sinh": _emit_sinh,
+    "cosh": _emit_cosh,
 }
 assert frozenset(_EMITTERS) == SUPPORTED
 
