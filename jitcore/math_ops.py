@@ -59,7 +59,8 @@ def _in_double(fn):
     """Run a float decomposition in float64 and round float32 results once. The result
     dtype is numpy's: the operands' promotion (Python scalars weak), made float."""
     def apply(*xs):
-        nodes = ops._tensors(*xs) if len(xs) > 1 else [node_of(xs[0])]
+        nodes = ops.float_operands(*xs, float_of=dt.float_result) if len(xs) > 1 \
+            else [node_of(xs[0])]
         common = nodes[0].dtype
         for n in nodes[1:]:
             common = dt.promote(common, n.dtype)
