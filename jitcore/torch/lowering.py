@@ -389,7 +389,11 @@ def _layer_norm(out, x, normalized_shape, weight, bias, eps):
 # ---- indexing ----------------------------------------------------------------------------------
 @lower(aten.embedding.default, needs=("take",))
 def _embedding(out, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
-    return jc.take(weight, indices, axis=0)
+    """torch raises IndexError for a negative id, where jc.take (numpy's rule) would count
+    it from the end: a negative id is moved below -V, out of take's range, so the kernel's
+    check raises IndexError (naming the id minus V)."""
+    rows = weight.shape[0]
+    return jc.take(weight, jc.where(indices < 0, indices - rows, indices), axis=0)
 
 
 def _index_check(node):
