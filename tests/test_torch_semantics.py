@@ -38,3 +38,24 @@ def test_embedding_ids_out_of_range_raise_as_nn_embedding_does(via, dynamo):
         with pytest.raises(IndexError):
             c(torch.tensor([[1, bad, 3]]))
     assert torch.equal(c(torch.tensor([[9, 0, 9]])), eager(m, torch.tensor([[9, 0, 9]])))
+
+
+class IntegerWrap(torch.nn.Module):
+    """Python ints out of an integer tensor's range, and float -> uint8 of negative values:
+    torch keeps the low bits where numpy raises OverflowError (and jitcore saturates)."""
+
+    def forward(self, u, i, f):
+        return (u + 300, u * 300, u - 300, u < 300, u == 300, u // 300, u % 300, u & 300,
+                i + 2 ** 40, i * -(2 ** 33 + 3), f.to(torch.uint8), (f * 0.5).to(torch.uint8),
+                u / 300)
+
+
+def test_integer_scalars_and_float_to_uint8_wrap_as_torch_does():
+    u = torch.tensor([1, 200, 255], dtype=torch.uint8)
+    i = torch.tensor([1, -7, 2 ** 30], dtype=torch.int32)
+    f = torch.tensor([-1.0, -3.7, 300.0, 0.0, 255.9, -255.5])
+    m = IntegerWrap()
+    c = jt.compile(m, u, i, f)
+    assert c.fallbacks == []
+    for k, (got, want) in enumerate(zip(c(u, i, f), eager(m, u, i, f))):
+        assert got.dtype == want.dtype and torch.equal(got, want), (k, got, want)

@@ -62,10 +62,25 @@ def np_dtype(t) -> np.dtype:
 
 
 def as_dtype(x, dtype):
-    """x (a Tracer or a Python scalar) in `dtype`: torch computes an op in its result dtype."""
+    """x (a Tracer or a Python scalar) in `dtype`: torch computes an op in its result dtype,
+    with torch's conversions (a Python int wraps into an integer dtype; float -> uint8
+    wraps), not numpy's (OverflowError; saturation in jitcore)."""
+    dtype = np.dtype(dtype)
     if isinstance(x, Tracer) and x.dtype != dtype:
+        if x.dtype.kind == "f" and dtype == np.uint8:
+            x = jc.astype(x, np.int64)      # torch: truncate, then keep the low 8 bits
         return jc.astype(x, dtype)
+    if isinstance(x, int) and not isinstance(x, bool) and dtype.kind in "iu":
+        return wrap_int(x, dtype)
     return x
+
+
+def wrap_int(value: int, dtype: np.dtype) -> int:
+    """A Python int as torch converts it to an integer dtype: its low bits (`u8 + 300` adds
+    44), where numpy raises OverflowError."""
+    bits = 8 * dtype.itemsize
+    value %= 1 << bits
+    return value - (1 << bits) if dtype.kind == "i" and value >> (bits - 1) else value
 
 
 def _axis(dim, ndim):
