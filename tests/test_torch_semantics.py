@@ -59,3 +59,35 @@ def test_integer_scalars_and_float_to_uint8_wrap_as_torch_does():
     assert c.fallbacks == []
     for k, (got, want) in enumerate(zip(c(u, i, f), eager(m, u, i, f))):
         assert got.dtype == want.dtype and torch.equal(got, want), (k, got, want)
+
+
+class CountCalls(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("calls", torch.zeros(()))
+
+    def forward(self, x):
+        self.calls += 1
+        return x * 2
+
+
+class ScaleInPlace(torch.nn.Module):
+    def forward(self, x):
+        x.mul_(2)
+        return x + 1
+
+
+@pytest.mark.parametrize("make,what", [(CountCalls, "updates its buffer 'calls'"),
+                                       (ScaleInPlace, "writes its input 'x' in place")])
+def test_state_mutation_in_forward_gets_advice_that_applies(make, what, dynamo):
+    """The module is in eval form already: the message says what is written and what to do
+    (it said "compile it in eval form"); the backend runs such a graph in torch."""
+    m = make().eval()
+    with pytest.raises(TypeError) as info:
+        jt.compile(m, torch.ones(3))
+    message = str(info.value)
+    assert what in message and "out of place" in message and 'backend="jitcore"' in message
+    assert "compile it in eval form" not in message
+    x, ref = torch.ones(3), torch.ones(3)
+    got, want = torch.compile(make().eval(), backend="jitcore")(x), make().eval()(ref)
+    assert torch.equal(got, want) and torch.equal(x, ref)        # the write happened too
