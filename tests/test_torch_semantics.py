@@ -91,3 +91,25 @@ def test_state_mutation_in_forward_gets_advice_that_applies(make, what, dynamo):
     x, ref = torch.ones(3), torch.ones(3)
     got, want = torch.compile(make().eval(), backend="jitcore")(x), make().eval()(ref)
     assert torch.equal(got, want) and torch.equal(x, ref)        # the write happened too
+
+
+class Dropout(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.5))
+        self.head = torch.nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.head(self.inner(x))
+
+
+def test_compile_leaves_every_submodule_in_the_mode_it_had():
+    """jt.compile exports the eval form, then restores each training flag (it left the
+    module in eval form): compiling must not change the user's module."""
+    m = Dropout()
+    m.head.eval()                                   # a mixed state, kept as it was
+    before = [(name, mod.training) for name, mod in m.named_modules()]
+    x = torch.randn(3, 4)
+    c = jt.compile(m, x)
+    assert [(name, mod.training) for name, mod in m.named_modules()] == before
+    torch.testing.assert_close(c(x), eager(m, x))             # the eval form: no dropout

@@ -10,6 +10,7 @@ subgraphs folded, supported nodes grouped into compiled parts, the rest left to 
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import operator
 from dataclasses import dataclass
@@ -46,8 +47,7 @@ def export_graph(module: torch.nn.Module, args: tuple, kwargs: dict | None = Non
     """Export `module` for these example inputs, in core ATen, with every parameter, buffer and
     lifted constant (and the user inputs of `constant_inputs`, flat index -> tensor) as a
     get_attr node of the returned GraphModule."""
-    module.eval()
-    with torch.no_grad():
+    with in_eval_form(module), torch.no_grad():
         ep = torch.export.export(module, tuple(args), kwargs or {},
                                  dynamic_shapes=dynamic_shapes).run_decompositions()
     gm, sig = ep.graph_module, ep.graph_signature
@@ -78,6 +78,19 @@ def export_graph(module: torch.nn.Module, args: tuple, kwargs: dict | None = Non
     ranges = {str(sym): (_bound(r.lower, 0), _bound(r.upper, None))
               for sym, r in ep.range_constraints.items()}
     return Exported(gm, ep.call_spec.in_spec, ep.call_spec.out_spec, user, ranges)
+
+
+@contextlib.contextmanager
+def in_eval_form(module: torch.nn.Module):
+    """Within: the module and its submodules in eval form; afterwards each has the training
+    flag it had (compiling must not change the user's module)."""
+    modes = [(m, m.training) for m in module.modules()]
+    module.eval()
+    try:
+        yield
+    finally:
+        for m, training in modes:
+            m.training = training
 
 
 def mutation_advice(spec) -> str:
