@@ -84,14 +84,29 @@ def _conv2d_node(x, weight, bias, stride, padding, dilation, groups, op_name, ra
         raise ShapeError(str(e).replace("conv2d:", f"{op_name}:", 1)) from None
 
 
+def _unbatched(x, weight_rank: int):
+    """(x with a batch axis of 1, True) for an unbatched input (one axis fewer than the
+    weight, as torch accepts), else (x's node, False)."""
+    xn = node_of(x)
+    if xn.ndim == weight_rank - 1:
+        return wrap(b.reshape(xn, (1,) + xn.shape)), True
+    return x, False
+
+
+def _drop_batch(node, unbatched: bool):
+    return b.reshape(node, node.shape[1:]) if unbatched else node
+
+
 @op
 def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
-    """2-D convolution as torch.nn.functional.conv2d: x (N, C_in, H, W), weight (C_out,
-    C_in / groups, KH, KW), bias (C_out,) or None; stride, padding and dilation an int or a
-    pair; padding also "same" (stride 1) or "valid"; groups divides both channel counts
-    (groups == C_in == C_out is a depthwise convolution)."""
-    return wrap(_conv2d_node(x, weight, bias, stride, padding, dilation, groups, "conv2d",
-                             ("(N, C, H, W)", "(C_out, C_in/groups, KH, KW)")))
+    """2-D convolution as torch.nn.functional.conv2d: x (N, C_in, H, W) or unbatched
+    (C_in, H, W), weight (C_out, C_in / groups, KH, KW), bias (C_out,) or None; stride,
+    padding and dilation an int or a pair; padding also "same" (stride 1) or "valid"; groups
+    divides both channel counts (groups == C_in == C_out is a depthwise convolution)."""
+    x, unbatched = _unbatched(x, node_of(weight).ndim)
+    node = _conv2d_node(x, weight, bias, stride, padding, dilation, groups, "conv2d",
+                        ("(N, C, H, W) or (C, H, W)", "(C_out, C_in/groups, KH, KW)"))
+    return wrap(_drop_batch(node, unbatched))
 
 
 def _single(value, name):
@@ -104,12 +119,14 @@ def _single(value, name):
 
 @op
 def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
-    """1-D convolution as torch.nn.functional.conv1d: x (N, C_in, L), weight (C_out,
-    C_in / groups, K); computed as a conv2d of height 1."""
+    """1-D convolution as torch.nn.functional.conv1d: x (N, C_in, L) or unbatched
+    (C_in, L), weight (C_out, C_in / groups, K); computed as a conv2d of height 1."""
+    x, unbatched = _unbatched(x, node_of(weight).ndim)
     xn, wn = node_of(x), node_of(weight)
     if xn.ndim != 3 or wn.ndim != 3:
-        raise ShapeError(f"conv1d: x must be (N, C, L) and weight (C_out, C_in/groups, K), "
-                         f"got x {tuple(xn.shape)} and weight {tuple(wn.shape)}")
+        raise ShapeError(f"conv1d: x must be (N, C, L) or (C, L) and weight (C_out, "
+                         f"C_in/groups, K), got x {tuple(xn.shape)} and weight "
+                         f"{tuple(wn.shape)}")
     x4 = wrap(b.reshape(xn, xn.shape[:2] + (1,) + xn.shape[2:]))
     w4 = wrap(b.reshape(wn, wn.shape[:2] + (1,) + wn.shape[2:]))
     padding = _single(padding, "padding")
@@ -120,7 +137,7 @@ def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     node = _conv2d_node(x4, w4, bias, (1, _single(stride, "stride")), pad2,
                         (1, _single(dilation, "dilation")), groups, "conv1d",
                         ("(N, C, L)", "(C_out, C_in/groups, K)"))
-    return wrap(b.reshape(node, node.shape[:2] + node.shape[3:]))
+    return wrap(_drop_batch(b.reshape(node, node.shape[:2] + node.shape[3:]), unbatched))
 
 
 @op
@@ -128,10 +145,16 @@ def batch_norm(x, running_mean, running_var, weight=None, bias=None, eps=1e-5):
     """Inference batch norm over axis 1 (torch.nn.functional.batch_norm, training=False):
     (x - running_mean) / sqrt(running_var + eps) * weight + bias, the (C,) arrays broadcast
     along axis 1 of x (N, C, ...). With the arrays bound as jit constants and x a conv2d
-    with a constant weight, the compiler folds it into the conv's weight and bias."""
+    with a constant weight, the compiler folds it into the conv's weight and bias. The
+    result dtype is the operands' promotion (numpy's rule: float32 x with float64
+    statistics gives float64; torch refuses that mix)."""
     xn = _float_operand(x)
-    params = [running_mean, running_var] + [p for p in (weight, bias) if p is not None]
-    src = [xn] + [b.cast(_float_operand(p, xn), xn.dtype) for p in params]
+    params = [_float_operand(p, xn) for p in
+              [running_mean, running_var] + [p for p in (weight, bias) if p is not None]]
+    common = xn.dtype
+    for p in params:
+        common = dt.promote(common, p.dtype)
+    src = [b.cast(n, common) for n in [xn] + params]
     return wrap(b.node(Op.BATCH_NORM, *src,
                        arg=(float(eps), weight is not None, bias is not None)))
 

@@ -193,6 +193,9 @@ def _pad(x, widths, mode="constant", constant_values=0):
         if mode != "constant" and n == 0:
             raise ShapeError(f"pad: can't extend empty axis {ax} using modes other than "
                              "'constant' or 'empty'")
+        if mode == "reflect" and n > 1 and max(lo, hi) >= n:
+            node = _reflect_wide(node, ax, lo, hi)
+            continue
         blocks = []
         for count, before in ((lo, True), (hi, False)):
             if not count:
@@ -217,9 +220,17 @@ def _pad(x, widths, mode="constant", constant_values=0):
     return wrap(node)
 
 
+def _reflect_wide(node: Node, ax: int, lo: int, hi: int) -> Node:
+    """A reflect pad wider than the axis: numpy reflects again and again (a pattern of period
+    2 * (extent - 1)). The axis' source index of every output position is known at trace
+    time, so the padded axis is a gather at those constant indices."""
+    index = np.pad(np.arange(node.shape[ax], dtype=np.int64), (lo, hi), mode="reflect")
+    return take_node(node, b.const_array(index), ax)
+
+
 def pad(x, pad_width, mode="constant", constant_values=0):
     """numpy.pad with mode "constant" (constant_values: a scalar, or pairs per axis as
-    numpy), "edge" or "reflect" (a pad of at most extent - 1 per side)."""
+    numpy), "edge" or "reflect" (any width: a pad of extent or more reflects again)."""
     ndim = np.ndim(x) if not hasattr(x, "node") else x.ndim
     pairs = _pairs(pad_width, ndim, "pad", "pad_width")
     widths = []

@@ -66,7 +66,8 @@ def _in_float(fn, wide: bool):
     scalars weak, made float), or, with `wide`, in float64 with float32 results rounded
     once (for the cheap ones whose float32 form would lose accuracy)."""
     def apply(*xs):
-        nodes = ops._tensors(*xs) if len(xs) > 1 else [node_of(xs[0])]
+        nodes = ops.float_operands(*xs, float_of=dt.float_result) if len(xs) > 1 \
+            else [node_of(xs[0])]
         common = nodes[0].dtype
         for n in nodes[1:]:
             common = dt.promote(common, n.dtype)

@@ -66,6 +66,26 @@ def _tensors(*xs, check: bool = True):
     return [node_of(x, like, check) for x in xs]
 
 
+def _is_weak_int(x) -> bool:
+    if isinstance(x, Tracer):
+        return x.weak is not None and x.weak.pytype is int
+    return isinstance(x, int) and not isinstance(x, (bool, np.generic))
+
+
+def float_operands(*xs, float_of) -> list:
+    """Nodes for the operands of an op that computes integers in a float dtype (true
+    division, arctan2, hypot...). A weak Python int next to an integer tensor becomes that
+    float (`float_of(the tensor's dtype)`) directly, as numpy 2 converts it: `u8 / 300`
+    and `i32 / 2**40` are float64 values, not an OverflowError (the out-of-bounds rule is
+    for ints that must become the tensor's integer type)."""
+    like = next((x.node for x in xs if isinstance(x, Tracer) and x.weak is None), None)
+    if like is None or not like.dtype.is_int or not any(_is_weak_int(x) for x in xs):
+        return _tensors(*xs)
+    target = float_of(like.dtype)
+    return [(b.cast(x.node, target) if isinstance(x, Tracer) else b.const(float(x), target))
+            if _is_weak_int(x) else node_of(x, like) for x in xs]
+
+
 def _elementwise(opcode: Op, *xs, arg=None):
     return wrap(b.elementwise(opcode, *_tensors(*xs), arg=arg))
 
@@ -135,7 +155,14 @@ sub = _binary_op(Op.SUB, "sub", "a - b.")
 subtract = sub
 mul = _binary_op(Op.MUL, "mul", "a * b.")
 multiply = mul
-div = _binary_op(Op.DIV, "div", "a / b (true division: integers give float64, as numpy).")
+
+
+@op
+def div(a, b_):
+    """a / b (true division: integers give float64, as numpy)."""
+    return wrap(b.elementwise(Op.DIV, *float_operands(a, b_, float_of=lambda d: dt.float64)))
+
+
 divide = div
 floor_divide = _binary_op(Op.FLOORDIV, "floor_divide", "a // b, rounded toward -inf as numpy "
                           "(integer division by zero gives 0, never a trap).")

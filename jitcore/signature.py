@@ -7,6 +7,7 @@ inspection APIs (`f.graph(jc.spec((4, 8), jc.float32))`).
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,6 +42,8 @@ def to_array(x, position: int, name: str) -> np.ndarray:
     torch tensors, JAX arrays and other DLPack producers are viewed, never copied."""
     given = x
     if type(x) is not np.ndarray:
+        if isinstance(x, np.ndarray):
+            _refuse_subclass(x, position, name)
         if is_foreign(x):
             x = foreign.view(x, f"argument {position} ({name})")
         else:
@@ -55,6 +58,17 @@ def to_array(x, position: int, name: str) -> np.ndarray:
     if not x.flags.aligned or any(s % x.itemsize for s in x.strides):
         x = np.ascontiguousarray(x)
     return x
+
+
+def _refuse_subclass(x: np.ndarray, position: int, name: str) -> None:
+    """ndarray subclasses whose meaning np.asarray would drop: a masked array's mask, a
+    matrix's `*` (a matrix product). Kernels compute on plain arrays, so these are refused."""
+    ma = sys.modules.get("numpy.ma")                   # (no masked array without numpy.ma)
+    if isinstance(x, np.matrix) or ma is not None and isinstance(x, ma.MaskedArray):
+        raise DTypeError(f"argument {position} ({name}): {type(x).__module__}."
+                         f"{type(x).__name__} is not supported (jitcore computes on plain "
+                         f"arrays: a mask or matrix semantics would be lost); pass "
+                         f"np.asarray(x), or x.filled(...) for a masked array")
 
 
 def _native_supported(x: np.ndarray, given, position: int, name: str) -> np.ndarray:

@@ -583,10 +583,43 @@ def _choose_order(kernel: Kernel) -> list:
         # on ties (a float sum then adds that axis pairwise, not row after row)
         best = min(loops, key=lambda lp: (_smallest_stride(kernel, lp.var),
                                           lp.kind != "reduce"))
+    best = _pairwise_instead(kernel, best)
     rest = [lp for lp in loops if lp is not best]
     parallel = [lp for lp in rest if lp.kind == "parallel"]
     reduce = [lp for lp in rest if lp.kind == "reduce"]
     return parallel + reduce + [best]
+
+
+# a float sum whose vector loop is a parallel one adds this many values or more in sequence
+# per lane: too many for float32 (relative error up to n * 2**-24); see _pairwise_instead
+VERTICAL_CHAIN_LIMIT = 1 << 12
+
+
+def _static_extent(var: Var) -> int | None:
+    return var.extent if isinstance(var.extent, int) else None
+
+
+def _pairwise_instead(kernel: Kernel, best: Loop) -> Loop:
+    """A float sum would add its reduce loops in sequence in every lane when a parallel loop
+    is its vector loop (a "vertical" kernel). Reading a broadcast value (stride 0 along the
+    reduce loops: the partial sums of a scalar broadcast to 2**30 elements, or a column
+    repeated along a row) makes the store's stride-1 walk win that choice. When such a chain
+    is long and a reduce loop vectorizes as well, that loop becomes the vector loop: its row
+    is then summed pairwise like any other. A column sum of a contiguous array (stride > 1
+    along its reduce loop) stays vertical, as numpy's is (long ones are split in blocks,
+    passes/split_reductions.py)."""
+    red = kernel.reduction
+    if best.kind != "parallel" or red is None or red.op != Op.SUM or not red.dtype.is_float:
+        return best
+    reduce = [lp for lp in kernel.loops if lp.kind == "reduce"]
+    extents = [_static_extent(lp.var) for lp in reduce]
+    if not reduce or None in extents or math.prod(extents) < VERTICAL_CHAIN_LIMIT:
+        return best
+    legal = [lp for lp in reduce if _vector_fitness(kernel, lp.var)[0]]
+    if not legal:
+        return best
+    return max(reversed(legal), key=lambda lp: (_vector_fitness(kernel, lp.var)[1],
+                                                lp.var.extent))
 
 
 def _mergeable(offsets: list, outer: Var, inner: Var) -> bool:

@@ -409,6 +409,10 @@ def test_fast_path_switches_between_signatures():
             assert_close(f(x, y), ref, ref.dtype)
 
 
+class _Subclass(np.ndarray):
+    """An ndarray subclass that means nothing more than its values."""
+
+
 def test_fast_path_rejects_byte_swapped_unaligned_and_subclass_arguments():
     """After a warm call, arguments of the same shape and strides but another byte order, an
     unaligned buffer or an ndarray subclass must still give numpy's values."""
@@ -421,7 +425,7 @@ def test_fast_path_rejects_byte_swapped_unaligned_and_subclass_arguments():
     unaligned = np.zeros(8 * 4 + 1, np.uint8)[1:].view(np.float32)
     unaligned[:] = np.arange(8)[::-1]
     assert_close(f(unaligned), np.arange(8)[::-1] * 2.0 + 1.0, F32)
-    m = np.ma.masked_array(np.arange(8, dtype=np.float32), mask=[0] * 8)
+    m = np.arange(8, dtype=np.float32).view(_Subclass)     # (masked arrays are refused)
     r = f(m)
     assert type(r) is np.ndarray
     assert_close(r, np.arange(8) * 2.0 + 1.0, F32)
@@ -739,3 +743,20 @@ def test_multi_output_kernel_values_and_shared_transcendental():
     got, e = f(x), np.exp(f64(x))
     for g, want in zip(got, (e + 1.0, e * 2.0, e - f64(x), f64(x) ** 2)):
         assert_close(g, want, F32)
+
+
+MASKED = np.ma.masked_array([1.0, 2.0, 3.0], mask=[0, 1, 0])
+MATRIX = np.matrix([[1.0, 2.0], [3.0, 4.0]])
+
+
+@pytest.mark.parametrize("x,kind", [(MASKED, "MaskedArray"), (MATRIX, "matrix")],
+                         ids=["masked", "matrix"])
+@pytest.mark.parametrize("call", ["jit", "eager", "second argument"])
+def test_masked_arrays_and_matrices_are_refused_naming_the_type(x, kind, call):
+    """np.asarray would drop a mask (silently wrong sums) or turn a matrix's `*` (a matrix
+    product) into an elementwise one: a TypeError names the type instead (issue 27)."""
+    calls = {"jit": lambda: jc.jit(lambda a, b: a * b)(x, x), "eager": lambda: jc.sum(x),
+             "second argument": lambda: jc.add(np.asarray(x), x)}
+    with pytest.raises(TypeError, match=kind):
+        calls[call]()
+    assert issubclass(jc.DTypeError, TypeError)

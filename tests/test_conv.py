@@ -181,6 +181,33 @@ def test_conv1d(dtype):
                           msg=str(c))
 
 
+@pytest.mark.parametrize("dtype", [F32, F64])
+def test_unbatched_inputs_are_one_image_as_in_torch(dtype):
+    """(C, H, W) for conv2d and (C, L) for conv1d, as torch accepts them (issue 27: refused):
+    the batched convolution of that one image, bit for bit."""
+    rng = np.random.default_rng(5)
+    x, w, b = rand(rng, (3, 9, 7), dtype), rand(rng, (4, 3, 3, 3), dtype), rand(rng, 4, dtype)
+    kw = dict(stride=(2, 1), padding=1, dilation=(1, 2))
+    got = jc.conv2d(x, w, b, **kw)
+    assert got.shape == (4, 5, 5)
+    np.testing.assert_array_equal(got, jc.conv2d(x[None], w, b, **kw)[0])
+    x1, w1 = x[:, 0], w[:, :, 0]
+    got = jc.jit(lambda a, k: jc.relu(jc.conv1d(a, k, padding=2)))(x1, w1)
+    np.testing.assert_array_equal(got, jc.relu(jc.conv1d(x1[None], w1, padding=2))[0])
+
+
+def test_batch_norm_promotes_its_operands_as_numpy():
+    """float32 x with float64 statistics computes and returns float64 (it returned float32)."""
+    rng = np.random.default_rng(6)
+    x = rand(rng, (2, 3, 4), F32)
+    m, v, g, be = bn_params(rng, 3, F64)
+    got = jc.batch_norm(x, m, v, g, be)
+    assert got.dtype == F64
+    ref = ref_batch_norm(x.astype(F64), m, v, g, be)
+    assert_close(got, ref, F64, rtol=8 * np.finfo(F64).eps, atol=8 * np.finfo(F64).eps)
+    assert jc.batch_norm(x, m.astype(F32), v.astype(F32)).dtype == F32
+
+
 # ---- fused post-ops -----------------------------------------------------------------------
 
 def _np_post(name):
@@ -433,7 +460,7 @@ W = np.zeros((16, 8, 3, 3), np.float32)
      ["conv2d", "dilation 3x3"]),
     (lambda: jc.conv2d(X, W, padding=-1), ["conv2d", "negative padding", "(2, 8, 10, 10)"]),
     (lambda: jc.conv2d(X, W, padding=(1, -2)), ["conv2d", "negative padding"]),
-    (lambda: jc.conv2d(X[0], W), ["conv2d", "(N, C, H, W)", "(8, 10, 10)"]),
+    (lambda: jc.conv2d(X[0, 0], W), ["conv2d", "(N, C, H, W) or (C, H, W)", "(10, 10)"]),
     (lambda: jc.conv2d(X, W[0]), ["conv2d", "(8, 3, 3)"]),
     (lambda: jc.conv2d(X, W, stride=0), ["conv2d", "stride"]),
     (lambda: jc.conv2d(X, W, stride=2, padding="same"), ["conv2d", "same", "stride 1"]),

@@ -111,12 +111,12 @@ CASES = {
         want = x * x + 1
         unaligned = np.zeros(81, np.uint8)[1:].view(np.float32).reshape(4, 5)
         unaligned[:] = x
-        for a in (x.astype(">f4"), unaligned, np.asfortranarray(x), np.asmatrix(x),
-                  x.tolist()):
+        for a in (x.astype(">f4"), unaligned, np.asfortranarray(x), x.tolist()):
             assert np.array_equal(f(a, x), want), type(a)
+        # a matrix's * is a matrix product, a masked array's mask would be dropped: refused
         for bad in (x.astype(np.float16), x.astype(np.int8), x.astype(np.uint64),
                     x.astype(np.complex64), np.array(["2020-01-01"], "datetime64[D]"), None,
-                    "abc", {"a": 1}):
+                    "abc", {"a": 1}, np.asmatrix(x), np.ma.masked_array(x, mask=x > 3)):
             expect(jc.DTypeError, f, bad, x)
         expect(TypeError, f, x)                                    # wrong arity
         expect(TypeError, f, x, x, x)

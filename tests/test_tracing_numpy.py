@@ -137,6 +137,31 @@ def test_scalar_overflow_is_numpys_at_every_call():
             np.testing.assert_array_equal(got, ref)
 
 
+# ops that compute integers in a float: numpy 2 converts a weak int to that float, so no int
+# is out of bounds there (issue 27: these raised OverflowError)
+FLOAT_COMPUTED = {"div": lambda x, s: x / s, "rdiv": lambda x, s: s / x,
+                  "true_divide": lambda x, s: np.true_divide(x, s),
+                  "arctan2": lambda x, s: np.arctan2(x, s), "hypot": lambda x, s: np.hypot(x, s)}
+
+
+@pytest.mark.parametrize("name", sorted(FLOAT_COMPUTED))
+@pytest.mark.parametrize("dtype", [np.uint8, np.int32, np.int64], ids=str)
+def test_out_of_range_ints_in_float_computed_ops_are_numpys_floats(dtype, name):
+    fn = FLOAT_COMPUTED[name]
+    x = _arr(dtype, 7)
+    x = np.where(x == 0, 1, x).astype(dtype)              # (no 0 / 0 in rdiv)
+    for s in (300, -1, 2 ** 40):
+        want = fn(x, s)
+        if want.dtype == np.float16:                  # float32 here (README), 2**40 finite
+            want = fn(x.astype(np.float32), s)
+        for got in (jc.jit(lambda a, s=s: fn(a, s))(x), jc.jit(fn)(x, s)):   # literal, argument
+            assert got.dtype == want.dtype, (name, dtype, s, got.dtype)
+            np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert jc.div(x, 300).dtype == np.float64
+    with pytest.raises(OverflowError):            # the int becomes the array's type here
+        jc.jit(lambda a: a + 2 ** 40)(x.astype(np.int32))
+
+
 def test_scalars_computed_from_scalar_arguments_stay_weak():
     u = np.arange(5, dtype=np.uint8)
     x = np.arange(5, dtype=np.float32)

@@ -63,10 +63,25 @@ def np_dtype(t) -> np.dtype:
 
 
 def as_dtype(x, dtype):
-    """x (a Tracer or a Python scalar) in `dtype`: torch computes an op in its result dtype."""
+    """x (a Tracer or a Python scalar) in `dtype`: torch computes an op in its result dtype,
+    with torch's conversions (a Python int wraps into an integer dtype; float -> uint8
+    wraps), not numpy's (OverflowError; saturation in jitcore)."""
+    dtype = np.dtype(dtype)
     if isinstance(x, Tracer) and x.dtype != dtype:
+        if x.dtype.kind == "f" and dtype == np.uint8:
+            x = jc.astype(x, np.int64)      # torch: truncate, then keep the low 8 bits
         return jc.astype(x, dtype)
+    if isinstance(x, int) and not isinstance(x, bool) and dtype.kind in "iu":
+        return wrap_int(x, dtype)
     return x
+
+
+def wrap_int(value: int, dtype: np.dtype) -> int:
+    """A Python int as torch converts it to an integer dtype: its low bits (`u8 + 300` adds
+    44), where numpy raises OverflowError."""
+    bits = 8 * dtype.itemsize
+    value %= 1 << bits
+    return value - (1 << bits) if dtype.kind == "i" and value >> (bits - 1) else value
 
 
 def _axis(dim, ndim):
@@ -112,8 +127,22 @@ for _targets, _fn, _in_result in [
         ((aten.logical_or.default,), jc.logical_or, False),
         ((aten.bitwise_and.Tensor, aten.bitwise_and.Scalar), jc.bitwise_and, True),
         ((aten.bitwise_or.Tensor, aten.bitwise_or.Scalar), jc.bitwise_or, True),
-        ((aten.bitwise_xor.Tensor, aten.bitwise_xor.Scalar), jc.bitwise_xor, True)]:
+        ((aten.bitwise_xor.Tensor, aten.bitwise_xor.Scalar), jc.bitwise_xor, True),
+        ((aten.atan2.default,), jc.arctan2, True), ((aten.hypot.default,), jc.hypot, True),
+        ((aten.logaddexp.default,), jc.logaddexp, True),
+        ((aten.copysign.Tensor, aten.copysign.Scalar), jc.copysign, True),
+        ((aten.fmax.default,), jc.fmax, True), ((aten.fmin.default,), jc.fmin, True),
+        # torch's shifts by a count < 0 or >= the width give 0 (-1: >> of a negative), as jc's
+        ((aten.bitwise_left_shift.Tensor, aten.bitwise_left_shift.Tensor_Scalar,
+          aten.__lshift__.Scalar, aten.__lshift__.Tensor), jc.left_shift, True),
+        ((aten.bitwise_right_shift.Tensor, aten.bitwise_right_shift.Tensor_Scalar,
+          aten.__rshift__.Scalar, aten.__rshift__.Tensor), jc.right_shift, True)]:
     lower(*_targets)(_binary(_fn, _in_result))
+
+
+@lower(aten.logical_xor.default)
+def _logical_xor(out, a, b):
+    return jc.not_equal(as_dtype(a, np.bool_), as_dtype(b, np.bool_))
 
 
 @lower(aten.add.Tensor, aten.add.Scalar)
@@ -160,10 +189,19 @@ for _target, _name in [
         # ufuncs of the tracing issue: compiled once jitcore has them
         (aten.log1p.default, "log1p"), (aten.expm1.default, "expm1"), (aten.sign.default, "sign"),
         (aten.log2.default, "log2"), (aten.exp2.default, "exp2"), (aten.tan.default, "tan"),
-        (aten.atan.default, "arctan"), (aten.round.default, "round"),
-        (aten.trunc.default, "trunc")]:
+        (aten.atan.default, "arctan"), (aten.trunc.default, "trunc"),
+        (aten.round.default, "rint"),               # torch rounds halves to even, as rint
+        (aten.log10.default, "log10"), (aten.sinh.default, "sinh"),
+        (aten.cosh.default, "cosh"), (aten.asin.default, "arcsin"),
+        (aten.acos.default, "arccos"), (aten.asinh.default, "arcsinh"),
+        (aten.acosh.default, "arccosh"), (aten.atanh.default, "arctanh")]:
     lower(_target, needs=(_name,))(
         lambda out, x, _n=_name: _unary(getattr(jc, _n))(out, x))
+
+
+for _target, _fn in [(aten.isnan.default, jc.isnan), (aten.isinf.default, jc.isinf),
+                     (aten.signbit.default, jc.signbit)]:
+    lower(_target)(lambda out, x, _fn=_fn: _fn(x))          # predicates: bool of the input
 
 
 @lower(aten.logical_not.default)
@@ -332,8 +370,27 @@ lower(aten.amax.default)(_reduce(jc.max))
 lower(aten.amin.default)(_reduce(jc.min))
 
 
+lower(aten.prod.dim_int)(_reduce(jc.prod))
+
+
 lower(aten.sum.default)(lambda out, x, dtype=None: _reduce(jc.sum)(out, x, dtype=dtype))
 lower(aten.mean.default)(lambda out, x, dtype=None: _reduce(jc.mean)(out, x, dtype=dtype))
+lower(aten.prod.default)(lambda out, x, dtype=None: _reduce(jc.prod)(out, x, dtype=dtype))
+lower(aten.max.default)(lambda out, x: jc.max(x))
+lower(aten.min.default)(lambda out, x: jc.min(x))
+
+
+def _value_and_index(reduce_fn, arg_fn):
+    """max.dim / min.dim: the values and their int64 indices along `dim`."""
+    def fn(out, x, dim, keepdim=False):
+        axis = _axis(dim, x.ndim)
+        return (reduce_fn(x, axis=axis, keepdims=keepdim),
+                as_dtype(arg_fn(x, axis=axis, keepdims=keepdim), np.int64))
+    return fn
+
+
+lower(aten.max.dim)(_value_and_index(jc.max, jc.argmax))
+lower(aten.min.dim)(_value_and_index(jc.min, jc.argmin))
 
 
 @lower(aten.any.dim, aten.any.dims, aten.any.default)
@@ -390,7 +447,22 @@ def _layer_norm(out, x, normalized_shape, weight, bias, eps):
 # ---- indexing ----------------------------------------------------------------------------------
 @lower(aten.embedding.default, needs=("take",))
 def _embedding(out, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
-    return jc.take(weight, indices, axis=0)
+    """torch raises IndexError for a negative id, where jc.take (numpy's rule) would count
+    it from the end: a negative id is moved below -V, out of take's range, so the kernel's
+    check raises IndexError (naming the id minus V)."""
+    return jc.take(weight, no_negative_ids(indices, weight.shape[0]), axis=0)
+
+
+def no_negative_ids(indices, extent: int):
+    """Indices for jc.take where a negative one is out of range, as in torch's embedding
+    and index_select (take would count it from the end)."""
+    return jc.where(indices < 0, indices - extent, indices)
+
+
+@lower(aten.index_select.default, needs=("take",))
+def _index_select(out, x, dim, index):
+    axis = _axis(dim, x.ndim)
+    return jc.take(x, no_negative_ids(index, x.shape[axis]), axis=axis)
 
 
 def _index_check(node):

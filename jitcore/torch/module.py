@@ -209,7 +209,7 @@ class CompiledModule:
 
 
 def compile(module: torch.nn.Module, *example_inputs, dynamic: bool = False) -> CompiledModule:  # noqa: A001
-    """Compile `module` (put in eval form) for inputs like `example_inputs`.
+    """Compile `module` (its eval form) for inputs like `example_inputs`.
 
     torch.export + core-ATen decompositions give the graph; parameters and buffers become
     constants (weights prepacked, constant subgraphs folded); supported nodes compile into
@@ -221,5 +221,7 @@ def compile(module: torch.nn.Module, *example_inputs, dynamic: bool = False) -> 
     reuses the export and compiles the parts for it (a sequence axis is not a leading one);
     a shape the export does not admit exports again. dynamic=False: a new shape raises
     ShapeError.
+    The module's parameters and buffers are read once, here: weights changed afterwards are
+    not seen (compile again). Each submodule keeps the training flag it had.
     """
     return CompiledModule(module, example_inputs, dynamic)

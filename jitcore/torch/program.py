@@ -10,6 +10,7 @@ subgraphs folded, supported nodes grouped into compiled parts, the rest left to 
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import operator
 from dataclasses import dataclass
@@ -46,15 +47,13 @@ def export_graph(module: torch.nn.Module, args: tuple, kwargs: dict | None = Non
     """Export `module` for these example inputs, in core ATen, with every parameter, buffer and
     lifted constant (and the user inputs of `constant_inputs`, flat index -> tensor) as a
     get_attr node of the returned GraphModule."""
-    module.eval()
-    with torch.no_grad():
+    with in_eval_form(module), torch.no_grad():
         ep = torch.export.export(module, tuple(args), kwargs or {},
                                  dynamic_shapes=dynamic_shapes).run_decompositions()
     gm, sig = ep.graph_module, ep.graph_signature
     bad = [s for s in sig.output_specs if s.kind != OutputKind.USER_OUTPUT]
     if bad:
-        raise TypeError(f"jitcore.torch: the module mutates state in forward ({bad[0].kind.name}"
-                        f" {bad[0].target}); compile it in eval form")
+        raise TypeError(mutation_advice(bad[0]))
     placeholders = {n.name: n for n in gm.graph.nodes if n.op == "placeholder"}
     user, k = [], 0
     for spec in sig.input_specs:
@@ -79,6 +78,32 @@ def export_graph(module: torch.nn.Module, args: tuple, kwargs: dict | None = Non
     ranges = {str(sym): (_bound(r.lower, 0), _bound(r.upper, None))
               for sym, r in ep.range_constraints.items()}
     return Exported(gm, ep.call_spec.in_spec, ep.call_spec.out_spec, user, ranges)
+
+
+@contextlib.contextmanager
+def in_eval_form(module: torch.nn.Module):
+    """Within: the module and its submodules in eval form; afterwards each has the training
+    flag it had (compiling must not change the user's module)."""
+    modes = [(m, m.training) for m in module.modules()]
+    module.eval()
+    try:
+        yield
+    finally:
+        for m, training in modes:
+            m.training = training
+
+
+def mutation_advice(spec) -> str:
+    """Why a module whose forward writes state cannot compile, and what to do instead. (The
+    module is already in eval form: export_graph puts it there.)"""
+    what = {OutputKind.BUFFER_MUTATION: f"updates its buffer {spec.target!r}",
+            OutputKind.USER_INPUT_MUTATION: f"writes its input {spec.target!r} in place"
+            }.get(spec.kind, f"mutates state ({spec.kind.name} {spec.target})")
+    return (f"jitcore.torch: forward {what}, even in eval form; a compiled module is a pure "
+            f"function of its inputs (parameters and buffers are constants), so the write "
+            f"would be lost. Compute out of place (`x = x * 2`, not `x.mul_(2)`) and keep "
+            f"state updates out of forward; or use torch.compile(module, backend=\"jitcore\"), "
+            f"which runs a graph that mutates state in torch")
 
 
 def _bound(value, unbounded):
