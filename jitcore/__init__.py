@@ -29,7 +29,7 @@ from .ops import (abs, add, amax, amin, argmax, argmin, astype, bitwise_and, bit
                   prod, remainder,
                   reciprocal, relu, relu6, reshape, right_shift, rsqrt, sigmoid, silu, sin,
                   softmax, sqrt, squeeze, sub, subtract, sum, tanh, transpose, where)
-from .join_ops import clip, concatenate, cumsum, pad, split, stack, take
+from .join_ops import arange, clip, concatenate, cumsum, pad, split, stack, take
 from .math_ops import (arccos, arccosh, arcsin, arcsinh, arctan, arctan2, arctanh, cbrt,
                        conj, copysign, cosh, deg2rad, exp2, expm1, fmax, fmin, hypot,
                        isfinite, isinf, isnan, log1p, log2, log10, logaddexp, nan_to_num,

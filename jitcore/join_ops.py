@@ -22,6 +22,7 @@ from jitcore.ir.errors import DTypeError, ShapeError, TraceError
 from jitcore.ir.graph import Node
 from jitcore.ir.ops import Op
 from jitcore.ir.shapes import normalize_axis
+from jitcore.ir.sizes import Size
 
 from .ops import _tensors, maximum, minimum, op
 from .tracer import Tracer, node_of, wrap
@@ -292,3 +293,16 @@ def cumsum(x, axis=None, dtype=None):
     if node.shape[ax] <= 1 or 0 in node.shape:
         return wrap(node)
     return wrap(b.node(Op.CUMSUM, node, arg=ax))
+
+
+def arange(start, stop=None, step=1, dtype=None) -> np.ndarray:
+    """numpy.arange: the values as an array, a constant of the graph when a traced function
+    uses it. Its length must be known while tracing: a run-time size among the bounds
+    (dynamic=True) makes the compile specialize on that size (explain() says so), as
+    np.arange(n) does."""
+    for bound in (start, stop, step):
+        if isinstance(bound, Size):
+            bound.needed("jc.arange's bound (an arange's length is fixed when traced)")
+    if stop is None:
+        start, stop = 0, start
+    return np.arange(start, stop, step, dtype=None if dtype is None else dt.as_dtype(dtype).np)

@@ -208,3 +208,14 @@ def test_errors_name_sizes_never_placeholders():
     with pytest.raises(jc.ShapeError) as e:
         f(np.ones((4, 6, 3), np.float32))
     assert _placeholder_free(str(e.value)), str(e.value)
+
+
+def test_jc_arange_is_numpys_and_specializes_on_a_run_time_size():
+    np.testing.assert_array_equal(jc.arange(5), np.arange(5))
+    np.testing.assert_array_equal(jc.arange(2, 11, 3, dtype=jc.float32),
+                                  np.arange(2, 11, 3, dtype=np.float32))
+    f = jc.jit(lambda x: x + jc.arange(x.shape[1], dtype=np.float32)[:, None], dynamic=True)
+    for B, T in [(3, 5), (2, 9), (4, 5)]:
+        x = np.ones((B, T, 4), np.float32)
+        np.testing.assert_array_equal(f(x), x + np.arange(T, dtype=np.float32)[:, None])
+    assert "jc.arange's bound" in f.explain(np.ones((3, 5, 4), np.float32))
