@@ -18,7 +18,8 @@ def select_target(vector_width=None) -> Target:
 
 
 def target_info(vector_width=None) -> dict:
-    """CPU name and brand, the LLVM features enabled, the chosen vector width in bits."""
+    """CPU name and brand, the LLVM features enabled, the chosen vector width in bits, and
+    whether vector tails are masked (AVX-512) or scalar code (AVX2 and below)."""
     t = select_target(vector_width)
     enabled = sorted(f[1:] for f in t.features.split(",") if f.startswith("+"))
     return {
@@ -31,5 +32,6 @@ def target_info(vector_width=None) -> dict:
         "max_vector_bits": t.max_vector_bits,
         "vector_bits": t.vector_bits,
         "lanes": {"float32": t.vector_bits // 32, "float64": t.vector_bits // 64},
+        "masked_tails": t.masked_tails,
         "stream_store_bytes": t.stream_bytes,
     }
