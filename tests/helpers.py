@@ -9,6 +9,7 @@ before comparing, so overflow to +-inf and underflow to 0 in float32 match.
 from __future__ import annotations
 
 import math
+import re
 import zlib
 
 import numpy as np
@@ -33,6 +34,49 @@ SIZES = [1, 7, 1023, 4097]                            # scalar-ish, sub-vector, 
 # (jc.jit(vector_width=...)), so an AVX-512 machine also checks the AVX2 and SSE/NEON code.
 WIDTHS = [w for w in (512, 256, 128) if w <= jc.target_info()["vector_bits"]]
 NARROW_WIDTHS = WIDTHS[1:]
+
+# ---- what the target promises ------------------------------------------------------------------
+# Kernel-shape assertions derive from these, never from a fixed lane count or from masked tails:
+# an AVX-512 host runs a loop shorter than a vector as one masked iteration, AVX2 and SSE hosts
+# run it as scalar code (legality's `short_inner_loop`).
+TARGET = jc.target_info()
+MASKED_TAILS = TARGET["masked_tails"]
+
+
+def lanes(dtype, width=None) -> int:
+    """Lanes of one vector of `dtype` at `width` bits (default: the width jc.jit picks)."""
+    return max((width or TARGET["vector_bits"]) // (8 * np.dtype(dtype).itemsize), 1)
+
+
+def vector_extent(kernel) -> int | None:
+    """The iterations of a kernel's vector loop (its last loop), read from its loop nest; for a
+    kernel of pieces (`...; then ...`) the shortest looping piece's. None when no loop is printed
+    or an extent is a run-time value."""
+    extents = []
+    for piece in kernel.loop_nest.split("; then "):
+        if piece.endswith("(one element)"):          # a piece of a rows kernel without loops
+            continue
+        found = re.findall(r" in 0\.\.(\S+) \(", piece)
+        if not found or not found[-1].isdigit():
+            return None
+        extents.append(int(found[-1]))
+    return min(extents, default=None)
+
+
+def assert_vector_code(kernel, lanes: int):
+    """What the target promises for a kernel whose vector loop would run `lanes`-lane vectors:
+    vector code whenever that loop spans a vector, or the target masks tails; scalar code that
+    says why (`short_inner_loop`) when a shorter loop would need a masked tail the target
+    lacks. (An AVX-512 host masks tails at every width it compiles for.)"""
+    n = vector_extent(kernel)
+    assert n is not None, f"no static vector loop in {kernel}"
+    if kernel.vectorized:       # and a vector loop shorter than its vectors needs masks
+        assert n >= kernel.lanes or MASKED_TAILS, f"{n} < {kernel.lanes} lanes unmasked: {kernel}"
+    elif n >= lanes or MASKED_TAILS:
+        raise AssertionError(f"{n} >= {lanes} lanes or masked tails, yet scalar: {kernel}")
+    else:
+        assert kernel.reason == "short_inner_loop", f"{n} < {lanes} lanes: {kernel}"
+
 
 # (rtol, atol) per floating result dtype. rtol: 4 ulp of the result (an elementwise op or a
 # short composite of them is within a few rounding errors; the vector math is <= 2.31 ulp,

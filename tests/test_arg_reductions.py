@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 import jitcore as jc
-from helpers import BOOL, F32, F64, I32, I64, U8, dtype_id, rng_for
+from helpers import BOOL, F32, F64, I32, I64, U8, assert_vector_code, dtype_id, lanes, rng_for
 
 DTYPES = [F32, F64, I32, I64, U8, BOOL]
 
-# (shape, axis): vector tails (7, 17, 1000 elements per row with 16 lanes), rows shorter than a
-# vector, size-1 axes that are not reduced, 3-D over each axis, full reductions
+# (shape, axis): vector tails (7, 17, 1000 elements per row at 4 to 16 lanes), rows shorter than
+# a vector, size-1 axes that are not reduced, 3-D over each axis, full reductions
 CASES = [((1,), None), ((7,), 0), ((17,), -1), ((1000,), None), ((33, 65), 0), ((33, 65), 1),
          ((33, 65), None), ((5, 3), 1), ((3, 5), 0), ((1, 40), 1), ((40, 1), 0), ((4, 5, 6), 0),
          ((4, 5, 6), 1), ((4, 5, 6), 2), ((4, 5, 6), None), ((3, 1, 70), 2), ((2, 130, 3), 1)]
@@ -93,6 +93,12 @@ def _fn(axis):
                              np.argmin(x, axis=axis, keepdims=True)))
 
 
+def arg_lanes(dtype) -> int:
+    """Lanes of an arg-reduction of `dtype`: values and running indices are 32 bits at least
+    (passes/legality.py lanes_for), so uint8 and bool run int32's lanes."""
+    return lanes(I32 if np.dtype(dtype).itemsize < 4 else dtype)
+
+
 def _reference(x, axis):
     return (np.argmax(x, axis=axis), np.argmin(x, axis=axis),
             np.argmax(x, axis=axis, keepdims=True), np.argmin(x, axis=axis, keepdims=True))
@@ -116,13 +122,16 @@ def test_arg_reductions_match_numpy(dtype, case, layout):
     for name, a in patterns(shape, axis, dtype):
         x = laid_out(a, layout)
         _check(f(x), _reference(x, axis), f"{dtype_id(dtype)} {shape} axis={axis} {layout} {name}")
-    # vector code for C arrays and 2-D transposes. Left scalar: the full reduction of a
+    # vector code for C arrays and 2-D transposes, as the target promises it for rows shorter
+    # than a vector (helpers.assert_vector_code). Left scalar: the full reduction of a
     # transpose (its flat C order walks memory with div/mod strides; numpy copies it first)
     # and 3-D transposes over an axis (the output is written with a stride, as for every
     # reduction)
     if layout == "C" or (layout == "T" and axis is not None and len(shape) == 2):
-        kernels = [k for k in f.kernels(x) if k.reason != "no_loops"]   # (1,): nothing to do
-        assert all(k.vectorized for k in kernels), [(k.loop_nest, k.reason) for k in kernels]
+        for k in f.kernels(x):
+            if k.reason != "no_loops":                                 # (1,): nothing to do
+                arg = any(op.startswith("arg") for op in k.ops)        # else a keepdims copy
+                assert_vector_code(k, arg_lanes(dtype) if arg else lanes(I64))
 
 
 @pytest.mark.parametrize("axis", [0, 1, None], ids=lambda a: f"ax{a}")

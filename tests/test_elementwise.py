@@ -12,7 +12,7 @@ import pytest
 import jitcore as jc
 from helpers import (ALL_DTYPES, BOOL, F32, F64, FLOAT_DTYPES, I32, I64, NARROW_WIDTHS,
                      NUMERIC_DTYPES, SIZES, U8, WIDTHS, assert_close, assert_same, dtype_id, erf64, f64,
-                     float_result, make, rng_for)
+                     float_result, lanes, make, rng_for)
 
 # Every compile costs ~20-30 ms (one kernel per size): float dtypes run all SIZES, the other
 # dtypes a scalar-only size and one with a vector body plus a tail.
@@ -652,6 +652,27 @@ def test_narrowing_casts_write_nothing_past_the_end(src, dst, width):
         assert f(x, out=out) is out
         assert_same(out, x.astype(dst))
         assert (buf[:guard] == 0xAB).all() and (buf[guard + n * dst.itemsize:] == 0xAB).all(), \
+            f"n={n}: bytes written outside the output"
+
+
+@pytest.mark.parametrize("width", WIDTHS, ids=lambda w: f"w{w}")
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=dtype_id)
+def test_every_tail_length(dtype, width):
+    """Two vectors and a tail of every length 0..lanes-1 (the target's lanes for the dtype at
+    each width): the tail (scalar code without masked tails, one masked vector with them)
+    writes every element and nothing past the output's end. A scalar tail that stopped one
+    element early passed a suite that only AVX-512 hosts ran."""
+    op = (lambda x, y: x | y) if dtype == BOOL else (lambda x, y: x + y)
+    f = jc.jit(op, vector_width=width)
+    guard = 64
+    for n in range(2 * lanes(dtype, width), 3 * lanes(dtype, width)):
+        rng = rng_for("tails", dtype_id(dtype), width, n)
+        x, y = make(n, dtype, rng=rng), make(n, dtype, rng=rng)
+        buf = np.full(n * dtype.itemsize + 2 * guard, 0xAB, np.uint8)
+        out = buf[guard:guard + n * dtype.itemsize].view(dtype)
+        assert f(x, y, out=out) is out
+        assert_same(out, op(x, y), msg=f"n={n}")
+        assert (buf[:guard] == 0xAB).all() and (buf[guard + n * dtype.itemsize:] == 0xAB).all(), \
             f"n={n}: bytes written outside the output"
 
 

@@ -261,3 +261,14 @@ def test_stage_verification_is_on_in_the_suite_and_catches_a_malformed_graph():
     g = Graph("bad", [x], [bad])
     with pytest.raises(CompileError, match="claims"):
         run_pipeline(g, 512, verify_stages=True)
+
+
+def test_byte_transposes_tile_at_tile_lanes_without_masked_tails():
+    """uint8 at 256 bits has 32 lanes but tiles of 16: a transposed read along a loop of 16 or
+    17 elements is tiled without masked tails (an AVX2 target), not left scalar as shorter
+    than a 32-lane vector; below one tile no tile fits."""
+    for n, reason in ((16, None), (17, None), (15, "non_contiguous_load")):
+        x = b.input_node("x", (n, n), dt.uint8)
+        (k,) = _kernels([b.elementwise(Op.ADD, x, x)], [x], {"x": (1, n)}, bits=256)
+        assert k.reason == reason, (n, k.reason)
+        assert (k.tile_var is not None and k.lanes == 16) == (reason is None), (n, k.lanes)
