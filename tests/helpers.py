@@ -39,13 +39,14 @@ NARROW_WIDTHS = WIDTHS[1:]
 # Kernel-shape assertions derive from these, never from a fixed lane count or from masked tails:
 # an AVX-512 host runs a loop shorter than a vector as one masked iteration, AVX2 and SSE hosts
 # run it as scalar code (legality's `short_inner_loop`).
-TARGET = jc.target_info()
-MASKED_TAILS = TARGET["masked_tails"]
+def target():
+    """The target jc.jit compiles for now (read per call: the level copies of tests switch it)."""
+    return jc.target_info()
 
 
 def lanes(dtype, width=None) -> int:
     """Lanes of one vector of `dtype` at `width` bits (default: the width jc.jit picks)."""
-    return max((width or TARGET["vector_bits"]) // (8 * np.dtype(dtype).itemsize), 1)
+    return max((width or target()["vector_bits"]) // (8 * np.dtype(dtype).itemsize), 1)
 
 
 def vector_extent(kernel) -> int | None:
@@ -68,11 +69,11 @@ def assert_vector_code(kernel, lanes: int):
     vector code whenever that loop spans a vector, or the target masks tails; scalar code that
     says why (`short_inner_loop`) when a shorter loop would need a masked tail the target
     lacks. (An AVX-512 host masks tails at every width it compiles for.)"""
-    n = vector_extent(kernel)
+    n, masked = vector_extent(kernel), target()["masked_tails"]
     assert n is not None, f"no static vector loop in {kernel}"
     if kernel.vectorized:       # and a vector loop shorter than its vectors needs masks
-        assert n >= kernel.lanes or MASKED_TAILS, f"{n} < {kernel.lanes} lanes unmasked: {kernel}"
-    elif n >= lanes or MASKED_TAILS:
+        assert n >= kernel.lanes or masked, f"{n} < {kernel.lanes} lanes unmasked: {kernel}"
+    elif n >= lanes or masked:
         raise AssertionError(f"{n} >= {lanes} lanes or masked tails, yet scalar: {kernel}")
     else:
         assert kernel.reason == "short_inner_loop", f"{n} < {lanes} lanes: {kernel}"
