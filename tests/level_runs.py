@@ -72,15 +72,27 @@ def requested_levels(option: str) -> list:
 
 
 def runnable(levels: list) -> tuple:
-    """(the levels this host can run, {level: why not} for the others)."""
+    """(the levels this host can run that generate other code than native, {level: why
+    not} for the others). A level whose vector code is the native target's (x86-64-v3 on an
+    AVX2 host: same width, tails, FMA) adds nothing the native run does not test."""
     ok, refused = [], {}
+    native = _code_facts(jc.target_info(target="native"))
     for name in levels:
         try:
-            jc.target_info(target=name)
-            ok.append(name)
+            info = jc.target_info(target=name)
         except jc.TargetError as e:
             refused[name] = str(e)
+            continue
+        if _code_facts(info) == native:
+            refused[name] = f"{name}: its vector code is the native run's on this host"
+        else:
+            ok.append(name)
     return ok, refused
+
+
+def _code_facts(info: dict) -> tuple:
+    """What decides the vector code a level gets: width, masked tails, FMA."""
+    return info["vector_bits"], info["masked_tails"], "fma" in info["features"]
 
 
 def picked(nodeid: str, level: str, share: float) -> bool:
