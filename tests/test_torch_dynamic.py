@@ -65,10 +65,10 @@ def test_size_patterns_compile_once_and_match_eager(make, shape, per_length):
     c = jt.compile(m, torch.randn(*shape(LENGTHS[0])), dynamic=True)
     before = compiles()
     with torch.no_grad():
-        for T in LENGTHS[:6]:
+        for T in LENGTHS[:5]:
             x = torch.randn(*shape(T))
             _close(c(x), m, x)
-    assert compiles() - before <= per_length * 6, compiles() - before
+    assert compiles() - before <= per_length * 5, compiles() - before
     assert "1099511" not in c.explain()
 
 
@@ -105,10 +105,10 @@ def test_hf_models_over_sequence_lengths(make):
     c = jt.compile(m, torch.randint(0, 100, (batch, LENGTHS[0])), dynamic=True)
     before = compiles()
     with torch.no_grad():
-        for T in LENGTHS[:4]:
+        for T in LENGTHS[:3]:
             ids = torch.randint(0, 100, (batch, T))
             _close(c(ids), m, ids)
-    new = len(set(LENGTHS[:4]) - {LENGTHS[0]})
+    new = len(set(LENGTHS[:3]) - {LENGTHS[0]})
     assert compiles() - before <= 2 * new, (compiles() - before, new)
     text = c.explain()
     biggest = max(text.split("== ")[1:], key=len)       # the part with the layers
