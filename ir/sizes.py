@@ -430,9 +430,11 @@ def user_line() -> str:
     return f" (at {os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno})"
 
 
-# jitcore's own source folders (a checkout keeps ir/ and passes/ beside jitcore/)
+# jitcore's own source folders: installed, ir/ sits inside the jitcore package (all of it is
+# ours); in a checkout, ir/, passes/ and runtime/ sit beside jitcore/
 _PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_OWN_DIRS = tuple(os.path.join(_PARENT, d) + os.sep for d in ("ir", "passes", "runtime", "jitcore"))
+_OWN_DIRS = (_PARENT + os.sep,) if os.path.isfile(os.path.join(_PARENT, "__init__.py")) else \
+    tuple(os.path.join(_PARENT, d) + os.sep for d in ("ir", "passes", "runtime", "jitcore"))
 
 
 def _simplest(terms: dict):
