@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from jitcore.ir import build as b
+from jitcore.ir import build
 from jitcore.ir import dtypes as dt
 from jitcore.ir.errors import DTypeError, JitcoreError, ShapeError, TraceError
 from jitcore.ir.graph import ConstArray
@@ -415,7 +415,7 @@ class JitFunction:
         return self._compiled_with_scalars(args)[0]
 
     def _trace(self, sigs: list, names: list, weak: list | None = None) -> IRGraph:
-        inputs = [b.input_node(n, shape, dtype) for n, (shape, dtype, _) in zip(names, sigs)]
+        inputs = [build.input_node(n, shape, dtype) for n, (shape, dtype, _) in zip(names, sigs)]
         tracers = [Tracer(i, w) for i, w in zip(inputs, weak or [None] * len(inputs))]
         saved = TRACE.forks, TRACE.fork_depth
         TRACE.forks, TRACE.fork_depth = 0, 0
@@ -446,7 +446,7 @@ class JitFunction:
         rest, full = iter(args), []
         for name in self._params:
             if name in self._constants:
-                full.append(Tracer(b.const_array(self._constants[name])))
+                full.append(Tracer(build.const_array(self._constants[name])))
             else:
                 nxt = next(rest, None)
                 if nxt is None:
@@ -618,7 +618,7 @@ class Graph:
             raise ShapeError(f"graph {self.name}: input {name!r} declared twice")
         if not name.isidentifier():
             raise ValueError(f"input name must be an identifier, got {name!r}")
-        node = b.input_node(name, tuple(shape), dtype)
+        node = build.input_node(name, tuple(shape), dtype)
         self._inputs.append(node)
         return Tracer(node)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import operator
 
-from jitcore.ir import build as b
+from jitcore.ir import build
 from jitcore.ir import dtypes as dt
 from jitcore.ir.conv import ConvAttrs
 from jitcore.ir.errors import ShapeError
@@ -33,7 +33,7 @@ def _pair(value, name: str, op_name: str) -> tuple:
 def _float_operand(x, like=None):
     node = node_of(x, like)
     if not node.dtype.is_float:
-        node = b.cast(node, dt.float64 if like is None else like.dtype)
+        node = build.cast(node, dt.float64 if like is None else like.dtype)
     return node
 
 
@@ -63,7 +63,7 @@ def _conv2d_node(x, weight, bias, stride, padding, dilation, groups, op_name, ra
     xn = _float_operand(x)
     wn = _float_operand(weight, xn)
     common = dt.promote(xn.dtype, wn.dtype)
-    xn, wn = b.cast(xn, common), b.cast(wn, common)
+    xn, wn = build.cast(xn, common), build.cast(wn, common)
     if xn.ndim != 4 or wn.ndim != 4:
         raise ShapeError(f"{op_name}: x must be {rank_doc[0]} and weight {rank_doc[1]}, got "
                          f"x {tuple(x.shape)} and weight {tuple(weight.shape)}")
@@ -76,10 +76,10 @@ def _conv2d_node(x, weight, bias, stride, padding, dilation, groups, op_name, ra
     pads = _padding(padding, xn.shape, wn.shape, dilation, stride, op_name)
     src = [xn, wn]
     if bias is not None:
-        src.append(b.cast(_float_operand(bias, xn), common))
+        src.append(build.cast(_float_operand(bias, xn), common))
     attrs = ConvAttrs(stride, pads, dilation, groups)
     try:
-        return b.node(Op.CONV2D, *src, arg=attrs)
+        return build.node(Op.CONV2D, *src, arg=attrs)
     except ShapeError as e:     # the typing rule's message, under the public op's name
         raise ShapeError(str(e).replace("conv2d:", f"{op_name}:", 1)) from None
 
@@ -89,12 +89,12 @@ def _unbatched(x, weight_rank: int):
     weight, as torch accepts), else (x's node, False)."""
     xn = node_of(x)
     if xn.ndim == weight_rank - 1:
-        return wrap(b.reshape(xn, (1,) + xn.shape)), True
+        return wrap(build.reshape(xn, (1,) + xn.shape)), True
     return x, False
 
 
 def _drop_batch(node, unbatched: bool):
-    return b.reshape(node, node.shape[1:]) if unbatched else node
+    return build.reshape(node, node.shape[1:]) if unbatched else node
 
 
 @op
@@ -127,8 +127,8 @@ def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
         raise ShapeError(f"conv1d: x must be (N, C, L) or (C, L) and weight (C_out, "
                          f"C_in/groups, K), got x {tuple(xn.shape)} and weight "
                          f"{tuple(wn.shape)}")
-    x4 = wrap(b.reshape(xn, xn.shape[:2] + (1,) + xn.shape[2:]))
-    w4 = wrap(b.reshape(wn, wn.shape[:2] + (1,) + wn.shape[2:]))
+    x4 = wrap(build.reshape(xn, xn.shape[:2] + (1,) + xn.shape[2:]))
+    w4 = wrap(build.reshape(wn, wn.shape[:2] + (1,) + wn.shape[2:]))
     padding = _single(padding, "padding")
     pad2 = padding if isinstance(padding, str) else (0, padding)
     if not isinstance(padding, str) and isinstance(padding, int) and padding < 0:
@@ -137,7 +137,7 @@ def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     node = _conv2d_node(x4, w4, bias, (1, _single(stride, "stride")), pad2,
                         (1, _single(dilation, "dilation")), groups, "conv1d",
                         ("(N, C, L)", "(C_out, C_in/groups, K)"))
-    return wrap(_drop_batch(b.reshape(node, node.shape[:2] + node.shape[3:]), unbatched))
+    return wrap(_drop_batch(build.reshape(node, node.shape[:2] + node.shape[3:]), unbatched))
 
 
 @op
@@ -154,7 +154,7 @@ def batch_norm(x, running_mean, running_var, weight=None, bias=None, eps=1e-5):
     common = xn.dtype
     for p in params:
         common = dt.promote(common, p.dtype)
-    src = [b.cast(n, common) for n in [xn] + params]
-    return wrap(b.node(Op.BATCH_NORM, *src,
-                       arg=(float(eps), weight is not None, bias is not None)))
+    src = [build.cast(n, common) for n in [xn] + params]
+    return wrap(build.node(Op.BATCH_NORM, *src,
+                           arg=(float(eps), weight is not None, bias is not None)))
 

@@ -17,7 +17,7 @@ import itertools
 import sys
 import threading
 
-from jitcore.ir import build as b
+from jitcore.ir import build
 from jitcore.ir.errors import TraceError
 from jitcore.ir.ops import Op
 from jitcore.runtime.forksafe import renew_in_child
@@ -83,7 +83,7 @@ class TracedFuture:
         self.task, self.outputs, self.many = task, outputs, many
 
     def wait(self):
-        outs = [Tracer(b.node(Op.WAIT, n, arg=self.task)) for n in self.outputs]
+        outs = [Tracer(build.node(Op.WAIT, n, arg=self.task)) for n in self.outputs]
         return tuple(outs) if self.many else outs[0]
 
 
@@ -105,7 +105,7 @@ def _fork_traced(fn, args, kwargs):
     TRACE.forks += 1
 
     def mark(a):
-        return Tracer(b.node(Op.FORKARG, a.node, arg=task)) if isinstance(a, Tracer) else a
+        return Tracer(build.node(Op.FORKARG, a.node, arg=task)) if isinstance(a, Tracer) else a
     TRACE.fork_depth += 1
     try:
         result = body(*[mark(a) for a in args], **{k: mark(v) for k, v in kwargs.items()})

@@ -7,7 +7,7 @@ import numbers
 
 import numpy as np
 
-from jitcore.ir import build as b
+from jitcore.ir import build
 from jitcore.ir.errors import ShapeError, TraceError
 from jitcore.ir.graph import Node
 from jitcore.ir import dtypes as dt
@@ -41,7 +41,7 @@ def _integer_index(i) -> Node:
         raise TraceError("boolean mask indexing is not supported on traced tensors (its "
                          "result shape depends on the values); use jc.where")
     if idx.dtype == dt.uint8:
-        idx = b.cast(idx, dt.int32)
+        idx = build.cast(idx, dt.int32)
     if idx.dtype not in (dt.int32, dt.int64):
         raise TraceError(f"arrays used as indices must be of integer type, got {idx.dtype.name}")
     return idx
@@ -58,7 +58,7 @@ def _array_index(node: Node, index: tuple, k: int) -> Node:
     view = apply_index(node, rest)
     used = sum(1 for i in rest if i is not None and i is not Ellipsis)
     axis = sum(node.ndim - used if i is Ellipsis else 1 for i in rest[:k])
-    return b.node(Op.TAKE, view, idx, arg=axis)
+    return build.node(Op.TAKE, view, idx, arg=axis)
 
 
 def _static_bounds(i: slice, size: int) -> slice:
@@ -111,5 +111,5 @@ def apply_index(node: Node, index) -> Node:
         dim += 1
     full = tuple((0, d, 1) for d in node.shape)
     if tuple(slices) != full:
-        node = b.node(Op.SLICE, node, arg=tuple(slices))
-    return b.reshape(node, tuple(final_shape))
+        node = build.node(Op.SLICE, node, arg=tuple(slices))
+    return build.reshape(node, tuple(final_shape))

@@ -16,7 +16,7 @@ import operator
 
 import numpy as np
 
-from jitcore.ir import build as b
+from jitcore.ir import build
 from jitcore.ir import dtypes as dt
 from jitcore.ir.errors import DTypeError, ShapeError, TraceError
 from jitcore.ir.graph import Node
@@ -29,7 +29,7 @@ from .tracer import Tracer, node_of, wrap
 
 
 def _flat(node: Node) -> Node:
-    return b.reshape(node, (int(np.prod(node.shape, dtype=np.int64)),))
+    return build.reshape(node, (int(np.prod(node.shape, dtype=np.int64)),))
 
 
 # ---- take --------------------------------------------------------------------------------------
@@ -39,13 +39,13 @@ def _index_node(indices, op_name: str) -> Node:
     if idx.dtype in (dt.int32, dt.int64):
         return idx
     if idx.dtype == dt.uint8:
-        return b.cast(idx, dt.int32)
+        return build.cast(idx, dt.int32)
     raise DTypeError(f"{op_name}: indices must be integers, got {idx.dtype.name}")
 
 
 def take_node(x: Node, idx: Node, axis: int) -> Node:
     """x gathered along `axis` (normalized) at the indices `idx` (an integer node)."""
-    return b.node(Op.TAKE, x, idx, arg=axis)
+    return build.node(Op.TAKE, x, idx, arg=axis)
 
 
 @op
@@ -73,7 +73,7 @@ def concat_nodes(nodes: list, axis: int, name: str = "concatenate") -> Node:
     common = nodes[0].dtype
     for n in nodes[1:]:
         common = dt.promote(common, n.dtype)
-    nodes = [b.cast(n, common) for n in nodes]
+    nodes = [build.cast(n, common) for n in nodes]
     first = nodes[0]
     for n in nodes[1:]:
         if n.ndim != first.ndim or any(a != c for k, (a, c) in enumerate(zip(n.shape, first.shape))
@@ -81,7 +81,7 @@ def concat_nodes(nodes: list, axis: int, name: str = "concatenate") -> Node:
             raise ShapeError(f"{name}: shapes {[list(m.shape) for m in nodes]} do not match "
                              f"off axis {axis}")
     parts = [n for n in nodes if n.shape[axis] != 0] or nodes[:1]
-    return parts[0] if len(parts) == 1 else b.node(Op.CONCAT, *parts, arg=axis)
+    return parts[0] if len(parts) == 1 else build.node(Op.CONCAT, *parts, arg=axis)
 
 
 @op
@@ -108,7 +108,7 @@ def _stack(*xs, axis=0):
         raise ShapeError(f"stack: all input arrays must have the same shape, got "
                          f"{[list(n.shape) for n in nodes]}")
     ax = normalize_axis(axis, nodes[0].ndim + 1, "stack")
-    grown = [b.reshape(n, n.shape[:ax] + (1,) + n.shape[ax:]) for n in nodes]
+    grown = [build.reshape(n, n.shape[:ax] + (1,) + n.shape[ax:]) for n in nodes]
     return wrap(concat_nodes(grown, ax, "stack"))
 
 
@@ -130,7 +130,7 @@ def slice_along(node: Node, axis: int, start: int, stop: int, step: int = 1) -> 
     arg = tuple((start, stop, step) if k == axis else (0, d, 1) for k, d in enumerate(node.shape))
     if arg == tuple((0, d, 1) for d in node.shape):
         return node
-    return b.node(Op.SLICE, node, arg=arg)
+    return build.node(Op.SLICE, node, arg=arg)
 
 
 @op
@@ -204,10 +204,10 @@ def _pad(x, widths, mode="constant", constant_values=0):
             shape = node.shape[:ax] + (count,) + node.shape[ax + 1:]
             if mode == "constant":
                 value = values[ax][0 if before else 1]
-                block = b.broadcast_to(b.const(value, node.dtype), shape)
+                block = build.broadcast_to(build.const(value, node.dtype), shape)
             elif mode == "edge" or n == 1:
                 edge = slice_along(node, ax, 0, 1) if before else slice_along(node, ax, n - 1, n)
-                block = b.node(Op.EXPAND, edge, arg=shape)
+                block = build.node(Op.EXPAND, edge, arg=shape)
             else:
                 if count >= n:
                     raise ShapeError(f"pad: reflect padding of {count} on axis {ax} of extent "
@@ -226,7 +226,7 @@ def _reflect_wide(node: Node, ax: int, lo: int, hi: int) -> Node:
     2 * (extent - 1)). The axis' source index of every output position is known at trace
     time, so the padded axis is a gather at those constant indices."""
     index = np.pad(np.arange(node.shape[ax], dtype=np.int64), (lo, hi), mode="reflect")
-    return take_node(node, b.const_array(index), ax)
+    return take_node(node, build.const_array(index), ax)
 
 
 def pad(x, pad_width, mode="constant", constant_values=0):
@@ -289,10 +289,10 @@ def cumsum(x, axis=None, dtype=None):
         node, ax = _flat(node), 0
     else:
         ax = normalize_axis(axis, node.ndim, "cumsum")
-    node = b.cast(node, want)
+    node = build.cast(node, want)
     if node.shape[ax] <= 1 or 0 in node.shape:
         return wrap(node)
-    return wrap(b.node(Op.CUMSUM, node, arg=ax))
+    return wrap(build.node(Op.CUMSUM, node, arg=ax))
 
 
 def arange(start, stop=None, step=1, dtype=None) -> np.ndarray:

@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from jitcore.ir import build as b
+from jitcore.ir import build
 from jitcore.ir import dtypes as dt
 from jitcore.ir.errors import DTypeError, ShapeError, TraceError
 from jitcore.ir.ops import Op
@@ -58,7 +58,7 @@ def _node(x) -> "Tracer":
 def _float_tensor(x) -> Tracer:
     """x as a float tensor (numpy's float result dtype for ints; float32 for uint8/bool)."""
     t = _node(x)
-    return wrap(b.cast(t.node, dt.float_result(t.node.dtype)))
+    return wrap(build.cast(t.node, dt.float_result(t.node.dtype)))
 
 
 def _in_float(fn, wide: bool):
@@ -72,7 +72,7 @@ def _in_float(fn, wide: bool):
         for n in nodes[1:]:
             common = dt.promote(common, n.dtype)
         result = dt.float_result(common)
-        work = [wrap(b.cast(n, dt.float64 if wide else result)) for n in nodes]
+        work = [wrap(build.cast(n, dt.float64 if wide else result)) for n in nodes]
         return ops.astype(fn(*work), result)
     apply.__name__ = fn.__name__
     return apply
@@ -80,7 +80,7 @@ def _in_float(fn, wide: bool):
 
 def _c(value, like: Tracer) -> Tracer:
     """A scalar constant of like's dtype."""
-    return wrap(b.const(value, like.node.dtype))
+    return wrap(build.const(value, like.node.dtype))
 
 
 def _where(cond, x, y):
@@ -88,16 +88,16 @@ def _where(cond, x, y):
 
 
 def _copysign(mag: Tracer, sign: Tracer) -> Tracer:
-    return wrap(b.elementwise(Op.COPYSIGN, mag.node, sign.node))
+    return wrap(build.elementwise(Op.COPYSIGN, mag.node, sign.node))
 
 
 def _atan(x: Tracer) -> Tracer:
-    return wrap(b.elementwise(Op.ATAN, x.node))
+    return wrap(build.elementwise(Op.ATAN, x.node))
 
 
 def _log1p(x: Tracer) -> Tracer:
     """log(1 + x), the vector math's kernel (the rounding of 1 + x corrected)."""
-    return wrap(b.elementwise(Op.LOG1P, x.node))
+    return wrap(build.elementwise(Op.LOG1P, x.node))
 
 
 # ---- decompositions (in the input's float dtype, or float64: see _in_float) -----------------
@@ -216,7 +216,7 @@ def arctan(x):
 def _unary_kernel(opcode: Op, name: str, doc: str):
     """A ufunc that is one vector-math kernel (ints converted to numpy's float first)."""
     def f(x):
-        return wrap(b.elementwise(opcode, _float_tensor(x).node))
+        return wrap(build.elementwise(opcode, _float_tensor(x).node))
     f.__name__, f.__doc__ = name, doc
     return op(f)
 

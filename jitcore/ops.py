@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from jitcore.ir import build as b
+from jitcore.ir import build
 from jitcore.ir import dtypes as dt
 from jitcore.ir.errors import ShapeError, TraceError
 from jitcore.ir.ops import COMPARE, Op
@@ -82,12 +82,12 @@ def float_operands(*xs, float_of) -> list:
     if like is None or not like.dtype.is_int or not any(_is_weak_int(x) for x in xs):
         return _tensors(*xs)
     target = float_of(like.dtype)
-    return [(b.cast(x.node, target) if isinstance(x, Tracer) else b.const(float(x), target))
+    return [(build.cast(x.node, target) if isinstance(x, Tracer) else build.const(float(x), target))
             if _is_weak_int(x) else node_of(x, like) for x in xs]
 
 
 def _elementwise(opcode: Op, *xs, arg=None):
-    return wrap(b.elementwise(opcode, *_tensors(*xs), arg=arg))
+    return wrap(build.elementwise(opcode, *_tensors(*xs), arg=arg))
 
 
 def _unary_op(opcode: Op, doc: str):
@@ -109,12 +109,12 @@ def _widen_for_comparison(a, b_):
         if isinstance(x, Tracer) and x.weak is None and x.node.dtype.is_int and \
                 isinstance(y, int) and not isinstance(y, bool) and not _fits(y, x.node.dtype):
             wide = dt.int64 if _fits(y, dt.int64) else dt.float64
-            pair = (b.cast(x.node, wide), b.const(y, wide))
+            pair = (build.cast(x.node, wide), build.const(y, wide))
             return pair if x is a else pair[::-1]
         # an integer scalar argument's value is known only at run time: compare in int64
         if isinstance(x, Tracer) and x.weak is None and x.node.dtype.is_int and \
                 isinstance(y, Tracer) and y.weak is not None and y.weak.pytype is int:
-            pair = (b.cast(x.node, dt.int64), y.node)
+            pair = (build.cast(x.node, dt.int64), y.node)
             return pair if x is a else pair[::-1]
     return _tensors(a, b_)
 
@@ -122,7 +122,7 @@ def _widen_for_comparison(a, b_):
 def _binary_op(opcode: Op, name: str, doc: str):
     def f(a, b_):
         if opcode in COMPARE:
-            return wrap(b.elementwise(opcode, *_widen_for_comparison(a, b_)))
+            return wrap(build.elementwise(opcode, *_widen_for_comparison(a, b_)))
         return _elementwise(opcode, a, b_)
     f.__name__, f.__doc__ = name, doc
     return op(f)
@@ -160,7 +160,7 @@ multiply = mul
 @op
 def div(a, b_):
     """a / b (true division: integers give float64, as numpy)."""
-    return wrap(b.elementwise(Op.DIV, *float_operands(a, b_, float_of=lambda d: dt.float64)))
+    return wrap(build.elementwise(Op.DIV, *float_operands(a, b_, float_of=lambda d: dt.float64)))
 
 
 divide = div
@@ -199,7 +199,7 @@ def where(condition, x, y):
     # a Python scalar is weak next to the other branch, converted without numpy's range
     # error (np.where(c, uint8_array, 300) wraps)
     a, b_ = _tensors(x, y, check=False)
-    return wrap(b.elementwise(Op.WHERE, node_of(condition), a, b_))
+    return wrap(build.elementwise(Op.WHERE, node_of(condition), a, b_))
 
 
 @op
@@ -227,7 +227,7 @@ def hardtanh(x, min_val: float = -1.0, max_val: float = 1.0):
 @op
 def astype(x, dtype):
     """Convert to another dtype (as numpy's astype, unsafe casting)."""
-    return wrap(b.cast(node_of(x), dt.as_dtype(dtype)))
+    return wrap(build.cast(node_of(x), dt.as_dtype(dtype)))
 
 
 # ---- reductions ------------------------------------------------------------------------------
@@ -240,13 +240,13 @@ def _reduction(opcode: Op, name: str):
         node = node_of(x)
         want = dt.as_dtype(kw["dtype"]) if kw.get("dtype") is not None else None
         if want is not None:
-            node = b.cast(node, want)
+            node = build.cast(node, want)
         axes = normalize_axes(axis, node.ndim, name)
         if opcode in (Op.ARGMAX, Op.ARGMIN):
             return _arg_reduction(opcode, node, axis, keepdims)
-        out = b.reduce(opcode, node, axes, keepdims)
+        out = build.reduce(opcode, node, axes, keepdims)
         # sum(dtype=int32) accumulates in int64 here; wrapping back gives numpy's int32 result
-        return wrap(b.cast(out, want) if want is not None else out)
+        return wrap(build.cast(out, want) if want is not None else out)
     f.__name__ = name
     f.__doc__ = f"numpy.{name} over `axis` (None: all axes), optionally keeping reduced axes."
     return op(f)
@@ -254,11 +254,11 @@ def _reduction(opcode: Op, name: str):
 
 def _arg_reduction(opcode, node, axis, keepdims):
     if axis is None:
-        flat = b.reshape(node, (math.prod(node.shape),))
-        out = b.reduce(opcode, flat, (0,), keepdims=False)
-        return wrap(b.reshape(out, (1,) * node.ndim) if keepdims else out)
+        flat = build.reshape(node, (math.prod(node.shape),))
+        out = build.reduce(opcode, flat, (0,), keepdims=False)
+        return wrap(build.reshape(out, (1,) * node.ndim) if keepdims else out)
     ax = normalize_axis(axis, node.ndim, opcode.name.lower())
-    return wrap(b.reduce(opcode, node, (ax,), keepdims))
+    return wrap(build.reduce(opcode, node, (ax,), keepdims))
 
 
 sum = _reduction(Op.SUM, "sum")                                  # noqa: A001
@@ -277,7 +277,7 @@ amax, amin = max, min
 def reshape(x, shape):
     """numpy.reshape (one -1 allowed); never copies."""
     node = node_of(x)
-    return wrap(b.reshape(node, infer_reshape(node.shape, shape)))
+    return wrap(build.reshape(node, infer_reshape(node.shape, shape)))
 
 
 @op
@@ -289,13 +289,13 @@ def transpose(x, axes=None):
     axes = tuple(normalize_axis(a, node.ndim, "transpose") for a in axes)
     if sorted(axes) != list(range(node.ndim)):
         raise ShapeError(f"transpose: axes {axes} are not a permutation of {node.ndim} axes")
-    return wrap(b.node(Op.PERMUTE, node, arg=axes) if axes != tuple(range(node.ndim)) else node)
+    return wrap(build.node(Op.PERMUTE, node, arg=axes) if axes != tuple(range(node.ndim)) else node)
 
 
 @op
 def broadcast_to(x, shape):
     """numpy.broadcast_to."""
-    return wrap(b.broadcast_to(node_of(x), as_shape(shape)))
+    return wrap(build.broadcast_to(node_of(x), as_shape(shape)))
 
 
 @op
@@ -306,7 +306,7 @@ def expand_dims(x, axis):
     ndim = node.ndim + len(axes)
     axes = normalize_axes(axes, ndim, "expand_dims")
     it = iter(node.shape)
-    return wrap(b.reshape(node, tuple(1 if i in axes else next(it) for i in range(ndim))))
+    return wrap(build.reshape(node, tuple(1 if i in axes else next(it) for i in range(ndim))))
 
 
 @op
@@ -318,7 +318,7 @@ def squeeze(x, axis=None):
     for a in axes:
         if node.shape[a] != 1:
             raise ShapeError(f"squeeze: axis {a} of shape {node.shape} does not have size 1")
-    return wrap(b.reshape(node, tuple(d for i, d in enumerate(node.shape) if i not in axes)))
+    return wrap(build.reshape(node, tuple(d for i, d in enumerate(node.shape) if i not in axes)))
 
 
 def getitem(x: Tracer, index) -> Tracer:
@@ -333,39 +333,40 @@ def getitem(x: Tracer, index) -> Tracer:
 def matmul(a, b_):
     """numpy.matmul (1-D operands, batch broadcasting)."""
     na, nb = _tensors(a, b_)
-    return wrap(b.matmul(na, nb))
+    return wrap(build.matmul(na, nb))
 
 
 @op
 def softmax(x, axis: int = -1):
     """exp(x - max) / sum(exp(x - max)) along axis."""
     node = node_of(x)
-    node = b.cast(node, dt.float_result(node.dtype))
-    return wrap(b.node(Op.SOFTMAX, node, arg=normalize_axis(axis, node.ndim, "softmax")))
+    node = build.cast(node, dt.float_result(node.dtype))
+    return wrap(build.node(Op.SOFTMAX, node, arg=normalize_axis(axis, node.ndim, "softmax")))
 
 
 @op
 def log_softmax(x, axis: int = -1):
     """x - max - log(sum(exp(x - max))) along axis."""
     node = node_of(x)
-    node = b.cast(node, dt.float_result(node.dtype))
-    return wrap(b.node(Op.LOG_SOFTMAX, node, arg=normalize_axis(axis, node.ndim, "log_softmax")))
+    node = build.cast(node, dt.float_result(node.dtype))
+    axis = normalize_axis(axis, node.ndim, "log_softmax")
+    return wrap(build.node(Op.LOG_SOFTMAX, node, arg=axis))
 
 
 @op
 def layer_norm(x, weight=None, bias=None, eps: float = 1e-5):
     """Normalize over the last axis to zero mean and unit variance, then * weight + bias."""
     node = node_of(x)
-    node = b.cast(node, dt.float_result(node.dtype))
+    node = build.cast(node, dt.float_result(node.dtype))
     params = []
     if weight is not None or bias is not None:
-        w = node_of(weight) if weight is not None else b.const_array(
+        w = node_of(weight) if weight is not None else build.const_array(
             np.ones(node.shape[-1], node.dtype.np))
-        params.append(b.cast(w, node.dtype))
+        params.append(build.cast(w, node.dtype))
     if bias is not None:
-        params.append(b.cast(node_of(bias), node.dtype))
+        params.append(build.cast(node_of(bias), node.dtype))
     for p in params:
         if p.shape != node.shape[-1:]:
             raise ShapeError(f"layer_norm: weight/bias must have shape ({node.shape[-1]},), "
                              f"got {p.shape}")
-    return wrap(b.node(Op.LAYER_NORM, node, *params, arg=float(eps)))
+    return wrap(build.node(Op.LAYER_NORM, node, *params, arg=float(eps)))

@@ -12,7 +12,7 @@ import operator
 
 import numpy as np
 
-from jitcore.ir import build as b
+from jitcore.ir import build
 from jitcore.ir.errors import DTypeError, ShapeError
 from jitcore.ir.ops import Op
 from jitcore.ir.pooling import Pool2d
@@ -49,11 +49,11 @@ def _source(x, name: str):
         raise ShapeError(f"{name}: expects a 3-d (C, H, W) or 4-d (N, C, H, W) input with "
                          f"non-zero C, H, W, got shape {node.shape}")
     batched = node.ndim == 4
-    return (node if batched else b.reshape(node, (1,) + node.shape)), batched
+    return (node if batched else build.reshape(node, (1,) + node.shape)), batched
 
 
 def _result(node, batched: bool):
-    return wrap(node if batched else b.reshape(node, node.shape[1:]))
+    return wrap(node if batched else build.reshape(node, node.shape[1:]))
 
 
 def _windowed(name, x, kernel_size, stride, padding, dilation, ceil_mode, **options):
@@ -77,7 +77,7 @@ def _windowed(name, x, kernel_size, stride, padding, dilation, ceil_mode, **opti
         raise ShapeError(f"{name}: kernel {kernel} with dilation {dilation} is larger than "
                          f"the padded input: input shape {shape}, padding {padding}, "
                          f"output would be {out}")
-    return _result(b.node(Op.POOL2D, src, arg=spec), batched)
+    return _result(build.node(Op.POOL2D, src, arg=spec), batched)
 
 
 @op
@@ -115,10 +115,10 @@ def adaptive_avg_pool2d(x, output_size):
         raise ShapeError(f"{name}: output_size {output_size!r} must be >= 1 "
                          f"(input shape {node_of(x).shape})")
     if out == (1, 1):
-        return _result(b.reduce(Op.MEAN, src, (2, 3), keepdims=True), batched)
+        return _result(build.reduce(Op.MEAN, src, (2, 3), keepdims=True), batched)
     if h % out[0] == 0 and w % out[1] == 0:      # equal windows: a strided average
         k = (h // out[0], w // out[1])
         spec = Pool2d("avg", k, k)
     else:
         spec = Pool2d("avg", adaptive=out)
-    return _result(b.node(Op.POOL2D, src, arg=spec), batched)
+    return _result(build.node(Op.POOL2D, src, arg=spec), batched)

@@ -8,7 +8,7 @@ it traces anything.
 """
 from __future__ import annotations
 
-from jitcore.ir import build as b
+from jitcore.ir import build
 from jitcore.ir import dtypes as dt
 
 from . import join_ops, math_ops, ops
@@ -94,7 +94,7 @@ def _as_python_result(x: Tracer) -> Tracer:
 
 def _python_bool_as_int(x):
     if isinstance(x, Tracer) and x.node.dtype == dt.bool_:
-        return Tracer(b.cast(x.node, dt.int64), WeakScalar(int))
+        return Tracer(build.cast(x.node, dt.int64), WeakScalar(int))
     return x
 
 

@@ -12,7 +12,7 @@ import threading
 
 import numpy as np
 
-from jitcore.ir import build as b
+from jitcore.ir import build
 from jitcore.ir import dtypes as dt
 from jitcore.ir.errors import TraceError
 from jitcore.ir.graph import Node
@@ -161,7 +161,7 @@ def _weak_cast(x: "Tracer", like: Node, check: bool) -> Node:
     if check and x.weak.narrowed is not None and x.weak.pytype is int and d.is_int \
             and d.bits < 64:
         x.weak.narrowed.add(d)
-    return b.cast(x.node, d)
+    return build.cast(x.node, d)
 
 
 def node_of(x, like: Node | None = None, check: bool = True) -> Node:
@@ -179,10 +179,10 @@ def node_of(x, like: Node | None = None, check: bool = True) -> Node:
         return x.node if x.weak is None or like is None else _weak_cast(x, like, check)
     if isinstance(x, (bool, int, float)) and not isinstance(x, np.generic):
         d = dt.promote_with_weak(like.dtype, x) if like is not None else dt.weak_scalar_dtype(x)
-        return b.const(x, d)
+        return build.const(x, d)
     if isinstance(x, (np.ndarray, np.generic, list, tuple)):
         arr = np.asarray(x)
-        return b.const_array(arr)
+        return build.const_array(arr)
     if x is None:
         raise TraceError("cannot use None as a tensor operand (a function without a "
                          "`return`, or one whose result is None, gives None)")
@@ -198,13 +198,13 @@ def size_value(size: Size) -> Tracer:
     read from the call's extents (Op.DIM per term), weak like a Python int."""
     plus, minus = [], []
     for c, extent in symbolic_terms(size):
-        term = b.const(abs(c), dt.int64) if extent == 1 else b.dim(abs(c) * extent)
+        term = build.const(abs(c), dt.int64) if extent == 1 else build.dim(abs(c) * extent)
         (plus if c > 0 else minus).append(term)
-    node = plus[0] if plus else b.const(0, dt.int64)
+    node = plus[0] if plus else build.const(0, dt.int64)
     for term in plus[1:]:
-        node = b.elementwise(Op.ADD, node, term)
+        node = build.elementwise(Op.ADD, node, term)
     for term in minus:
-        node = b.elementwise(Op.SUB, node, term)
+        node = build.elementwise(Op.SUB, node, term)
     return Tracer(node, WeakScalar(int))
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from jitcore.ir import build as b
+from jitcore.ir import build
 from jitcore.ir.graph import Node
 from jitcore.ir.ops import Op
 from jitcore.ir.sizes import monomial
@@ -16,11 +16,11 @@ from .rewrite import rewrite, table_rule
 
 
 def E(op: Op, *src: Node, arg=None) -> Node:
-    return b.elementwise(op, *src, arg=arg)
+    return build.elementwise(op, *src, arg=arg)
 
 
 def c(value, like: Node) -> Node:
-    return b.const(value, like.dtype)
+    return build.const(value, like.dtype)
 
 
 def _relu(x):
@@ -55,10 +55,10 @@ def _hardsigmoid(x):
 
 def _mean(n):
     """sum / count; over run-time axes the count is read from the call's extents (DIM)."""
-    x = b.cast(n.src[0], n.dtype)
+    x = build.cast(n.src[0], n.dtype)
     count = math.prod(x.shape[a] for a in n.arg)
-    divisor = c(count, x) if monomial(count) is None else b.cast(b.dim(count), x.dtype)
-    return E(Op.DIV, b.node(Op.SUM, x, arg=n.arg), divisor)
+    divisor = c(count, x) if monomial(count) is None else build.cast(build.dim(count), x.dtype)
+    return E(Op.DIV, build.node(Op.SUM, x, arg=n.arg), divisor)
 
 
 def _shifted(n):
@@ -66,7 +66,7 @@ def _shifted(n):
     x, axes = n.src[0], (n.arg,)
     if x.shape[n.arg] == 0:           # an empty row has no max (and no element to compute)
         return x
-    return E(Op.SUB, x, b.node(Op.MAX, x, arg=axes))
+    return E(Op.SUB, x, build.node(Op.MAX, x, arg=axes))
 
 
 def _reciprocal(x):
@@ -78,20 +78,20 @@ def _softmax(n):
     costs ~10 multiplies, enough to make the row pass compute-bound); the extra rounding
     is one ulp."""
     e = E(Op.EXP, _shifted(n))
-    return E(Op.MUL, e, _reciprocal(b.node(Op.SUM, e, arg=(n.arg,))))
+    return E(Op.MUL, e, _reciprocal(build.node(Op.SUM, e, arg=(n.arg,))))
 
 
 def _log_softmax(n):
     s = _shifted(n)
-    return E(Op.SUB, s, E(Op.LOG, b.node(Op.SUM, E(Op.EXP, s), arg=(n.arg,))))
+    return E(Op.SUB, s, E(Op.LOG, build.node(Op.SUM, E(Op.EXP, s), arg=(n.arg,))))
 
 
 def _layer_norm(n):
     x, params = n.src[0], n.src[1:]
     axes = (x.ndim - 1,)
     count = c(x.shape[-1], x)
-    centered = E(Op.SUB, x, E(Op.DIV, b.node(Op.SUM, x, arg=axes), count))
-    var = E(Op.DIV, b.node(Op.SUM, E(Op.MUL, centered, centered), arg=axes), count)
+    centered = E(Op.SUB, x, E(Op.DIV, build.node(Op.SUM, x, arg=axes), count))
+    var = E(Op.DIV, build.node(Op.SUM, E(Op.MUL, centered, centered), arg=axes), count)
     # times 1 / sqrt(var + eps), computed once per row (see _softmax)
     y = E(Op.MUL, centered, _reciprocal(E(Op.SQRT, E(Op.ADD, var, c(n.arg, x)))))
     if len(params) >= 1:
@@ -107,7 +107,7 @@ def _batch_norm(n):
     shape = (1, x.shape[1]) + (1,) * (x.ndim - 2)
 
     def channel(p):
-        return b.reshape(p, shape)
+        return build.reshape(p, shape)
     mean, var, *rest = (channel(p) for p in n.src[1:])
     y = E(Op.DIV, E(Op.SUB, x, mean), E(Op.SQRT, E(Op.ADD, var, c(eps, x))))
     if has_weight:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from jitcore.ir import build as b
+from jitcore.ir import build
 from jitcore.ir.graph import ConstArray, Graph, Node
 from jitcore.ir.ops import Op
 
@@ -62,8 +62,8 @@ def _folded(bn: Node, conv: Node):
     dtype = conv.dtype.np
     new_w = (weight.astype(np.float64) * scale[:, None, None, None]).astype(dtype)
     new_b = ((bias.astype(np.float64) - mean) * scale + beta).astype(dtype)
-    return b.node(Op.CONV2D, conv.src[0], b.const_array(new_w), b.const_array(new_b),
-                  arg=conv.arg)
+    return build.node(Op.CONV2D, conv.src[0], build.const_array(new_w), build.const_array(new_b),
+                      arg=conv.arg)
 
 
 def _column_vector(node: Node):
@@ -96,7 +96,7 @@ def _matmul_weight(m: Node):
 def _scaled_matmul(m: Node, scale: np.ndarray) -> Node:
     weight = _matmul_weight(m)
     new_w = (weight.astype(np.float64) * scale[None, :]).astype(m.dtype.np)
-    return b.node(Op.MATMUL, m.src[0], b.const_array(new_w))
+    return build.node(Op.MATMUL, m.src[0], build.const_array(new_w))
 
 
 def _folded_matmul_bn(bn: Node, private):
@@ -117,8 +117,8 @@ def _folded_matmul_bn(bn: Node, private):
         return None
     mean, scale, beta = found
     shift = ((0.0 if bias is None else bias.astype(np.float64)) - mean) * scale + beta
-    shift = b.const_array(np.asarray(shift, dtype=bn.dtype.np).reshape(bn.shape[1]))
-    return b.elementwise(Op.ADD, _scaled_matmul(x, scale), shift)
+    shift = build.const_array(np.asarray(shift, dtype=bn.dtype.np).reshape(bn.shape[1]))
+    return build.elementwise(Op.ADD, _scaled_matmul(x, scale), shift)
 
 
 def _folded_column_scale(node: Node, private):
@@ -174,7 +174,7 @@ def _fold_round(graph: Graph) -> tuple:
         elif x.op == Op.RESHAPE and x.src[0].op == Op.CONV2D and private(x) \
                 and private(x.src[0]) and x.shape[:2] == x.src[0].shape[:2]:
             conv = _folded(node, x.src[0])           # conv1d: (N, C, 1, L) -> (N, C, L)
-            out = b.reshape(conv, x.shape) if conv is not None else None
+            out = build.reshape(conv, x.shape) if conv is not None else None
         if out is not None:
             folded.append(out)
         return out

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from jitcore.ir import build as b
+from jitcore.ir import build
 from jitcore.ir import dtypes as dt
 from jitcore.ir.graph import Node
 from jitcore.ir.ops import ELEMENTWISE, INDEX_REDUCE, Op
@@ -54,8 +54,8 @@ def _fold(node: Node):
             folded = _NUMPY[node.op](*args)
     else:
         return None
-    return b.broadcast_to(b.const(np.asarray(folded).astype(node.dtype.np).item(), node.dtype),
-                          node.shape)
+    value = np.asarray(folded).astype(node.dtype.np).item()
+    return build.broadcast_to(build.const(value, node.dtype), node.shape)
 
 
 def _small_power(node: Node):
@@ -65,11 +65,11 @@ def _small_power(node: Node):
     if p == 1:
         return x
     if p == 2:
-        return b.node(Op.MUL, x, x)
+        return build.node(Op.MUL, x, x)
     if p == 3 and x.dtype != dt.float32:    # float32 pow is exact to 0.5 ulp; x*x*x is not
-        return b.node(Op.MUL, b.node(Op.MUL, x, x), x)
+        return build.node(Op.MUL, build.node(Op.MUL, x, x), x)
     if p == 0.5 and x.dtype.is_float:
-        return b.node(Op.SQRT, x)
+        return build.node(Op.SQRT, x)
     return None
 
 
@@ -79,7 +79,7 @@ def _views(node: Node):
         if src.shape == node.shape:
             return src
         if src.op == Op.RESHAPE:
-            return b.reshape(src.src[0], node.shape)
+            return build.reshape(src.src[0], node.shape)
     if node.op == Op.PERMUTE and node.arg == tuple(range(node.ndim)):
         return node.src[0]
     if node.op == Op.CAST and node.src[0].dtype == node.dtype:
@@ -90,7 +90,7 @@ def _views(node: Node):
 def _trivial_index_reduction(node: Node):
     """argmax/argmin over an axis of extent 1 is 0 everywhere (no loop is left to search)."""
     if node.op in INDEX_REDUCE and all(node.src[0].shape[a] == 1 for a in node.arg):
-        return b.broadcast_to(b.const(0, node.dtype), node.shape)
+        return build.broadcast_to(build.const(0, node.dtype), node.shape)
     return None
 
 
@@ -108,9 +108,9 @@ def _clamp_after_max_pool(node: Node):
         return None
     for x, c in (clamp.src, clamp.src[::-1]):
         if scalar_value(c) is not None and x.shape == clamp.shape:
-            pooled = b.node(Op.POOL2D, x, arg=node.arg)
-            return b.node(clamp.op, pooled, b.broadcast_to(b.const(scalar_value(c), c.dtype),
-                                                            pooled.shape))
+            pooled = build.node(Op.POOL2D, x, arg=node.arg)
+            bound = build.broadcast_to(build.const(scalar_value(c), c.dtype), pooled.shape)
+            return build.node(clamp.op, pooled, bound)
     return None
 
 

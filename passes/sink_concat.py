@@ -12,7 +12,7 @@ broadcast.
 """
 from __future__ import annotations
 
-from jitcore.ir import build as b
+from jitcore.ir import build
 from jitcore.ir.graph import Graph, Node
 from jitcore.ir.ops import ELEMENTWISE, Op
 
@@ -29,10 +29,10 @@ def _slice(node: Node, axis: int, lo: int, hi: int) -> Node:
                 return src
             start += src.shape[axis]
     if node.op == Op.EXPAND and node.src[0].shape[axis] == 1:
-        return b.node(Op.EXPAND, node.src[0],
-                      arg=node.shape[:axis] + (hi - lo,) + node.shape[axis + 1:])
+        return build.node(Op.EXPAND, node.src[0],
+                          arg=node.shape[:axis] + (hi - lo,) + node.shape[axis + 1:])
     arg = tuple((lo, hi, 1) if k == axis else (0, d, 1) for k, d in enumerate(node.shape))
-    return b.node(Op.SLICE, node, arg=arg)
+    return build.node(Op.SLICE, node, arg=arg)
 
 
 def _slice_of_part(node: Node):
@@ -51,7 +51,7 @@ def _slice_of_part(node: Node):
             arg = tuple((start - lo, stop - lo, step) if k == axis else s
                         for k, s in enumerate(node.arg))
             full = tuple((0, d, 1) for d in part.shape)
-            return part if arg == full else b.node(Op.SLICE, part, arg=arg)
+            return part if arg == full else build.node(Op.SLICE, part, arg=arg)
         lo = hi
     return None
 
@@ -69,9 +69,9 @@ def _sunk(node: Node, users: dict, outputs: set):
     for part in cat.src:
         hi = lo + part.shape[axis]
         srcs = [part if s is cat else _slice(s, axis, lo, hi) for s in node.src]
-        parts.append(b.node(node.op, *srcs, arg=node.arg))
+        parts.append(build.node(node.op, *srcs, arg=node.arg))
         lo = hi
-    return b.node(Op.CONCAT, *parts, arg=axis)
+    return build.node(Op.CONCAT, *parts, arg=axis)
 
 
 def sink_into_concat(graph: Graph) -> Graph:

@@ -29,7 +29,7 @@ import math
 
 import numpy as np
 
-from jitcore.ir import build as b
+from jitcore.ir import build
 from jitcore.ir.graph import Node
 from jitcore.ir.ops import ELEMENTWISE, REDUCE_COMBINE, Op
 from jitcore.ir.shapes import contiguous_strides
@@ -45,8 +45,8 @@ LONG_AXIS = 1 << 20          # a float sum over this many elements per output: t
 
 
 def _along(src: Node, axis: int, start: int, stop: int) -> Node:
-    return b.node(Op.SLICE, src, arg=tuple((start, stop, 1) if k == axis else (0, d, 1)
-                                           for k, d in enumerate(src.shape)))
+    return build.node(Op.SLICE, src, arg=tuple((start, stop, 1) if k == axis else (0, d, 1)
+                                               for k, d in enumerate(src.shape)))
 
 
 def _split_long_axis(node: Node):
@@ -55,13 +55,13 @@ def _split_long_axis(node: Node):
     src = node.src[0]
     n = src.shape[axis]
     blocks = n // BLOCK
-    main = b.reshape(_along(src, axis, 0, blocks * BLOCK),
-                     src.shape[:axis] + (blocks, BLOCK) + src.shape[axis + 1:])
-    partial = b.node(Op.SUM, main, arg=(axis + 1,))
-    total = b.reshape(b.node(Op.SUM, partial, arg=(axis,)), node.shape)
+    main = build.reshape(_along(src, axis, 0, blocks * BLOCK),
+                         src.shape[:axis] + (blocks, BLOCK) + src.shape[axis + 1:])
+    partial = build.node(Op.SUM, main, arg=(axis + 1,))
+    total = build.reshape(build.node(Op.SUM, partial, arg=(axis,)), node.shape)
     if blocks * BLOCK < n:
-        tail = b.node(Op.SUM, _along(src, axis, blocks * BLOCK, n), arg=(axis,))
-        total = b.node(Op.ADD, total, tail)
+        tail = build.node(Op.SUM, _along(src, axis, blocks * BLOCK, n), arg=(axis,))
+        total = build.node(Op.ADD, total, tail)
     return total
 
 
@@ -79,7 +79,7 @@ def block_count(rows: int) -> int:
 
 
 def _reduce_all(op: Op, x: Node) -> Node:
-    return b.node(op, x, arg=tuple(range(x.ndim)))
+    return build.node(op, x, arg=tuple(range(x.ndim)))
 
 
 # The identity a masked-off element of a sum or product contributes.
@@ -150,20 +150,20 @@ def _split_full(node: Node, strides: dict):
     if rows % nb and src.ndim > 1 and _flattens_in_place(src, strides):
         # rows left over: a contiguous input is cut as one row instead, whose leftover
         # elements the final reduction takes in (two kernels, not four)
-        src = b.reshape(src, (math.prod(src.shape),))
+        src = build.reshape(src, (math.prod(src.shape),))
         axis, rows = 0, src.shape[0]
         nb = block_count(rows)
     q = rows // nb
     main = src if nb * q == rows else _along(src, axis, 0, nb * q)
-    blocks = b.reshape(main, src.shape[:axis] + (nb, q) + src.shape[axis + 1:])
-    partial = b.node(node.op, blocks, arg=tuple(k for k in range(blocks.ndim) if k != axis))
+    blocks = build.reshape(main, src.shape[:axis] + (nb, q) + src.shape[axis + 1:])
+    partial = build.node(node.op, blocks, arg=tuple(k for k in range(blocks.ndim) if k != axis))
     if nb * q < rows and math.prod(src.shape) == rows:
-        partial = _with_tail(node.op, b.reshape(partial, (nb,)), b.reshape(src, (rows,)))
-    total = b.reshape(_reduce_all(node.op, partial), (1,))
+        partial = _with_tail(node.op, build.reshape(partial, (nb,)), build.reshape(src, (rows,)))
+    total = build.reshape(_reduce_all(node.op, partial), (1,))
     if nb * q < rows and math.prod(src.shape) > rows:
-        tail = b.reshape(_reduce_all(node.op, _along(src, axis, nb * q, rows)), (1,))
-        total = b.node(REDUCE_COMBINE[node.op], total, tail)
-    return b.reshape(total, node.shape)
+        tail = build.reshape(_reduce_all(node.op, _along(src, axis, nb * q, rows)), (1,))
+        total = build.node(REDUCE_COMBINE[node.op], total, tail)
+    return build.reshape(total, node.shape)
 
 
 def _with_tail(op: Op, partial: Node, row: Node) -> Node:
@@ -172,12 +172,12 @@ def _with_tail(op: Op, partial: Node, row: Node) -> Node:
     masked to the last r for a sum or product (max and min may read an element twice).
     The final reduction's kernel reads them: still two kernels, the row read in place."""
     nb, n = partial.shape[0], row.shape[0]
-    last = b.cast(_along(row, 0, n - nb, n), partial.dtype)
+    last = build.cast(_along(row, 0, n - nb, n), partial.dtype)
     if op in _IDENTITY:
         mask = np.arange(nb) >= nb - n % nb
-        last = b.elementwise(Op.WHERE, b.const_array(mask), last,
-                             b.const(_IDENTITY[op], partial.dtype))
-    return b.elementwise(REDUCE_COMBINE[op], partial, last)
+        last = build.elementwise(Op.WHERE, build.const_array(mask), last,
+                                 build.const(_IDENTITY[op], partial.dtype))
+    return build.elementwise(REDUCE_COMBINE[op], partial, last)
 
 
 def _strip(node: Node, *ops: Op) -> Node:
@@ -205,8 +205,8 @@ def _divided_partials(node: Node):
     if not _is_partial_sum(partial) or math.prod(partial.shape) == 1 \
             or not partial.dtype.is_float:
         return None
-    scaled = b.elementwise(Op.DIV, partial, count)
-    return b.reshape(_reduce_all(Op.SUM, scaled), node.shape)
+    scaled = build.elementwise(Op.DIV, partial, count)
+    return build.reshape(_reduce_all(Op.SUM, scaled), node.shape)
 
 
 def _split(node: Node, strides: dict):

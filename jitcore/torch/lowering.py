@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 import jitcore as jc
-from jitcore.ir import build as b
+from jitcore.ir import build
 from jitcore.ir.errors import ShapeError
 from jitcore.ir.sizes import Size, shape_text
 from jitcore.tracer import Tracer, wrap
@@ -260,7 +260,7 @@ def _full_like(out, x, fill_value, **kw):
 def full(out, value):
     """A tensor of torch's result shape and dtype filled with `value` (a broadcast scalar)."""
     dtype = np_dtype(out)
-    return jc.broadcast_to(wrap(b.const(value, dtype)), shape_of(out))
+    return jc.broadcast_to(wrap(build.const(value, dtype)), shape_of(out))
 
 
 LOWERINGS[aten.zeros_like.default] = Lowering(lambda out, x, **kw: full(out, 0))

@@ -14,7 +14,7 @@ import torch
 import torch.fx
 
 from jitcore.api import JitFunction, _checked
-from jitcore.ir import build as b
+from jitcore.ir import build
 from jitcore.ir.errors import JitcoreError, TraceError
 from jitcore.ir.graph import Graph as IRGraph
 from jitcore.ir.sizes import Size, SizeValueNeeded
@@ -78,10 +78,10 @@ class Part(JitFunction):
     def _trace(self, sigs: list, names: list, weak=None) -> IRGraph:
         """The fx graph, node by node through the lowering table (a size or a number torch
         computed, passed to the part as a Python scalar, is a weak run-time scalar)."""
-        inputs = [b.input_node(n, shape, dtype) for n, (shape, dtype, _) in zip(names, sigs)]
+        inputs = [build.input_node(n, shape, dtype) for n, (shape, dtype, _) in zip(names, sigs)]
         env = {fx: Tracer(i, w) for fx, i, w in zip(self._fx_inputs, inputs,
                                                     weak or [None] * len(inputs))}
-        env.update({fx: Tracer(b.const_array(c)) for fx, c in self._fx_const_nodes.items()})
+        env.update({fx: Tracer(build.const_array(c)) for fx, c in self._fx_const_nodes.items()})
         bindings = {}                  # an export with dynamic dims: its symbols' extents here
         for fx, i in zip(self._fx_inputs, inputs):
             if isinstance(fx.meta.get("val"), torch.Tensor):
