@@ -25,7 +25,8 @@ from jitcore.runtime.settings import validate_count
 from . import foreign, log, pickling
 from .arguments import (Identity, input_names, name_of, positional_names, static_spec,
                         takes_varargs)
-from .callpath import MISMATCH, SCALAR_TYPES, CallPlan, ScalarArgs
+from .callchoice import choose_out_path, choose_path
+from .callpath import MISMATCH, SCALAR_TYPES, CallPlan, ScalarArgs, output_specs
 from .compiler import compile_graph
 from .dispatch import Dispatch, foreign_path, lookup_paths, plan_key
 from .lru import LRU
@@ -491,11 +492,13 @@ class JitFunction:
         return target._compiled(args).asm()
 
     def explain(self, *args, **kwargs) -> str:
-        """A report: graph, kernels, vectorization decisions, bytes, flops and compile time."""
+        """A report: graph, kernels, vectorization decisions, bytes, flops, the call path a
+        call with these arguments takes and why (jitcore/callchoice.py), and compile time."""
         from .explain import explain
         target, args = self._inspected(args, kwargs)
         compiled, _, extents = target._compiled_with_scalars(args)
-        report = explain(compiled, extents)
+        paths = choose_path(compiled, output_specs(compiled, extents)), choose_out_path(compiled)
+        report = explain(compiled, extents, paths)
         return report if not target.dynamic else target._shapes_line(args) + "\n" + report
 
     def _shapes_line(self, args: tuple) -> str:

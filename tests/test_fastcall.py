@@ -13,7 +13,8 @@ import pytest
 import jitcore as jc
 from helpers import ALL_DTYPES, F32, F64, I32, assert_close, f64, make, rng_for
 from jitcore import ops
-from jitcore.callpath import MISMATCH, NATIVE_EMPTY_OK
+from jitcore.callchoice import NATIVE_EMPTY_OK
+from jitcore.callpath import MISMATCH
 
 pytestmark = pytest.mark.skipif(not NATIVE_EMPTY_OK, reason="no native fast call here")
 

@@ -18,7 +18,8 @@ import pytest
 
 import jitcore as jc
 from helpers import ALL_DTYPES, BOOL, F32, F64, I32, assert_close, make, rng_for
-from jitcore.callpath import MISMATCH, NATIVE_EMPTY_OK, NATIVE_LAYOUT_OK
+from jitcore.callchoice import NATIVE_EMPTY_OK, NATIVE_LAYOUT_OK
+from jitcore.callpath import MISMATCH
 from jitcore.llvm import engine
 from jitcore.llvm.entry import FASTCALL_MAX_INPUTS, OK, SIGNATURE_MISMATCH
 from jitcore.targetinfo import select_target
