@@ -150,7 +150,6 @@ class JitFunction:
         if constants:                 # travel as bound now, not as the caller's arrays become
             self._options["constants"] = {n: c.array for n, c in self._constants.items()}
         # arguments that are Python values baked into the trace (part of the cache key)
-        self._static_argnums, self._static_argnames = static_argnums, static_argnames
         self._static_positions, self._static_keywords = static_spec(
             fn, [n for n in self._params if n not in self._constants], static_argnums,
             static_argnames)
