@@ -4,7 +4,7 @@ from __future__ import annotations
 
 def explain(compiled, extents: tuple = (), paths: tuple = ()) -> str:
     """`extents`: a call's run-time extents (jc.jit(dynamic=True)): bytes and flops are
-    counted at its sizes. `paths`: the call paths (jitcore/callchoice.py CallPathChoice) a
+    counted at its sizes. `paths`: the call paths (jitcore/call/choice.py CallPathChoice) a
     call with these arguments takes, without and with `out=`."""
     vec, total = compiled.coverage()
     t = compiled.seconds

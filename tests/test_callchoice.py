@@ -1,4 +1,4 @@
-"""The call path chooser (jitcore/callchoice.py): which of the three paths a call takes, that
+"""The call path chooser (jitcore/call/choice.py): which of the three paths a call takes, that
 plans build what it names, that explain() says it, and that a wrong CPython/numpy struct
 offset refuses the native code (every call still right, through the Python slow path)
 instead of crashing."""
@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 import jitcore as jc
-from jitcore import callchoice
-from jitcore.callchoice import ENTRY, NATIVE, SLOW
+from jitcore.call import choice as callchoice
+from jitcore.call.choice import ENTRY, NATIVE, SLOW
 from jitcore.llvm import entry as abi
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -145,7 +145,7 @@ def test_a_wrong_offset_before_the_check_is_refused_and_never_crashes(tmp_path):
         sys.meta_path.insert(0, WrongOffset())
         sys.path.insert(0, {str(ROOT)!r})
         sys.path.insert(0, {str(Path(__file__).parent)!r})
-        import jitcore.callchoice as callchoice
+        import jitcore.call.choice as callchoice
         assert not callchoice.NATIVE_LAYOUT_OK
         import test_callchoice
         test_callchoice._every_path_still_right()

@@ -8,7 +8,7 @@ import jitcore as jc
 from jitcore.compiler import STAGES
 from jitcore.passes.kernel_key import kernel_key
 from jitcore.passes.pipeline import run_pipeline
-from jitcore.signature import signature_of
+from jitcore.call.signature import signature_of
 from jitcore.targetinfo import select_target
 
 RNG = np.random.default_rng(7)

@@ -1,4 +1,4 @@
-"""The one source fingerprint (jitcore/fingerprint.py) that every disk cache layer is keyed by:
+"""The one source fingerprint (jitcore/cache/fingerprint.py) that every disk cache layer is keyed by:
 a change to the sources a layer's entries depend on gives that layer new keys, and only the
 layers that depend on them."""
 from __future__ import annotations
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from jitcore import diskcache
-from jitcore import fingerprint as fp
+from jitcore.cache import disk as diskcache
+from jitcore.cache import fingerprint as fp
 from jitcore.targetinfo import select_target
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,7 +69,7 @@ def test_versions_and_target_are_in_every_key(monkeypatch):
 
 def test_the_scopes_cover_the_sources():
     names = {name for name, _ in fp._source_files(fp.DRIVER)}
-    assert {"jitcore.compiler", "jitcore.diskcache", "engine.py", "codegen.py"} <= names
+    assert {"jitcore.compiler", "jitcore.cache.disk", "engine.py", "codegen.py"} <= names
     assert len(fp._source_files(fp.BACKEND)) < len(fp._source_files(fp.DRIVER))
     assert [path for _, path in fp._source_files(fp.ENGINE)] == \
         [str(ROOT / "jitcore" / "llvm" / "engine.py")]

@@ -2,10 +2,10 @@
 
 An entry holds the object code that LLVM emitted for one module and the module's optimized
 IR (for `f.llvm_ir()`), keyed by a SHA-256 of the generated IR text and
-`fingerprint(ENGINE, target)` (jitcore/fingerprint.py: the target, the LLVM and llvmlite
+`fingerprint(ENGINE, target)` (fingerprint.py: the target, the LLVM and llvmlite
 versions, jitcore's version and the source of jitcore/llvm/engine.py, the optimizer
 settings). The generated IR already encodes the graph, its layouts and its block sizes, so
-equal keys mean equal code. jitcore/fingerprint.py lists every cache layer and its key.
+equal keys mean equal code. jitcore/cache/__init__.py lists every cache layer and its key.
 
 Two kinds of entries skip IR generation as well: a kernel's generated IR (`KernelIR`, by the
 kernel's structure) and a whole graph's manifest (`GraphEntry`, by everything its code depends
@@ -47,7 +47,7 @@ import zlib
 
 from jitcore.runtime.forksafe import renew_in_child
 
-from . import log
+from .. import log
 from .fingerprint import BACKEND, DRIVER, ENGINE, fingerprint, host_caches
 
 MAGIC = b"JITCORE-OBJ-1\n"
@@ -138,7 +138,7 @@ class KernelIR:
                        repr(host_caches()), fingerprint(BACKEND, self.target_key))
 
     def load(self, structure_key):
-        from .llvm.graph_module import KernelCode
+        from ..llvm.graph_module import KernelCode
         found = load(self._key(structure_key), self.target_key)
         if found is None:
             return None
@@ -207,9 +207,9 @@ class GraphEntry:
     (`parts`: the compile driver's key; plus `fingerprint(DRIVER, ...)`: the target, the
     LLVM, llvmlite and jitcore versions and the source of everything from the graph to the
     machine code: the backend, the optimizer settings and the compile driver). A hit links
-    the modules' stored objects without generating any IR; STATS counts `disk_graph_hits` (linked whole) and
-    `disk_graph_misses` (no manifest, or one of its modules is gone; a damaged manifest
-    counts as `disk_rejected`).
+    the modules' stored objects without generating any IR; STATS counts `disk_graph_hits`
+    (linked whole) and `disk_graph_misses` (no manifest, or one of its modules is gone; a
+    damaged manifest counts as `disk_rejected`).
     The manifest is an ordinary entry (checksummed, target-bound) whose object part is empty
     and whose text is JSON."""
 

@@ -14,7 +14,7 @@ A jitted function's call reaches its compiled graph by one of three paths:
     pointers when the entry cannot read them) to the graph's run function.
 
 `choose_path` decides for a plan's common call (arrays in, fresh outputs back) and
-`choose_out_path` for a call with `out=`; `jitcore.callpath.CallPlan` builds what they name
+`choose_out_path` for a call with `out=`; `jitcore.call.plan.CallPlan` builds what they name
 and `f.explain(...)` prints the choice. The rules, in order:
 
   1. the native entry and the fast call read CPython's tuple and numpy's array structs at
@@ -41,9 +41,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import log, output_cache
-from .compiler import CompiledGraph, python_api
-from .llvm import entry as abi
+from .. import log
+from ..cache import outputs as output_cache
+from ..compiler import CompiledGraph, python_api
+from ..llvm import entry as abi
 
 NATIVE, ENTRY, SLOW = "native fast call", "ctypes entry", "Python slow path"
 
@@ -127,7 +128,7 @@ LAYOUT_DIFFERS = ("this interpreter's tuple layout or numpy's array struct diffe
 # -- the rules --------------------------------------------------------------------------------
 def choose_path(compiled: CompiledGraph, out_specs: list) -> CallPathChoice:
     """The path of a plain call (no `out=`) of a plan: `out_specs`, its output buffers'
-    (shape, numpy dtype) at the plan's sizes (callpath.output_specs)."""
+    (shape, numpy dtype) at the plan's sizes (plan.output_specs)."""
     if not NATIVE_LAYOUT_OK:                                                      # rule 1
         return CallPathChoice(SLOW, LAYOUT_DIFFERS)
     layout = compiled.layout

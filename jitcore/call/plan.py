@@ -11,7 +11,7 @@ same way. Either way the Python side does no signature lookup at all while the s
 does not change.
 
 Which path a plan's calls take (native fast call, ctypes entry or the Python slow path) is
-decided in one place, jitcore/callchoice.py, whose rules this module follows: `CallPlan.path`
+decided in one place, jitcore/call/choice.py, whose rules this module follows: `CallPlan.path`
 and `CallPlan.out_path` hold its choices.
 """
 from __future__ import annotations
@@ -24,10 +24,10 @@ import numpy as np
 
 from jitcore.passes.symbolic import monomial
 
-from . import output_cache
-from .callchoice import ENTRY, NATIVE, SLOW, choose_out_path, choose_path
-from .compiler import CompiledGraph
-from .llvm import entry as abi
+from ..cache import outputs as output_cache
+from ..compiler import CompiledGraph
+from ..llvm import entry as abi
+from .choice import ENTRY, NATIVE, SLOW, choose_out_path, choose_path
 from .signature import check_out
 
 
@@ -178,7 +178,7 @@ class CallPlan:
         # gathers report a failed index check into a per-call int64[2] status array passed
         # after the outputs; the checks table turns it into the IndexError
         self.checks = list(layout.checks)
-        # the paths calls take (jitcore/callchoice.py): without `out=`, and with it
+        # the paths calls take (jitcore/call/choice.py): without `out=`, and with it
         self.path, self.out_path = choose_path(compiled, self.out_specs), choose_out_path(compiled)
         # (the slow path, where the native code may not read Python objects, has no entry)
         self.entry = None if self.path.name == SLOW else _entry_function(compiled, extents)
