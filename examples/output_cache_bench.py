@@ -16,7 +16,7 @@ import time
 import numpy as np
 
 import jitcore as jc
-from jitcore import output_cache
+from jitcore.cache import outputs as output_cache
 
 
 def chain(a, b, c):

@@ -40,7 +40,7 @@ from . import eager  # noqa: F401 -- ops on plain arrays run jitted
 from .futures import Future, fork, wait
 from .parallel import (get_num_interop_threads, get_num_threads, parallel_info,
                        set_num_interop_threads, set_num_threads)
-from .signature import Spec, spec
+from .call.signature import Spec, spec
 from .targetinfo import target_info
 from . import threadpool_control
 from .version import VERSION as __version__

@@ -22,15 +22,17 @@ from jitcore.passes.dynamic import NotDynamic
 from jitcore.runtime.forksafe import renew_in_child
 from jitcore.runtime.settings import validate_count
 
-from . import foreign, log, pickling
-from .arguments import (Identity, input_names, name_of, positional_names, static_spec,
-                        takes_varargs)
-from .callpath import MISMATCH, SCALAR_TYPES, CallPlan, ScalarArgs
+from . import log, pickling
+from .cache.lru import LRU
+from .call import foreign
+from .call.arguments import (Identity, input_names, name_of, positional_names, static_spec,
+                             takes_varargs)
+from .call.choice import choose_out_path, choose_path
+from .call.dispatch import Dispatch, foreign_path, lookup_paths, plan_key
+from .call.plan import MISMATCH, SCALAR_TYPES, CallPlan, ScalarArgs, output_specs
+from .call.shape_classes import class_key, shape_classes
+from .call.signature import describe, signature_of, to_array
 from .compiler import compile_graph
-from .dispatch import Dispatch, foreign_path, lookup_paths, plan_key
-from .lru import LRU
-from .shape_classes import class_key, shape_classes
-from .signature import describe, signature_of, to_array
 from .targetinfo import select_target
 from . import tensor_methods  # noqa: F401 -- gives Tracer its operators before any trace
 from .tracer import TRACE, Tracer, WeakScalar, node_of
@@ -149,7 +151,6 @@ class JitFunction:
         if constants:                 # travel as bound now, not as the caller's arrays become
             self._options["constants"] = {n: c.array for n, c in self._constants.items()}
         # arguments that are Python values baked into the trace (part of the cache key)
-        self._static_argnums, self._static_argnames = static_argnums, static_argnames
         self._static_positions, self._static_keywords = static_spec(
             fn, [n for n in self._params if n not in self._constants], static_argnums,
             static_argnames)
@@ -162,7 +163,7 @@ class JitFunction:
             validate_count(num_threads, "jit(num_threads=)")
         # constant matmul operands are packed into the GEMM's panel layout at compile time
         self.prepack_weights = prepack_weights
-        # dynamic=True: leading extents are run-time values (jitcore/shape_classes.py); shape
+        # dynamic=True: leading extents are run-time values (jitcore/call/shape_classes.py); shape
         # class -> _Dynamic (the compiled graph, or why the class is compiled per shape)
         self.dynamic = bool(dynamic)
         self._forget_plans()
@@ -177,7 +178,7 @@ class JitFunction:
         # so a function called with ever new shapes does not keep every compiled graph alive
         self._plans = LRU()
         # what a call tries first: the last plan's fast paths, or, while signatures change
-        # between calls, the lookup paths (jitcore/dispatch.py), rebuilt when a plan is added
+        # between calls, the lookup paths (jitcore/call/dispatch.py), rebuilt when a plan is added
         self._lookup = _no_plan_yet, _no_plan_yet
         self._dispatch = None
         self._fast, self._fast_out = self._lookup
@@ -390,7 +391,7 @@ class JitFunction:
     def _symbolic_axes(self, sigs: list):
         """Per argument, the axes that may be run-time extents, when this function knows
         them (a torch part: its export's symbolic dims); None: the leading and sequence axes
-        (jitcore/shape_classes.py)."""
+        (jitcore/call/shape_classes.py)."""
         return None
 
     def _compile_class(self, sc, names: list, weak: list) -> "_Dynamic":
@@ -491,11 +492,13 @@ class JitFunction:
         return target._compiled(args).asm()
 
     def explain(self, *args, **kwargs) -> str:
-        """A report: graph, kernels, vectorization decisions, bytes, flops and compile time."""
+        """A report: graph, kernels, vectorization decisions, bytes, flops, the call path a
+        call with these arguments takes and why (jitcore/call/choice.py), and compile time."""
         from .explain import explain
         target, args = self._inspected(args, kwargs)
         compiled, _, extents = target._compiled_with_scalars(args)
-        report = explain(compiled, extents)
+        paths = choose_path(compiled, output_specs(compiled, extents)), choose_out_path(compiled)
+        report = explain(compiled, extents, paths)
         return report if not target.dynamic else target._shapes_line(args) + "\n" + report
 
     def _shapes_line(self, args: tuple) -> str:
@@ -594,7 +597,7 @@ def jit(fn=None, *, vector_width=None, num_threads=None, prepack_weights=True,
     batch sizes or sequence lengths differ share one compiled graph; equal extents are one
     value (checked at each call); sizes 0 and 1 and the other axes are static. A graph that
     needs such an extent's value (a slice of it, a mean over it...) tries the batch alone,
-    else is compiled per shape, and explain() says why (jitcore/shape_classes.py).
+    else is compiled per shape, and explain() says why (jitcore/call/shape_classes.py).
 
     Works on functions, functools.partial objects, callable objects and methods
     (`@jc.jit` in a class body binds `self` as a static argument)."""

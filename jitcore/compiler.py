@@ -24,13 +24,16 @@ from jitcore.passes.legality import bytes_moved, flops
 from jitcore.passes.pipeline import run_pipeline
 from jitcore.passes.symbolic import at_sizes
 
-from . import config, diskcache, log, output_cache
+from . import config, log
+from .cache import disk as diskcache
+from .cache import outputs as output_cache
+from .cache.fingerprint import host_caches
+from .cache.lru import LRU
 from .llvm import conv, engine, gemm, graph_module
 from .llvm import entry as abi
 from .llvm.entry import NDARRAY_TYPE_SYMBOL
 from .llvm.graph_module import build_module
 from .llvm.target import Target
-from .lru import LRU
 from .version import VERSION
 from jitcore.runtime import PARALLEL_FOR, TASK_SPAWN, TASK_WAIT
 from jitcore.runtime.forksafe import renew_in_child
@@ -490,10 +493,10 @@ def _code_key(key: tuple, threads: int, dynamic: bool) -> tuple:
     target, threads, prepacking, version), plus what the passes and code generation read
     besides: the threads a plan splits work for, run-time extents, the host's cache sizes
     (GEMM and conv blocking). The disk entry adds the sources and versions of the code
-    between (diskcache.GraphEntry). A new setting that changes the generated code (or the
-    optimizer's output) must join this key, or a warm start would link code built under the
-    old setting."""
-    return key + (gemm.plan_threads(threads), dynamic, diskcache.host_caches())
+    between (diskcache.GraphEntry, jitcore/cache/fingerprint.py). A new setting that changes
+    the generated code (or the optimizer's output) must join this key, or a warm start would
+    link code built under the old setting."""
+    return key + (gemm.plan_threads(threads), dynamic, host_caches())
 
 
 def _link_whole_graph(whole, manifest, target: Target):

@@ -15,7 +15,7 @@ JITCORE_STREAM_STORES  bytes: elementwise kernels writing at least this much con
                        output use non-temporal stores; 0: never (default: from the cache
                        sizes, see jitcore/llvm/target.py)
 JITCORE_OUTPUT_CACHE_MB  megabytes of freed large output buffers kept for reuse (default 256;
-                       0: off; see output_cache.py)
+                       0: off; see cache/outputs.py)
 
 A value that is not valid warns (RuntimeWarning) and the default is used: a bad setting
 never stops `import jitcore`. JITCORE_TARGET is the exception: code for

@@ -16,7 +16,7 @@ from jitcore.runtime.forksafe import renew_in_child
 
 from . import ops
 from .api import jit
-from .lru import LRU
+from .cache.lru import LRU
 
 _CACHE = LRU()                         # key -> the jitted op
 _LOCK = threading.Lock()

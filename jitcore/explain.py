@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 
-def explain(compiled, extents: tuple = ()) -> str:
+def explain(compiled, extents: tuple = (), paths: tuple = ()) -> str:
     """`extents`: a call's run-time extents (jc.jit(dynamic=True)): bytes and flops are
-    counted at its sizes."""
+    counted at its sizes. `paths`: the call paths (jitcore/call/choice.py CallPathChoice) a
+    call with these arguments takes, without and with `out=`."""
     vec, total = compiled.coverage()
     t = compiled.seconds
     lines = [compiled.graph.text(), "",
@@ -21,6 +22,8 @@ def explain(compiled, extents: tuple = ()) -> str:
     if compiled.prepacked_bytes:
         lines.append(f"weights: {compiled.prepacked_bytes} bytes of constant GEMM/conv weights "
                      f"prepacked into panels at compile time (extra memory)")
+    for label, path in zip(("call path", "call path with out="), paths):
+        lines.append(f"{label}: {path}")
     lines.append(compile_line(t, getattr(compiled, "source", None)))
     return "\n".join(lines)
 

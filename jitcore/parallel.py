@@ -29,7 +29,7 @@ class _PoolLibrary:
     """The runtime's JIT library; never freed (worker threads run its code until exit)."""
 
     def __init__(self):
-        from . import diskcache
+        from .cache import disk as diskcache
         from .targetinfo import select_target
         from .llvm import engine
         target = select_target()

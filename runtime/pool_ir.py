@@ -28,7 +28,7 @@ import platform
 
 from llvmlite import ir
 
-I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
+I32, I64 = ir.IntType(32), ir.IntType(64)
 I8P = ir.IntType(8).as_pointer()
 KERNEL_PTR = ir.FunctionType(ir.VoidType(), [I64, I64, I8P.as_pointer()]).as_pointer()
 

@@ -24,8 +24,6 @@ QUEUE_SLOTS = 64
 TASK_FN = ir.FunctionType(ir.VoidType(), [I8P.as_pointer()]).as_pointer()
 # task record: { i32 done, i32 slot, task fn, bufs }
 TASK = ir.LiteralStructType([I32, I32, TASK_FN, I8P.as_pointer()])
-TASK_EXPORTS = ("jc_task_spawn", "jc_task_wait", "jc_set_interop_threads", "jc_task_workers",
-                "jc_tasks_inflight")
 
 
 class _Tasks:

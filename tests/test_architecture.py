@@ -26,19 +26,18 @@ PACKAGES = {"jitcore": "jitcore", "ir": "jitcore.ir", "passes": "jitcore.passes"
 
 # The front of jitcore/, bottom up. `jitcore` is the package's __init__ (the public names).
 FRONT_LAYERS = [
-    ("settings, version, caches of Python objects",
-     {"jitcore.version", "jitcore.config", "jitcore.lru", "jitcore.source_layout",
-      "jitcore.log"}),
+    ("settings, version, log, caches",
+     {"jitcore.version", "jitcore.config", "jitcore.source_layout", "jitcore.log",
+      "jitcore.cache"}),
     ("target selection", {"jitcore.targetinfo"}),
     ("tracing and the op namespace",
      {"jitcore.tracer", "jitcore.indexing", "jitcore.ops", "jitcore.join_ops",
       "jitcore.math_ops", "jitcore.pool_ops", "jitcore.conv_ops", "jitcore.numpy_compat",
       "jitcore.tensor_methods"}),
     ("compile driver, caches and the thread pools",
-     {"jitcore.explain", "jitcore.dump", "jitcore.diskcache", "jitcore.parallel",
-      "jitcore.compiler", "jitcore.threadpool_control", "jitcore.output_cache"}),
-    ("call path", {"jitcore.signature", "jitcore.callpath", "jitcore.dispatch",
-                   "jitcore.foreign", "jitcore.arguments", "jitcore.shape_classes"}),
+     {"jitcore.explain", "jitcore.dump", "jitcore.parallel", "jitcore.compiler",
+      "jitcore.threadpool_control"}),
+    ("call path", {"jitcore.call"}),
     ("public API", {"jitcore.api", "jitcore.futures", "jitcore.eager", "jitcore.pickling",
                     "jitcore"}),
     ("PyTorch front (optional: `import jitcore` never imports it)", {"jitcore.torch"}),
@@ -222,3 +221,60 @@ def test_errors_show_their_public_path():
         jc.reshape(np.ones(4), (3,))
     shown = traceback.format_exception_only(info.type, info.value)[-1]
     assert shown.startswith("jitcore.ShapeError: reshape"), shown
+
+
+# -- the call path is chosen in one place (issue 28) -------------------------------------------
+# jitcore/call/choice.py decides which path a call takes (native fast call, ctypes entry,
+# Python slow path) from the import-time interpreter checks and the fast call's limits; no
+# other front module reads them, so the rules stay in one readable place. (The backend,
+# jitcore/llvm/, defines the limits and applies them when it emits the fast call.)
+CHOOSER = "jitcore.call.choice"
+PATH_DECIDING_NAMES = {"NATIVE_LAYOUT_OK", "NATIVE_EMPTY_OK", "FASTCALL_MAX_INPUTS",
+                       "fastcall_eligible"}
+
+
+def path_deciding_reads(source: str) -> list:
+    """(line, name) of each use of a PATH_DECIDING_NAMES name in a module's source (a name,
+    an attribute or an imported name)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Name):
+            name = node.id
+        elif isinstance(node, ast.Attribute):
+            name = node.attr
+        elif isinstance(node, ast.ImportFrom):
+            found += [(node.lineno, a.name) for a in node.names if a.name in PATH_DECIDING_NAMES]
+            continue
+        else:
+            continue
+        if name in PATH_DECIDING_NAMES:
+            found.append((node.lineno, name))
+    return found
+
+
+def path_decision_violations(sources: dict) -> list:
+    """Messages for front modules other than the chooser that read what decides the path."""
+    return [f"{module} reads {name} (line {line}): the call path is decided in {CHOOSER} "
+            f"only (choose_path / choose_out_path)"
+            for module, source in sorted(sources.items())
+            if package_of(module) == "front" and module != CHOOSER
+            for line, name in path_deciding_reads(source)]
+
+
+def test_the_call_path_is_decided_in_one_place():
+    sources = {m: p.read_text() for m, p in module_files().items()}
+    assert CHOOSER in sources
+    bad = path_decision_violations(sources)
+    assert not bad, "\n".join(bad)
+
+
+def test_the_path_rule_catches_a_planted_decision():
+    planted = {"jitcore.api": "from .call.choice import NATIVE_LAYOUT_OK\n"
+                              "fast = NATIVE_LAYOUT_OK\n",
+               "jitcore.call.dispatch": "from . import choice\n"
+                                        "ok = choice.NATIVE_EMPTY_OK\n",
+               CHOOSER: "NATIVE_LAYOUT_OK = True\n",
+               "jitcore.llvm.entry": "FASTCALL_MAX_INPUTS = 8\n"}
+    bad = path_decision_violations(planted)
+    assert len(bad) == 3 and all(f"decided in {CHOOSER}" in b for b in bad), bad
+    assert {b.split()[0] for b in bad} == {"jitcore.api", "jitcore.call.dispatch"}

@@ -1,5 +1,5 @@
 """The on-disk cache of compiled code: a warm start skips LLVM, entries are private,
-checksummed and target-bound, and a damaged entry is rebuilt (jitcore/diskcache.py)."""
+checksummed and target-bound, and a damaged entry is rebuilt (jitcore/cache/disk.py)."""
 from __future__ import annotations
 
 import json
@@ -186,7 +186,7 @@ def test_a_directory_others_can_write_is_not_used(tmp_path):
 
 
 def test_entries_hold_no_pickles():
-    source = (Path(REPO) / "jitcore" / "diskcache.py").read_text()
+    source = (Path(REPO) / "jitcore" / "cache" / "disk.py").read_text()
     assert "pickle" not in source.replace("nothing is unpickled", "")
 
 

@@ -15,9 +15,10 @@ import numpy as np
 import pytest
 
 import jitcore as jc
-from jitcore import compiler, config, diskcache
+from jitcore import compiler, config
+from jitcore.cache import disk as diskcache
 from jitcore.llvm import engine, graph_module
-from jitcore.lru import LRU
+from jitcore.cache.lru import LRU
 
 from helpers import assert_close, erf64, f64, layer_norm_ref, reduction_tol, ref_conv2d, softmax_ref
 

@@ -1,6 +1,6 @@
 """Alternating signatures on one jitted function: every call right, whichever signature came
 before it, from one thread or several; no compile after warm-up; the lookup that finds a
-known signature's plan (jitcore/dispatch.py) tells every pair of known signatures apart and
+known signature's plan (jitcore/call/dispatch.py) tells every pair of known signatures apart and
 only proposes: arguments that need normalizing still go through the slow path."""
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 
 import jitcore as jc
 from helpers import ALL_DTYPES, F32, F64, I32, assert_close, f64, make, rng_for
-from jitcore.dispatch import Dispatch, plan_key
+from jitcore.call.dispatch import Dispatch, plan_key
 
 
 def _affine(a, b, c):

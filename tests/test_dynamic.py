@@ -770,10 +770,10 @@ def test_the_native_fast_call_serves_every_batch_size_of_a_dynamic_plan():
         got = plan.fast((a, a))
         assert got.shape == (rows, 7) and got.dtype == np.float32
         np.testing.assert_allclose(got, a.astype(np.float64) ** 2 + 1, rtol=1e-6)
-    from jitcore.callpath import MISMATCH
+    from jitcore.call.plan import MISMATCH
     assert plan.fast((x[:1], x[:1])) is MISMATCH            # size 1 compiles on its own
     # outputs from the output cache's size on go to the Python path (which takes them there)
-    from jitcore import output_cache
+    from jitcore.cache import outputs as output_cache
     from jitcore.llvm.entry import LARGE_OUTPUT_BYTES
     assert LARGE_OUTPUT_BYTES == output_cache.MIN_BYTES
     big = np.ones((output_cache.MIN_BYTES // 28 + 1, 7), np.float32)

@@ -1,4 +1,4 @@
-"""The native fast call (llvm/entry.py emit_fastcall, callpath.native_fast_call): a builtin
+"""The native fast call (llvm/entry.py emit_fastcall, call/plan.py native_fast_call): a builtin
 that checks the input tuple, allocates the output with numpy and runs the graph. Every call
 right under changing dtypes, shapes, strides, arities and out=, constants and Python scalars
 included; whatever it refuses goes to the slow path; no reference leaks."""
@@ -13,7 +13,8 @@ import pytest
 import jitcore as jc
 from helpers import ALL_DTYPES, F32, F64, I32, assert_close, f64, make, rng_for
 from jitcore import ops
-from jitcore.callpath import MISMATCH, NATIVE_EMPTY_OK
+from jitcore.call.choice import NATIVE_EMPTY_OK
+from jitcore.call.plan import MISMATCH
 
 pytestmark = pytest.mark.skipif(not NATIVE_EMPTY_OK, reason="no native fast call here")
 

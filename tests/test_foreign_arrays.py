@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 import jitcore as jc
-from jitcore import foreign
-from jitcore.signature import to_array
+from jitcore.call import foreign
+from jitcore.call.signature import to_array
 
 torch = pytest.importorskip("torch")
 

@@ -18,7 +18,8 @@ import pytest
 
 import jitcore as jc
 from helpers import ALL_DTYPES, BOOL, F32, F64, I32, assert_close, make, rng_for
-from jitcore.callpath import MISMATCH, NATIVE_EMPTY_OK, NATIVE_LAYOUT_OK
+from jitcore.call.choice import NATIVE_EMPTY_OK, NATIVE_LAYOUT_OK
+from jitcore.call.plan import MISMATCH
 from jitcore.llvm import engine
 from jitcore.llvm.entry import FASTCALL_MAX_INPUTS, OK, SIGNATURE_MISMATCH
 from jitcore.targetinfo import select_target
@@ -96,7 +97,7 @@ def test_each_module_is_compiled_at_the_level_it_declares(monkeypatch):
 
 
 def test_the_disk_cache_key_tells_the_pipelines_apart():
-    from jitcore import diskcache
+    from jitcore.cache import disk as diskcache
     target = select_target()
     text = "define void @f() {\n  ret void\n}\n"
     keys = {diskcache.key(t, target.key(), ["f"])

@@ -11,7 +11,7 @@ import pytest
 import jitcore as jc
 from jitcore import compiler
 from jitcore.llvm import engine, graph_module
-from jitcore.lru import LRU
+from jitcore.cache.lru import LRU
 
 
 @pytest.fixture

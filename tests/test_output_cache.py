@@ -1,4 +1,4 @@
-"""The output buffer cache (jitcore/output_cache.py): large fresh outputs reuse the blocks of
+"""The output buffer cache (jitcore/cache/outputs.py): large fresh outputs reuse the blocks of
 outputs the user has freed, never memory an array or a view still refers to; bounded by
 JITCORE_OUTPUT_CACHE_MB; safe with threads and fork."""
 from __future__ import annotations
@@ -12,8 +12,9 @@ import pytest
 
 import jitcore as jc
 from helpers import F32, F64, I32, assert_close, f64, make, rng_for
-from jitcore import config, output_cache
-from jitcore.output_cache import MIN_BYTES, OutputCache
+from jitcore import config
+from jitcore.cache import outputs as output_cache
+from jitcore.cache.outputs import MIN_BYTES, OutputCache
 
 LARGE = MIN_BYTES // 4               # float32 elements of the smallest cached output
 

@@ -12,7 +12,7 @@ from jitcore.ir import build as b
 from jitcore.ir import dtypes as dt
 from jitcore.ir.graph import Graph
 from jitcore.bench import sinkhorn
-from jitcore.signature import signature_of
+from jitcore.call.signature import signature_of
 from jitcore.passes import run_pipeline
 from jitcore.passes.kernel import MAX_FUSED_OPS
 from jitcore.passes.memory_plan import live_ranges, plan_temps

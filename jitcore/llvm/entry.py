@@ -1,7 +1,7 @@
 """The native entry of a compiled graph: `i32 <graph>_entry(PyTupleObject* arrays)`.
 
 It lets Python make one call with a tuple of arrays: it reads `ob_item[i]` of the tuple and the
-`data` field of each ndarray at the offsets below, which `jitcore.callpath` checks at import.
+`data` field of each ndarray at the offsets below, which `jitcore.call.choice` checks at import.
 It first checks that every input is an ndarray of the compiled shape, strides and dtype (and
 every output writeable and apart from the inputs), so Python's fast path needs no signature
 lookup of its own. Return codes: OK, OUT_OF_MEMORY (from run), SIGNATURE_MISMATCH. The input
@@ -22,7 +22,7 @@ from jitcore.passes.symbolic import monomial, symbol_of
 
 from . import irutil as u
 
-# CPython and numpy struct offsets (64-bit); jitcore.callpath verifies them at import
+# CPython and numpy struct offsets (64-bit); jitcore.call.choice verifies them at import
 OB_TYPE_OFFSET = 8          # offsetof(PyObject, ob_type)
 TUPLE_SIZE_OFFSET = 16      # offsetof(PyVarObject, ob_size)
 TUPLE_ITEMS_OFFSET = 24     # offsetof(PyTupleObject, ob_item)
@@ -267,7 +267,7 @@ NP_EMPTY = "jitcore_np_empty"              # numpy's PyArray_Empty(nd, dims, des
 NP_API_EMPTY = 184                         # its index in numpy's C-API table (_ARRAY_API)
 TUPLE_TYPE_SYMBOL = "jitcore_tuple_type"   # &PyTuple_Type
 GIL_RELEASE_BYTES = 1 << 18                # calls that move more than this release the GIL
-# the fast call's `self` tuple (built by jitcore.callpath): what it returns on a signature
+# the fast call's `self` tuple (built by jitcore.call.plan): what it returns on a signature
 # mismatch, on a failed temporary allocation, the output's dtype (PyArray_Descr), then the
 # constant arrays, then anything the function object must keep alive
 FAST_SELF_MISMATCH, FAST_SELF_OOM, FAST_SELF_DESCR, FAST_SELF_CONSTS = 0, 1, 2, 3
@@ -277,7 +277,7 @@ FAST_SELF_MISMATCH, FAST_SELF_OOM, FAST_SELF_DESCR, FAST_SELF_CONSTS = 0, 1, 2, 
 # array inputs (a 12-layer MLP with weights as arguments: 25) that cost ~40% more LLVM time
 # at compile, while its gain (~1 us per call) only matters for cheap calls of a few arrays
 FASTCALL_MAX_INPUTS = 8
-# outputs from this size on come from the output buffer cache (jitcore/output_cache.py says
+# outputs from this size on come from the output buffer cache (jitcore/cache/outputs.py says
 # why 32 MB), so a dynamic graph's fast call, which serves every batch size, leaves them to
 # the Python path
 LARGE_OUTPUT_BYTES = 32 << 20

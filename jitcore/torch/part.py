@@ -49,7 +49,6 @@ class Part(JitFunction):
         fn.__name__ = name
         super().__init__(fn, dynamic=dynamic)
         self._fx = graph
-        self._fx_constants = constants
         placeholders = [n for n in graph.nodes if n.op == "placeholder"]
         self._fx_inputs = [n for k, n in enumerate(placeholders) if k not in constants]
         self._fx_const_nodes = {placeholders[k]: c for k, c in constants.items()}

@@ -23,8 +23,8 @@ from collections import OrderedDict
 
 import numpy as np
 
-from . import config
-from .llvm.entry import LARGE_OUTPUT_BYTES
+from .. import config
+from ..llvm.entry import LARGE_OUTPUT_BYTES
 
 # Smaller outputs keep numpy's allocator: glibc's malloc serves a block freed earlier from its
 # heap without new faults up to its dynamic mmap threshold's ceiling (32 MB on 64-bit), and

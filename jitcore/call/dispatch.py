@@ -18,7 +18,7 @@ from __future__ import annotations
 import operator
 import weakref
 
-from .callpath import MISMATCH, SCALAR_TYPES, scalar_marker
+from .plan import MISMATCH, SCALAR_TYPES, scalar_marker
 
 _LAYOUT = operator.attrgetter("shape", "strides", "dtype")
 _POSITION = {"shape": 0, "strides": 1, "dtype": 2}     # in _LAYOUT's triple

@@ -10,9 +10,9 @@ the call and the kernels. Other graphs get a closure that allocates the outputs 
 same way. Either way the Python side does no signature lookup at all while the signature
 does not change.
 
-That relies on CPython's tuple layout and numpy's array struct; `NATIVE_LAYOUT_OK` checks
-every offset the entry uses at import. When it fails (another interpreter or numpy ABI),
-each call goes through the slow path, which passes raw data pointers to `run` instead.
+Which path a plan's calls take (native fast call, ctypes entry or the Python slow path) is
+decided in one place, jitcore/call/choice.py, whose rules this module follows: `CallPlan.path`
+and `CallPlan.out_path` hold its choices.
 """
 from __future__ import annotations
 
@@ -24,9 +24,10 @@ import numpy as np
 
 from jitcore.passes.symbolic import monomial
 
-from . import log, output_cache
-from .compiler import CompiledGraph, python_api
-from .llvm import entry as abi
+from ..cache import outputs as output_cache
+from ..compiler import CompiledGraph
+from ..llvm import entry as abi
+from .choice import ENTRY, NATIVE, SLOW, choose_out_path, choose_path
 from .signature import check_out
 
 
@@ -36,63 +37,6 @@ class _Mismatch:
 
 MISMATCH = _Mismatch()
 GIL_RELEASE_BYTES = abi.GIL_RELEASE_BYTES      # calls that move more than this release the GIL
-
-
-def _peek(addr: int, ctype=ctypes.c_void_p):
-    return ctype.from_address(addr).value
-
-
-def _native_layout_ok() -> bool:
-    a = np.zeros((3, 5), np.float32)[:, ::2]
-    t = (a, a)
-    descr = id(a.dtype)
-    try:
-        return (_peek(id(t) + abi.TUPLE_ITEMS_OFFSET) == id(a)
-                and _peek(id(t) + abi.TUPLE_SIZE_OFFSET, ctypes.c_ssize_t) == 2
-                and _peek(id(a) + abi.OB_TYPE_OFFSET) == id(np.ndarray)
-                and _peek(id(a) + abi.ARRAY_DATA_OFFSET) == a.ctypes.data
-                and _peek(id(a) + abi.ARRAY_ND_OFFSET, ctypes.c_int) == 2
-                and _peek(_peek(id(a) + abi.ARRAY_DIMS_OFFSET) + 8, ctypes.c_int64) == 3
-                and _peek(_peek(id(a) + abi.ARRAY_STRIDES_OFFSET) + 8, ctypes.c_int64) == 8
-                and _peek(id(a) + abi.ARRAY_DESCR_OFFSET) == descr
-                and _peek(descr + abi.DESCR_TYPE_NUM_OFFSET, ctypes.c_int) == a.dtype.num
-                and _peek(descr + abi.DESCR_BYTEORDER_OFFSET, ctypes.c_char) == b"="
-                and _flags_ok())
-    except (ValueError, OSError):
-        return False
-
-
-def _flags_ok() -> bool:
-    a = np.zeros(2)
-    writeable = _peek(id(a) + abi.ARRAY_FLAGS_OFFSET, ctypes.c_int) & abi.NPY_ARRAY_WRITEABLE
-    a.flags.writeable = False
-    readonly = _peek(id(a) + abi.ARRAY_FLAGS_OFFSET, ctypes.c_int) & abi.NPY_ARRAY_WRITEABLE
-    return bool(writeable) and not readonly
-
-
-def _native_empty_ok() -> bool:
-    """Whether the numpy C-API slot the fast call allocates with is PyArray_Empty: called
-    once through ctypes, it must make a (2, 3) float32 array."""
-    try:
-        empty = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_int, ctypes.POINTER(ctypes.c_int64),
-                                  ctypes.py_object, ctypes.c_int)(
-            python_api()[abi.NP_EMPTY])
-        descr = np.dtype(np.float32)
-        ctypes.pythonapi.Py_IncRef(ctypes.py_object(descr))      # PyArray_Empty steals one
-        a = empty(2, (ctypes.c_int64 * 2)(2, 3), descr, 0)
-        return type(a) is np.ndarray and a.shape == (2, 3) and a.dtype == descr
-    except Exception:
-        return False
-
-
-NATIVE_LAYOUT_OK = _native_layout_ok()
-NATIVE_EMPTY_OK = NATIVE_LAYOUT_OK and _native_empty_ok()
-if NATIVE_LAYOUT_OK and not NATIVE_EMPTY_OK:
-    log.warning("numpy's C-API table does not have PyArray_Empty where the native fast call "
-                "expects it: calls go through the native entry instead")
-if not NATIVE_LAYOUT_OK:
-    log.warning("this interpreter's tuple or numpy's array layout is not the one the native "
-                "entry reads: every call takes the slower checked path")
 
 
 def _entry_function(compiled: CompiledGraph, extents: tuple = ()):
@@ -196,6 +140,11 @@ def scalar_array(value, pytype: type) -> np.ndarray:
                             "the argument static)") from None
 
 
+def output_specs(compiled: CompiledGraph, extents: tuple = ()) -> list:
+    """(shape, numpy dtype) of each output buffer of a graph, at run-time extents' values."""
+    return [(concrete_shape(shape, extents), dtype.np) for shape, dtype in compiled.layout.outputs]
+
+
 def concrete_shape(shape: tuple, extents: tuple) -> tuple:
     """A shape with each run-time extent's placeholder (c times a product of them: c times
     the product of their values) replaced by its value."""
@@ -218,8 +167,7 @@ class CallPlan:
         self.extents = (ctypes.c_int64 * max(len(extents), 1))(*extents)
         layout = compiled.layout          # what the call reads of the lowered graph
         self.consts = layout.consts
-        self.out_specs = [(concrete_shape(shape, extents), dtype.np)
-                          for shape, dtype in layout.outputs]
+        self.out_specs = output_specs(compiled, extents)
         self.out_index = list(layout.out_index)               # graph output -> buffer
         # one buffer per output position: outputs are distinct arrays, never one twice
         assert sorted(self.out_index) == list(range(len(layout.outputs)))
@@ -230,10 +178,12 @@ class CallPlan:
         # gathers report a failed index check into a per-call int64[2] status array passed
         # after the outputs; the checks table turns it into the IndexError
         self.checks = list(layout.checks)
-        self.entry = _entry_function(compiled, extents) if NATIVE_LAYOUT_OK else None
-        self.fast = self._make_fast() if NATIVE_LAYOUT_OK else (lambda args: MISMATCH)
-        self.fast_out = self._make_fast_out() if NATIVE_LAYOUT_OK else \
-            (lambda args, out: MISMATCH)
+        # the paths calls take (jitcore/call/choice.py): without `out=`, and with it
+        self.path, self.out_path = choose_path(compiled, self.out_specs), choose_out_path(compiled)
+        # (the slow path, where the native code may not read Python objects, has no entry)
+        self.entry = None if self.path.name == SLOW else _entry_function(compiled, extents)
+        self.fast = self._make_fast()
+        self.fast_out = self._make_fast_out()
         if scalars is not None:
             self.fast, self.fast_out = self._with_scalars(self.fast, self.fast_out)
         # a jitted function keeps calling its last fast path after the plan itself may have
@@ -267,13 +217,16 @@ class CallPlan:
         return self.scalars.convert(args) if self.scalars is not None else args
 
     def _make_fast(self):
-        """The common call, arrays in, fresh outputs back: the native fast call where the
-        graph has one and its output is small, else a closure around the entry."""
+        """The common call, arrays in, fresh outputs back, on the path `self.path` names:
+        the native fast call, a closure around the entry, or none (every call MISMATCHes
+        into the slow path)."""
         entry, consts, specs, index = self.entry, self.consts, self.out_specs, self.out_index
         status, alloc = self._status, self._allocate
-        cached = any(output_cache.enabled_for(_nbytes(s, d)) for s, d in specs)
-        if self.compiled.fastcall_address is not None and not cached and NATIVE_EMPTY_OK:
+        if self.path.name == SLOW:
+            return lambda args: MISMATCH
+        if self.path.name == NATIVE:
             return native_fast_call(self.compiled, np.dtype(specs[0][1]), consts)
+        assert self.path.name == ENTRY
         if self.checks:
             return self._make_fast_checked()
         if self.single and len(specs) == 1:
@@ -328,8 +281,9 @@ class CallPlan:
         """`out=` given: the entry itself checks shape, dtype, contiguity, writeability and
         overlap with the inputs; anything unusual goes to the slow path."""
         entry, consts, status = self.entry, self.consts, self._status
-        if not (self.single and len(self.out_specs) == 1) or self.checks:
+        if self.out_path.name == SLOW:
             return lambda args, out: MISMATCH
+        assert self.single and len(self.out_specs) == 1 and not self.checks
 
         def fast_out(args, out):
             rc = entry(args + consts + (out,))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from . import config
+from .. import config
 
 
 class LRU(OrderedDict):
