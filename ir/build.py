@@ -1,7 +1,8 @@
 """Node construction: the strict typing rule of every op, and numpy-style helpers on top.
 
 `infer(op, src, arg)` is the one source of truth for an op's result dtype and shape; node
-construction and the verifier both call it. The helpers below (`elementwise`, `reduce`, ...)
+construction and the verifier both call it. Elementwise ops and reductions follow their
+record's typing rule (`ir.ops.Typing`); the other ops have a rule each (`_OWN_RULES`). The helpers below (`elementwise`, `reduce`, ...)
 apply numpy's broadcasting and promotion by inserting explicit EXPAND/CAST nodes first.
 """
 from __future__ import annotations
@@ -28,10 +29,10 @@ def _require(cond: bool, exc, msg: str):
 
 
 def _same(op, src, what="shape"):
-    vals = {getattr(s, what) for s in src}
-    _require(len(vals) == 1, ShapeError if what == "shape" else DTypeError,
-             f"{_name(op)}: sources differ in {what}: "
-             + ", ".join(f"{s.dtype.name}{list(s.shape)}" for s in src))
+    if len({getattr(s, what) for s in src}) != 1:
+        raise (ShapeError if what == "shape" else DTypeError)(
+            f"{_name(op)}: sources differ in {what}: "
+            + ", ".join(f"{s.dtype.name}{list(s.shape)}" for s in src))
 
 
 def _require_bitwise(op, dtype, bool_ok=True):
@@ -46,33 +47,36 @@ def _require_bitwise(op, dtype, bool_ok=True):
 
 def _check_typing(rec: OpInfo, dtype: dt.DType, arg):
     """Raise the DTypeError of `rec`'s typing rule for sources of `dtype`, if it has one."""
-    rule, name, unary = rec.typing, rec.name, rec.arity == 1
+    rule = rec.typing
     if rule is Typing.CAST:
         _require(isinstance(arg, dt.DType), DTypeError, "cast: arg must be a DType")
-    elif rule in (Typing.INTEGRAL, Typing.INT):
-        _require_bitwise(rec.op, dtype, bool_ok=rule is Typing.INTEGRAL)
-    elif rule.admits(dtype):
         return
-    elif rule is Typing.BOOL:
+    if rule in (Typing.INTEGRAL, Typing.INT):
+        _require_bitwise(rec.op, dtype, bool_ok=rule is Typing.INTEGRAL)
+        return
+    if rule.admits(dtype):
+        return
+    name, unary = rec.name, rec.arity == 1
+    if rule is Typing.BOOL:
         raise DTypeError(f"{name}: source must be bool" if unary else
                          f"{name}: sources must be bool")
-    elif rule is Typing.NUMERIC:
+    if rule is Typing.NUMERIC:
         raise DTypeError(f"{name}: not defined for bool")
-    elif unary:
+    if unary:
         raise DTypeError(f"{name}: needs a float source, got {dtype.name}")
-    else:
-        raise DTypeError(f"{name}: needs float sources")
+    raise DTypeError(f"{name}: needs float sources")
 
 
 def _infer_elementwise(rec: OpInfo, src, arg):
     """Sources of one shape and (the values of a SELECT) one dtype; the typing rule does
     the rest."""
     op = rec.op
-    _require(len(src) == rec.arity, ShapeError,
-             f"{rec.name}: needs {rec.arity} sources, got {len(src)}")
+    if len(src) != rec.arity:       # (no f-string on the hot path: this runs per node)
+        raise ShapeError(f"{rec.name}: needs {rec.arity} sources, got {len(src)}")
     values = src
     if rec.typing is Typing.SELECT:
-        _require(src[0].dtype == dt.bool_, DTypeError, f"{rec.name}: condition must be bool")
+        if src[0].dtype != dt.bool_:
+            raise DTypeError(f"{rec.name}: condition must be bool")
         values = src[1:]
     if len(src) > 1:
         _same(op, src)

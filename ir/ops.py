@@ -3,9 +3,10 @@
 The record is the only place an op is classified: its arity, typing rule, constant fold,
 cost, kind and algebraic properties. Passes read the record; the op groups exported below
 (`ELEMENTWISE`, `REDUCE`, ...) are computed from the records, never spelled by hand.
-Adding an op: its enum member and its record here (a composite also registers its rule
-with `passes.decompose.decomposes`, an elementwise primitive its LLVM emitter in
-`jitcore.llvm.opemit.EMITTERS`); tests/test_op_registry.py then tests it.
+Adding an op: its enum member and its record here; a composite also registers its rule
+with `@passes.decompose.decomposes(op)`, an elementwise primitive its LLVM emitter in
+`jitcore.llvm.opemit.EMITTERS` (or, named like a `jitcore.llvm.vecmath` function, its math
+there); tests/test_op_registry.py then puts it under test.
 
 The IR is explicit: elementwise ops take sources of one shape and (for arithmetic) one
 dtype; the builder (`ir.build`) inserts `EXPAND` and `CAST` nodes to get there, so passes
@@ -14,7 +15,7 @@ reduced axes (size 1); dropping them is a `RESHAPE`.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum, auto
 from typing import Callable
 
@@ -171,9 +172,10 @@ class OpInfo:
     # how the printer names the op's arg (views: shape, reductions: axes, ...)
     arg_name: str = "axes"
 
-    @property
-    def name(self) -> str:
-        return self.op.name.lower()
+    name: str = field(init=False)       # the op's name in lower case (the printer's)
+
+    def __post_init__(self):
+        object.__setattr__(self, "name", self.op.name.lower())
 
     @property
     def elementwise(self) -> bool:
@@ -348,9 +350,8 @@ assert len(OP_INFO) == len(_RECORDS) and set(OP_INFO) == set(Op), \
     f"ops without a record: {set(Op) - set(OP_INFO)}"
 
 
-def info(op: Op) -> OpInfo:
-    """The record of `op`."""
-    return OP_INFO[op]
+# info(op) -> the record of op (the dict's own lookup: passes call it for every node)
+info = OP_INFO.__getitem__
 
 
 def ops_where(pred) -> frozenset:
