@@ -1,7 +1,8 @@
 """Node construction: the strict typing rule of every op, and numpy-style helpers on top.
 
 `infer(op, src, arg)` is the one source of truth for an op's result dtype and shape; node
-construction and the verifier both call it. The helpers below (`elementwise`, `reduce`, ...)
+construction and the verifier both call it. Elementwise ops and reductions follow their
+record's typing rule (`ir.ops.Typing`); the other ops have a rule each (`_OWN_RULES`). The helpers below (`elementwise`, `reduce`, ...)
 apply numpy's broadcasting and promotion by inserting explicit EXPAND/CAST nodes first.
 """
 from __future__ import annotations
@@ -12,15 +13,10 @@ from . import dtypes as dt
 from .conv import infer_batch_norm, infer_conv2d
 from .errors import DTypeError, ShapeError
 from .graph import ConstArray, Node
-from .ops import (AXIS_OPS, BINARY, BITWISE, BITWISE_BINARY, COMPARE, FLOAT_BINARY,
-                  FLOAT_UNARY, INDEX_REDUCE,
-                  LOGICAL_BINARY, REDUCE, SHIFT, UNARY, Op)
+from .ops import Op, OpInfo, Typing, info
 from .pooling import Pool2d
 from .shapes import broadcast_shapes, numel
 from .sizes import monomial
-
-# numpy rejects these for bool (abs, floor and ceil of bool are bool)
-_ANY_NUMERIC_UNARY = frozenset({Op.NEG, Op.RELU, Op.RELU6})
 
 
 def _name(op: Op) -> str:
@@ -33,28 +29,10 @@ def _require(cond: bool, exc, msg: str):
 
 
 def _same(op, src, what="shape"):
-    vals = {getattr(s, what) for s in src}
-    _require(len(vals) == 1, ShapeError if what == "shape" else DTypeError,
-             f"{_name(op)}: sources differ in {what}: "
-             + ", ".join(f"{s.dtype.name}{list(s.shape)}" for s in src))
-
-
-def _infer_unary(op, x, arg):
-    if op == Op.CAST:
-        _require(isinstance(arg, dt.DType), DTypeError, "cast: arg must be a DType")
-        return arg, x.shape
-    if op == Op.LOGICAL_NOT:
-        _require(x.dtype == dt.bool_, DTypeError, "logical_not: source must be bool")
-        return dt.bool_, x.shape
-    if op == Op.BITWISE_NOT:
-        _require_bitwise(op, x.dtype)
-        return x.dtype, x.shape
-    if op in FLOAT_UNARY:
-        _require(x.dtype.is_float, DTypeError,
-                 f"{_name(op)}: needs a float source, got {x.dtype.name}")
-    elif op in _ANY_NUMERIC_UNARY:
-        _require(x.dtype != dt.bool_, DTypeError, f"{_name(op)}: not defined for bool")
-    return x.dtype, x.shape
+    if len({getattr(s, what) for s in src}) != 1:
+        raise (ShapeError if what == "shape" else DTypeError)(
+            f"{_name(op)}: sources differ in {what}: "
+            + ", ".join(f"{s.dtype.name}{list(s.shape)}" for s in src))
 
 
 def _require_bitwise(op, dtype, bool_ok=True):
@@ -67,64 +45,94 @@ def _require_bitwise(op, dtype, bool_ok=True):
              f"operands, got {dtype.name}{why}")
 
 
-def _infer_binary(op, a, b):
-    _same(op, (a, b))
-    _same(op, (a, b), "dtype")
-    if op in COMPARE:
-        return dt.bool_, a.shape
-    if op in LOGICAL_BINARY:
-        _require(a.dtype == dt.bool_, DTypeError, f"{_name(op)}: sources must be bool")
-        return dt.bool_, a.shape
-    if op in BITWISE_BINARY or op in SHIFT:
-        _require_bitwise(op, a.dtype, bool_ok=op not in SHIFT)
-        return a.dtype, a.shape
-    if op == Op.DIV or op in FLOAT_BINARY:
-        _require(a.dtype.is_float, DTypeError, f"{_name(op)}: needs float sources")
-    elif op in (Op.SUB, Op.POW, Op.FLOORDIV, Op.MOD):
-        # numpy: bool - bool is an error; bool ** bool, bool // bool and bool % bool are int8
-        _require(a.dtype != dt.bool_, DTypeError, f"{_name(op)}: not defined for bool")
-    return a.dtype, a.shape
+def _check_typing(rec: OpInfo, dtype: dt.DType, arg):
+    """Raise the DTypeError of `rec`'s typing rule for sources of `dtype`, if it has one."""
+    rule = rec.typing
+    if rule is Typing.CAST:
+        _require(isinstance(arg, dt.DType), DTypeError, "cast: arg must be a DType")
+        return
+    if rule in (Typing.INTEGRAL, Typing.INT):
+        _require_bitwise(rec.op, dtype, bool_ok=rule is Typing.INTEGRAL)
+        return
+    if rule.admits(dtype):
+        return
+    name, unary = rec.name, rec.arity == 1
+    if rule is Typing.BOOL:
+        raise DTypeError(f"{name}: source must be bool" if unary else
+                         f"{name}: sources must be bool")
+    if rule is Typing.NUMERIC:
+        raise DTypeError(f"{name}: not defined for bool")
+    if unary:
+        raise DTypeError(f"{name}: needs a float source, got {dtype.name}")
+    raise DTypeError(f"{name}: needs float sources")
 
 
-def _infer_reduce(op, x, axes):
+def _infer_elementwise(rec: OpInfo, src, arg):
+    """Sources of one shape and (the values of a SELECT) one dtype; the typing rule does
+    the rest."""
+    op = rec.op
+    if len(src) != rec.arity:       # (no f-string on the hot path: this runs per node)
+        raise ShapeError(f"{rec.name}: needs {rec.arity} sources, got {len(src)}")
+    values = src
+    if rec.typing is Typing.SELECT:
+        if src[0].dtype != dt.bool_:
+            raise DTypeError(f"{rec.name}: condition must be bool")
+        values = src[1:]
+    if len(src) > 1:
+        _same(op, src)
+    if len(values) > 1:
+        _same(op, values, "dtype")
+    x = values[0]
+    _check_typing(rec, x.dtype, arg)
+    return rec.typing.result(x.dtype, arg), x.shape
+
+
+def _infer_reduce(rec: OpInfo, x, axes):
+    op = rec.op
     _require(isinstance(axes, tuple) and list(axes) == sorted(set(axes))
              and all(0 <= a < x.ndim for a in axes), ShapeError,
              f"{_name(op)}: axes {axes!r} invalid for rank {x.ndim}")
-    if op in INDEX_REDUCE:
+    if rec.index_reduction:
         _require(len(axes) == 1, ShapeError, f"{_name(op)}: exactly one axis")
-    if op in (Op.MAX, Op.MIN, *INDEX_REDUCE):
+    # (a composite reduction, mean, is sum / count: empty, it is 0 / 0 = nan as in numpy)
+    if rec.identity is None and not rec.composite:
         _require(all(x.shape[a] > 0 for a in axes), ShapeError,
                  f"{_name(op)}: zero-size reduction over axes {axes} of shape {x.shape} "
                  "has no identity")
     shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
-    if op in (Op.SUM, Op.PROD):
-        return dt.sum_result(x.dtype), shape
-    if op == Op.MEAN:
-        return (x.dtype if x.dtype.is_float else dt.float64), shape
-    if op in INDEX_REDUCE:
-        return dt.int64, shape
-    return x.dtype, shape
+    return rec.typing.result(x.dtype), shape
 
 
-def _infer_view(op, x, arg):
-    if op == Op.RESHAPE:
-        _require(numel(arg) == numel(x.shape), ShapeError,
-                 f"reshape: cannot reshape {x.shape} into {arg}")
-        return x.dtype, tuple(arg)
-    if op == Op.PERMUTE:
-        _require(sorted(arg) == list(range(x.ndim)), ShapeError,
-                 f"transpose: {arg} is not a permutation of the {x.ndim} axes")
-        return x.dtype, tuple(x.shape[p] for p in arg)
-    if op == Op.EXPAND:
-        _require(len(arg) == x.ndim and all(s in (1, d) for s, d in zip(x.shape, arg)),
-                 ShapeError, f"broadcast_to: cannot broadcast {x.shape} to {arg}")
-        return x.dtype, tuple(arg)
-    # SLICE: one normalized (start, stop, step) per dim
+def _infer_reshape(op, src, arg):
+    x = src[0]
+    _require(numel(arg) == numel(x.shape), ShapeError,
+             f"reshape: cannot reshape {x.shape} into {arg}")
+    return x.dtype, tuple(arg)
+
+
+def _infer_permute(op, src, arg):
+    x = src[0]
+    _require(sorted(arg) == list(range(x.ndim)), ShapeError,
+             f"transpose: {arg} is not a permutation of the {x.ndim} axes")
+    return x.dtype, tuple(x.shape[p] for p in arg)
+
+
+def _infer_expand(op, src, arg):
+    x = src[0]
+    _require(len(arg) == x.ndim and all(s in (1, d) for s, d in zip(x.shape, arg)),
+             ShapeError, f"broadcast_to: cannot broadcast {x.shape} to {arg}")
+    return x.dtype, tuple(arg)
+
+
+def _infer_slice(op, src, arg):
+    """One normalized (start, stop, step) per dim."""
+    x = src[0]
     _require(len(arg) == x.ndim, ShapeError, f"slice: {arg} does not match rank {x.ndim}")
     return x.dtype, tuple(len(range(*s)) for s in arg)
 
 
-def _infer_matmul(a, b):
+def _infer_matmul(op, src, arg):
+    a, b = src
     _require(a.dtype == b.dtype and a.dtype.is_float, DTypeError,
              f"matmul: needs two sources of one float dtype, got {a.dtype.name}, {b.dtype.name}")
     _require(a.ndim == b.ndim >= 2 and a.shape[:-2] == b.shape[:-2]
@@ -133,7 +141,7 @@ def _infer_matmul(a, b):
     return a.dtype, a.shape[:-1] + b.shape[-1:]
 
 
-def _infer_layer_norm(src):
+def _infer_layer_norm(op, src, arg):
     x = src[0]
     _require(x.dtype.is_float and x.ndim >= 1, DTypeError, "layer_norm: needs a float source")
     for p in src[1:]:
@@ -162,7 +170,16 @@ def _infer_axis_op(op, src, axis):
                  f"concatenate: shapes {[list(t.shape) for t in src]} differ off axis {axis}")
     total = sum(s.shape[axis] for s in src)
     return x.dtype, x.shape[:axis] + (total,) + x.shape[axis + 1:]
-def _infer_pool(x, arg):
+
+
+def _infer_rows(op, src, arg):
+    """softmax and log_softmax: a float source, its shape."""
+    _require(src[0].dtype.is_float, DTypeError, f"{_name(op)}: needs a float source")
+    return src[0].dtype, src[0].shape
+
+
+def _infer_pool(op, src, arg):
+    x = src[0]
     _require(isinstance(arg, Pool2d), ShapeError, "pool2d: arg must be a Pool2d")
     _require(x.dtype.is_float, DTypeError, f"{arg.name}: needs a float source, got {x.dtype.name}")
     _require(x.ndim == 4 and x.shape[2] > 0 and x.shape[3] > 0, ShapeError,
@@ -173,42 +190,33 @@ def _infer_pool(x, arg):
     return x.dtype, x.shape[:2] + out
 
 
+# the ops that are neither elementwise, reductions nor task boundaries: one rule each (their
+# records' typing says only what dtype they admit)
+_OWN_RULES = {
+    Op.RESHAPE: _infer_reshape, Op.PERMUTE: _infer_permute, Op.EXPAND: _infer_expand,
+    Op.SLICE: _infer_slice, Op.MATMUL: _infer_matmul, Op.SOFTMAX: _infer_rows,
+    Op.LOG_SOFTMAX: _infer_rows, Op.LAYER_NORM: _infer_layer_norm, Op.TAKE: _infer_axis_op,
+    Op.CONCAT: _infer_axis_op, Op.CUMSUM: _infer_axis_op, Op.POOL2D: _infer_pool,
+    Op.CONV2D: lambda op, src, arg: infer_conv2d(src, arg),
+    Op.BATCH_NORM: lambda op, src, arg: infer_batch_norm(src, arg),
+}
+
+
 def infer(op: Op, src: tuple, arg) -> tuple:
     """(dtype, shape) of op applied to src with arg, or a ShapeError/DTypeError saying why not."""
-    if op in UNARY:
-        return _infer_unary(op, src[0], arg)
-    if op in BINARY:
-        return _infer_binary(op, *src)
-    if op == Op.WHERE:
-        c, a, b = src
-        _require(c.dtype == dt.bool_, DTypeError, "where: condition must be bool")
-        _same(op, src)
-        _same(op, (a, b), "dtype")
-        return a.dtype, a.shape
-    if op in REDUCE:
-        return _infer_reduce(op, src[0], arg)
-    if op in (Op.RESHAPE, Op.PERMUTE, Op.EXPAND, Op.SLICE):
-        return _infer_view(op, src[0], arg)
-    if op == Op.MATMUL:
-        return _infer_matmul(*src)
-    if op in (Op.SOFTMAX, Op.LOG_SOFTMAX):
-        _require(src[0].dtype.is_float, DTypeError, f"{_name(op)}: needs a float source")
-        return src[0].dtype, src[0].shape
-    if op == Op.LAYER_NORM:
-        return _infer_layer_norm(src)
-    if op in AXIS_OPS:
-        return _infer_axis_op(op, src, arg)
-    if op == Op.POOL2D:
-        return _infer_pool(src[0], arg)
-    if op == Op.CONV2D:
-        return infer_conv2d(src, arg)
-    if op == Op.BATCH_NORM:
-        return infer_batch_norm(src, arg)
-    if op in (Op.FORKARG, Op.WAIT):
+    rec = info(op)
+    if rec.elementwise:
+        return _infer_elementwise(rec, src, arg)
+    if rec.reduction:
+        return _infer_reduce(rec, src[0], arg)
+    if rec.task_boundary:
         _require(isinstance(arg, int) and len(src) == 1, ShapeError,
                  f"{_name(op)}: needs one source and a task number")
         return src[0].dtype, src[0].shape
-    raise ShapeError(f"no typing rule for {_name(op)}")
+    rule = _OWN_RULES.get(op)
+    if rule is None:
+        raise ShapeError(f"no typing rule for {_name(op)}")
+    return rule(op, src, arg)
 
 
 def node(op: Op, *src: Node, arg=None) -> Node:
@@ -268,29 +276,31 @@ def broadcast_to(x: Node, shape: tuple) -> Node:
 
 
 def elementwise(op: Op, *src: Node, arg=None) -> Node:
-    """Apply an elementwise op with numpy broadcasting and promotion of the sources."""
+    """Apply an elementwise op with numpy broadcasting and promotion of the sources: the
+    op's typing rule says what the sources are converted to first."""
+    rule = info(op).typing
     shape = broadcast_shapes(*(s.shape for s in src))
-    if op in BITWISE:
+    if rule in (Typing.INTEGRAL, Typing.INT):
         # name the operands' own dtypes (the promoted one would hide which was a float)
         _require(not any(s.dtype.is_float for s in src), DTypeError,
                  f"{_name(op)}: needs integer or bool operands, got "
                  + ", ".join(s.dtype.name for s in src))
-    if op == Op.WHERE:
+    if rule is Typing.SELECT:
         c, a, b = src
         common = dt.promote(a.dtype, b.dtype)
         src = (cast(c, dt.bool_), cast(a, common), cast(b, common))
-    elif op in LOGICAL_BINARY or op == Op.LOGICAL_NOT:
+    elif rule is Typing.BOOL:
         src = tuple(cast(s, dt.bool_) for s in src)
     elif len(src) == 2:
         common = dt.promote(src[0].dtype, src[1].dtype)
-        if op in FLOAT_BINARY:
+        if rule is Typing.FLOAT:
             common = dt.float_result(common)
-        if op == Op.DIV:
+        if rule is Typing.TRUE_DIVIDE:
             common = dt.float_result(common) if not common.is_float else common
             if not src[0].dtype.is_float and not src[1].dtype.is_float:
                 common = dt.float64     # numpy: int / int -> float64
         src = tuple(cast(s, common) for s in src)
-    elif op in FLOAT_UNARY:
+    elif rule is Typing.FLOAT:
         src = (cast(src[0], dt.float_result(src[0].dtype)),)
     src = tuple(broadcast_to(s, shape) for s in src)
     return node(op, *src, arg=arg)

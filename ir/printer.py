@@ -8,20 +8,12 @@
 """
 from __future__ import annotations
 
-from .ops import Op
+from .ops import Op, info
 from .shapes import dim_text
 
 
 def type_str(node) -> str:
     return f"{node.dtype.short}[{','.join(map(dim_text, node.shape))}]"
-
-
-_ARG_NAMES = {Op.RESHAPE: "shape", Op.EXPAND: "shape", Op.PERMUTE: "perm", Op.SLICE: "slices",
-              Op.SOFTMAX: "axis", Op.LOG_SOFTMAX: "axis", Op.GELU: "approximate",
-              Op.LEAKY_RELU: "slope", Op.HARDTANH: "range", Op.LAYER_NORM: "eps",
-              Op.FORKARG: "task", Op.WAIT: "task",
-              Op.TAKE: "axis", Op.CONCAT: "axis", Op.CUMSUM: "axis", Op.POOL2D: "pool",
-              Op.CONV2D: "conv", Op.BATCH_NORM: "eps,weight,bias"}
 
 
 def _arg_str(node) -> str:
@@ -31,7 +23,7 @@ def _arg_str(node) -> str:
         return f" {node.arg!r}"
     if node.op == Op.DIM:
         return f" {dim_text(node.arg)}"
-    name = _ARG_NAMES.get(node.op, "axes")
+    name = info(node.op).arg_name
     return f" {name}={_value_text(node.arg)}".replace(", ", ",")
 
 

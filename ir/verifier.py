@@ -5,7 +5,7 @@ from .build import infer
 from .dtypes import DType
 from .errors import CompileError, JitcoreError
 from .graph import ConstArray, Graph, Node
-from .ops import LEAF, Op
+from .ops import Op, info
 from .printer import type_str
 from .sizes import monomial
 
@@ -37,7 +37,7 @@ def verify(graph: Graph) -> Graph:
     for node in graph.nodes():
         if not isinstance(node, Node) or not isinstance(node.dtype, DType):
             raise CompileError(f"graph {graph.name}: {node!r} is not a typed node")
-        if node.op in LEAF:
+        if info(node.op).leaf:
             _check_leaf(node, input_ids)
             continue
         try:

@@ -1,7 +1,9 @@
-"""Composite ops -> primitives. One function per composite, in an op -> rule table.
+"""Composite ops -> primitives. One rule per composite, registered with `@decomposes(op)`.
 
-Every rule builds with `ir.build`, so the result is typed and verified like user graphs.
-The composites stay visible in `f.graph(...)`; the kernels show what they became.
+An op is a composite when its record says so (`ir.ops.info(op).composite`); its rule lives
+here and `RULES` is the registry `decompose` applies (checked complete at import). Every
+rule builds with `ir.build`, so the result is typed and verified like user graphs. The
+composites stay visible in `f.graph(...)`; the kernels show what they became.
 """
 from __future__ import annotations
 
@@ -9,10 +11,23 @@ import math
 
 from jitcore.ir import build
 from jitcore.ir.graph import Node
-from jitcore.ir.ops import Op
+from jitcore.ir.ops import COMPOSITE, Op, info
 from jitcore.ir.sizes import monomial
 
 from .rewrite import rewrite, table_rule
+
+# op -> rule(node) -> the node's value built from primitives
+RULES: dict = {}
+
+
+def decomposes(op: Op):
+    """Register the decorated `rule(node) -> Node` as the decomposition of composite `op`."""
+    def register(rule):
+        assert info(op).composite, f"{op!r} is not a composite in its record"
+        assert op not in RULES, f"{op!r} has two decompositions"
+        RULES[op] = rule
+        return rule
+    return register
 
 
 def E(op: Op, *src: Node, arg=None) -> Node:
@@ -39,6 +54,7 @@ def _sigmoid(x):
     return E(Op.WHERE, E(Op.GE, x, c(0, x)), s, E(Op.MUL, e, s))
 
 
+@decomposes(Op.GELU)
 def _gelu(n):
     x = n.src[0]
     half_x = E(Op.MUL, c(0.5, x), x)
@@ -53,6 +69,7 @@ def _hardsigmoid(x):
     return E(Op.DIV, _clamp(E(Op.ADD, x, c(3, x)), 0, 6), c(6, x))
 
 
+@decomposes(Op.MEAN)
 def _mean(n):
     """sum / count; over run-time axes the count is read from the call's extents (DIM)."""
     x = build.cast(n.src[0], n.dtype)
@@ -73,6 +90,7 @@ def _reciprocal(x):
     return E(Op.DIV, c(1, x), x)
 
 
+@decomposes(Op.SOFTMAX)
 def _softmax(n):
     """e / sum(e) as e * (1 / sum(e)): one divide per row, not per element (a vector divide
     costs ~10 multiplies, enough to make the row pass compute-bound); the extra rounding
@@ -81,11 +99,13 @@ def _softmax(n):
     return E(Op.MUL, e, _reciprocal(build.node(Op.SUM, e, arg=(n.arg,))))
 
 
+@decomposes(Op.LOG_SOFTMAX)
 def _log_softmax(n):
     s = _shifted(n)
     return E(Op.SUB, s, E(Op.LOG, build.node(Op.SUM, E(Op.EXP, s), arg=(n.arg,))))
 
 
+@decomposes(Op.LAYER_NORM)
 def _layer_norm(n):
     x, params = n.src[0], n.src[1:]
     axes = (x.ndim - 1,)
@@ -101,6 +121,7 @@ def _layer_norm(n):
     return y
 
 
+@decomposes(Op.BATCH_NORM)
 def _batch_norm(n):
     """(x - mean) / sqrt(var + eps) * weight + bias, the (C,) arrays along axis 1."""
     x, (eps, has_weight, has_bias) = n.src[0], n.arg
@@ -117,26 +138,60 @@ def _batch_norm(n):
     return y
 
 
-RULES = {
-    Op.RSQRT: lambda n: E(Op.DIV, c(1, n.src[0]), E(Op.SQRT, n.src[0])),
-    Op.RECIPROCAL: lambda n: E(Op.DIV, c(1, n.src[0]), n.src[0]),
-    Op.SIGMOID: lambda n: _sigmoid(n.src[0]),
-    Op.RELU: lambda n: _relu(n.src[0]),
-    Op.RELU6: lambda n: _clamp(n.src[0], 0, 6),
-    Op.HARDTANH: lambda n: _clamp(n.src[0], *n.arg),
-    Op.LEAKY_RELU: lambda n: E(Op.WHERE, E(Op.GT, n.src[0], c(0, n.src[0])), n.src[0],
-                               E(Op.MUL, n.src[0], c(n.arg, n.src[0]))),
-    Op.SILU: lambda n: E(Op.MUL, n.src[0], _sigmoid(n.src[0])),
-    Op.HARDSIGMOID: lambda n: _hardsigmoid(n.src[0]),
-    Op.HARDSWISH: lambda n: E(Op.MUL, n.src[0], _hardsigmoid(n.src[0])),
-    Op.GELU: _gelu,
-    Op.MEAN: _mean,
-    Op.SOFTMAX: _softmax,
-    Op.LOG_SOFTMAX: _log_softmax,
-    Op.LAYER_NORM: _layer_norm,
-    Op.BATCH_NORM: _batch_norm,
-}
+@decomposes(Op.RSQRT)
+def _rsqrt(n):
+    return E(Op.DIV, c(1, n.src[0]), E(Op.SQRT, n.src[0]))
+
+
+@decomposes(Op.RECIPROCAL)
+def _reciprocal_node(n):
+    return _reciprocal(n.src[0])
+
+
+@decomposes(Op.SIGMOID)
+def _sigmoid_node(n):
+    return _sigmoid(n.src[0])
+
+
+@decomposes(Op.RELU)
+def _relu_node(n):
+    return _relu(n.src[0])
+
+
+@decomposes(Op.RELU6)
+def _relu6(n):
+    return _clamp(n.src[0], 0, 6)
+
+
+@decomposes(Op.HARDTANH)
+def _hardtanh(n):
+    return _clamp(n.src[0], *n.arg)
+
+
+@decomposes(Op.LEAKY_RELU)
+def _leaky_relu(n):
+    x = n.src[0]
+    return E(Op.WHERE, E(Op.GT, x, c(0, x)), x, E(Op.MUL, x, c(n.arg, x)))
+
+
+@decomposes(Op.SILU)
+def _silu(n):
+    return E(Op.MUL, n.src[0], _sigmoid(n.src[0]))
+
+
+@decomposes(Op.HARDSIGMOID)
+def _hardsigmoid_node(n):
+    return _hardsigmoid(n.src[0])
+
+
+@decomposes(Op.HARDSWISH)
+def _hardswish(n):
+    return E(Op.MUL, n.src[0], _hardsigmoid(n.src[0]))
+
+
+assert set(RULES) == COMPOSITE, f"composites without a rule: {COMPOSITE - set(RULES)}"
 
 
 def decompose(graph):
+    """Replace every composite by its rule's primitives."""
     return rewrite(graph, table_rule(RULES))

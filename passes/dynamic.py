@@ -29,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from jitcore.ir.ops import ELEMENTWISE, INDEX_REDUCE, REDUCE, Op
+from jitcore.ir.ops import INDEX_REDUCE, Op, info
 from jitcore.ir.sizes import NotDynamic  # noqa: F401 -- raised here, caught by the front
 
 from .kernel import Buffer, Const, Extent, Gather, Kernel, walk
@@ -42,9 +42,6 @@ DIMS_SLOT = -1      # a kernel's pointer to the call's extent array (i64[symbols
 def _dynamic_axes(shape) -> list:
     """(c, (k, ...)) per axis of `shape` that is c times a product of dynamic symbols."""
     return [monomial(d) for d in shape if monomial(d) is not None]
-
-
-_KEEPS_AXES = ELEMENTWISE | REDUCE | {Op.PERMUTE, Op.EXPAND, Op.MATMUL}
 
 
 def check_graph(graph) -> None:
@@ -63,7 +60,7 @@ def check_graph(graph) -> None:
         what = f"{node.op.name.lower()} of {_shape_text(seen[0].shape)}"
         if node.op in INDEX_REDUCE:
             raise NotDynamic(f"{what}: arg-reductions are compiled per shape")
-        if node.op in _KEEPS_AXES:
+        if info(node.op).keeps_axes:
             continue
         if node.op == Op.RESHAPE:
             # merging dynamic axes with static ones gives c * s_b * s_t; the lowered check

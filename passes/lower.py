@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from jitcore.ir.dtypes import int64
 from jitcore.ir.errors import CompileError
 from jitcore.ir.graph import Graph, Node
-from jitcore.ir.ops import ELEMENTWISE, LEAF, REDUCE, Op
+from jitcore.ir.ops import ELEMENTWISE, LEAF, REDUCE, Op, info
 from jitcore.ir.shapes import contiguous_strides, numel
 
 from .kernel import (Acc, Buffer, Compute, Const, Conv, Extent, Gather, Gemm, Kernel, Load, Loop,
@@ -74,7 +74,10 @@ class LoweredGraph:
         return [b for b in self.buffers if b.kind == kind]
 
 
-CONTRACTIONS = (Op.MATMUL, Op.CONV2D)     # kernels with an accumulator and a fused epilogue
+def _array_leaf(node: Node) -> bool:
+    """A graph input or a constant: a leaf whose values sit in a buffer (DIM is a scalar
+    the kernel reads from the call's extents)."""
+    return info(node.op).leaf and node.op != Op.DIM
 
 
 def _strip_views(node: Node) -> Node:
@@ -136,7 +139,7 @@ def materialized_nodes(graph: Graph) -> tuple:
     nodes = graph.nodes()
     chosen = {id(o) for o in graph.outputs}
     for n in nodes:
-        if n.op in CONTRACTIONS:
+        if info(n.op).contraction:
             chosen.add(id(n))
             for s in n.src[:2]:
                 base = _strip_views(s)
@@ -146,7 +149,7 @@ def materialized_nodes(graph: Graph) -> tuple:
             chosen.add(id(n))
         if n.op == Op.CONCAT and not _written_by_outer_concat(n, nodes, graph):
             chosen.add(id(n))
-        if n.op == Op.TAKE and n.src[0].op not in (Op.INPUT, Op.CONST):
+        if n.op == Op.TAKE and not _array_leaf(n.src[0]):
             chosen.add(id(n.src[0]))
         if n.op == Op.POOL2D:
             chosen.add(id(n))
@@ -167,7 +170,7 @@ def materialized_nodes(graph: Graph) -> tuple:
             users.setdefault(id(s), []).append(n)
     epilogues = {}
     for n in nodes:
-        if (n.op in CONTRACTIONS or n.op == Op.POOL2D) and \
+        if (info(n.op).contraction or n.op == Op.POOL2D) and \
                 id(n) not in {id(o) for o in graph.outputs}:
             owner = _epilogue_owner(n, users, chosen, task)
             if owner is not None and owner not in epilogues and \
@@ -191,7 +194,7 @@ def _written_by_outer_concat(node: Node, nodes: list, graph: Graph) -> bool:
 def view_index(node: Node, idx: tuple) -> tuple:
     """Map indices into a view's output to indices into its source."""
     src = node.src[0]
-    if node.op in (Op.FORKARG, Op.WAIT):
+    if info(node.op).task_boundary:
         return idx
     if node.op == Op.PERMUTE:
         out = [None] * len(idx)
@@ -249,7 +252,7 @@ class _KernelBuilder:
 
     def _is_loaded(self, node: Node) -> bool:
         buf = self.lowering.read_buffer.get(id(node))
-        return buf is not None and (node is not self.target or node.op in (Op.INPUT, Op.CONST))
+        return buf is not None and (node is not self.target or _array_leaf(node))
 
     def _is_acc(self, node: Node, idx: tuple) -> bool:
         if self.acc is None or node is not self.acc[0]:
@@ -259,7 +262,7 @@ class _KernelBuilder:
         return True
 
     def _deps(self, node: Node, idx: tuple) -> list:
-        if self._is_loaded(node) or node.op in (Op.CONST, Op.DIM) or self._is_acc(node, idx):
+        if self._is_loaded(node) or info(node.op).leaf or self._is_acc(node, idx):
             return []
         if node.op in VIEWS_THROUGH:
             return [(node.src[0], view_index(node, idx))]
@@ -352,7 +355,7 @@ class _Lowering:
             for extra in repeats.get(out.slot, ()):
                 kernels.append(_copy_kernel(out, extra, len(kernels)))
                 kernels[-1].task = made[0].task
-            if node.op not in (Op.INPUT, Op.CONST):
+            if not _array_leaf(node):
                 self.read_buffer[id(node)] = out
         return LoweredGraph(self.graph.name, self.buffers, kernels, self.consts, outputs,
                             [("kernel", i) for i in range(len(kernels))], self.checks,
@@ -422,10 +425,10 @@ class _Lowering:
         aliased = set()
         for out in self.graph.outputs:
             src = out
-            while src.op in (Op.RESHAPE, Op.WAIT):
+            while src.op == Op.RESHAPE or info(src.op).task_boundary:
                 src = src.src[0]
             if src is out or id(src) not in mat_ids or id(src) in write_buffer \
-                    or src.op in (Op.INPUT, Op.CONST):
+                    or _array_leaf(src):
                 continue
             buf = write_buffer[id(out)]
             write_buffer[id(src)] = Buffer(buf.name, "output", src.dtype, src.shape,

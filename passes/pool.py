@@ -11,7 +11,7 @@ ops after the pool are its epilogue (`relu(avg_pool2d(x)) + y`), as for a GEMM.
 from __future__ import annotations
 
 from jitcore.ir.graph import Node
-from jitcore.ir.ops import ELEMENTWISE, TRANSCENDENTAL
+from jitcore.ir.ops import ELEMENTWISE, info
 
 from .kernel import Kernel, Loop, Pool, Store
 from .recompute import VIEWS_THROUGH, op_cost
@@ -37,7 +37,7 @@ def source_to_materialize(pool: Node, chosen: set):
         if id(n) in seen or id(n) in chosen:
             continue
         seen.add(id(n))
-        if n.op in TRANSCENDENTAL:
+        if info(n.op).expensive:
             return base
         if n.op in ELEMENTWISE or n.op in VIEWS_THROUGH:
             cost += op_cost(n)

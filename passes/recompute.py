@@ -20,7 +20,7 @@ are linear in the graph.
 """
 from __future__ import annotations
 
-from jitcore.ir.ops import ELEMENTWISE, TRANSCENDENTAL, Op
+from jitcore.ir.ops import ELEMENTWISE, LEAF, TASK_BOUNDARY, VIEW, info
 
 OP_COST = 1
 TRANSCENDENTAL_COST = 6       # vector math: a polynomial and range reduction
@@ -28,13 +28,14 @@ ROUND_TRIP_COST = 10          # storing a value and loading it back, in the same
 MAX_CONE_COST = 64            # the most one kernel recomputes per element
 READERS_CAP = ROUND_TRIP_COST // OP_COST + 2   # (r - 1) * OP_COST > ROUND_TRIP_COST from here
 
-VIEWS_THROUGH = (Op.RESHAPE, Op.PERMUTE, Op.EXPAND, Op.SLICE, Op.FORKARG, Op.WAIT)
-LEAVES = (Op.INPUT, Op.CONST, Op.DIM)
+# ops that compute nothing: a kernel reads through them at mapped indices
+VIEWS_THROUGH = VIEW | TASK_BOUNDARY
+LEAVES = LEAF
 
 
 def op_cost(node) -> int:
     """The cost of evaluating `node` once per element inside a kernel."""
-    if node.op in TRANSCENDENTAL:
+    if info(node.op).expensive:
         return TRANSCENDENTAL_COST
     return OP_COST if node.op in ELEMENTWISE else 0
 

@@ -11,47 +11,31 @@ import numpy as np
 from jitcore.ir import build
 from jitcore.ir import dtypes as dt
 from jitcore.ir.graph import Node
-from jitcore.ir.ops import ELEMENTWISE, INDEX_REDUCE, Op
+from jitcore.ir.ops import Op, info
 
 from .rewrite import rewrite
 
-# numpy functions that compute each primitive, for constant folding
-_NUMPY = {
-    Op.NEG: np.negative, Op.ABS: np.abs, Op.EXP: np.exp, Op.LOG: np.log, Op.SQRT: np.sqrt,
-    Op.TANH: np.tanh, Op.SIN: np.sin, Op.COS: np.cos, Op.FLOOR: np.floor, Op.CEIL: np.ceil,
-    Op.LOGICAL_NOT: np.logical_not, Op.ADD: np.add, Op.SUB: np.subtract, Op.MUL: np.multiply,
-    Op.DIV: np.divide, Op.POW: np.power, Op.FLOORDIV: np.floor_divide, Op.MOD: np.remainder,
-    Op.MAXIMUM: np.maximum, Op.MINIMUM: np.minimum,
-    Op.EQ: np.equal, Op.NE: np.not_equal, Op.LT: np.less, Op.LE: np.less_equal,
-    Op.GT: np.greater, Op.GE: np.greater_equal, Op.LOGICAL_AND: np.logical_and,
-    Op.LOGICAL_OR: np.logical_or, Op.WHERE: np.where, Op.BITWISE_AND: np.bitwise_and,
-    Op.BITWISE_OR: np.bitwise_or, Op.BITWISE_XOR: np.bitwise_xor, Op.BITWISE_NOT: np.invert,
-    Op.LEFT_SHIFT: np.left_shift, Op.RIGHT_SHIFT: np.right_shift, Op.ATAN: np.arctan,
-    Op.CBRT: np.cbrt, Op.EXPM1: np.expm1, Op.LOG1P: np.log1p, Op.LOG2: np.log2,
-    Op.LOG10: np.log10, Op.EXP2: np.exp2,
-    Op.SINH: np.sinh, Op.COSH: np.cosh, Op.COPYSIGN: np.copysign,
-}
-
-
 def scalar_value(node: Node):
     """The value of a node that is a scalar constant seen through views, else None."""
-    while node.op in (Op.RESHAPE, Op.EXPAND):
+    while info(node.op).view:
         node = node.src[0]
     return node.arg if node.op == Op.CONST and node.shape == () else None
 
 
 def _fold(node: Node):
-    if node.op not in ELEMENTWISE or not node.src:
+    """An elementwise op of scalar constants: its record's numpy function computes it."""
+    rec = info(node.op)
+    if not rec.elementwise:
         return None
     values = [scalar_value(s) for s in node.src]
     if any(v is None for v in values):
         return None
-    if node.op == Op.CAST:
+    if node.op == Op.CAST:      # numpy's astype, with jitcore's float -> int rule
         folded = dt.convert(np.asarray(values[0], node.src[0].dtype.np), node.dtype)
-    elif node.op in _NUMPY:
+    elif rec.fold is not None:
         args = [np.asarray(v, dtype=s.dtype.np) for v, s in zip(values, node.src)]
         with np.errstate(all="ignore"):
-            folded = _NUMPY[node.op](*args)
+            folded = rec.fold(*args)
     else:
         return None
     value = np.asarray(folded).astype(node.dtype.np).item()
@@ -89,7 +73,7 @@ def _views(node: Node):
 
 def _trivial_index_reduction(node: Node):
     """argmax/argmin over an axis of extent 1 is 0 everywhere (no loop is left to search)."""
-    if node.op in INDEX_REDUCE and all(node.src[0].shape[a] == 1 for a in node.arg):
+    if info(node.op).index_reduction and all(node.src[0].shape[a] == 1 for a in node.arg):
         return build.broadcast_to(build.const(0, node.dtype), node.shape)
     return None
 
@@ -99,8 +83,7 @@ def _clamp_after_max_pool(node: Node):
     minimum: relu, relu6 and hardtanh before a max pooling), NaN included, when every window
     has a tap in the input (an all-padding window is -inf, not c): the clamp then runs once
     per output instead of once per tap."""
-    if node.op != Op.POOL2D or node.arg.kind != "max" or node.src[0].op not in (
-            Op.MAXIMUM, Op.MINIMUM):
+    if node.op != Op.POOL2D or node.arg.kind != "max" or not info(node.src[0].op).selects:
         return None
     clamp = node.src[0]
     windows = node.arg.windows(*clamp.shape[2:])

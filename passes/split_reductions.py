@@ -31,7 +31,7 @@ import numpy as np
 
 from jitcore.ir import build
 from jitcore.ir.graph import Node
-from jitcore.ir.ops import ELEMENTWISE, REDUCE_COMBINE, Op
+from jitcore.ir.ops import ELEMENTWISE, REDUCE_COMBINE, Op, info
 from jitcore.ir.shapes import contiguous_strides
 
 from .rewrite import rewrite
@@ -80,10 +80,6 @@ def block_count(rows: int) -> int:
 
 def _reduce_all(op: Op, x: Node) -> Node:
     return build.node(op, x, arg=tuple(range(x.ndim)))
-
-
-# The identity a masked-off element of a sum or product contributes.
-_IDENTITY = {Op.SUM: 0, Op.PROD: 1}
 
 
 def _input_strides(node: Node, strides: dict):
@@ -135,7 +131,7 @@ def _flattens_in_place(node: Node, strides: dict) -> bool:
 
 def _is_scalar(node: Node) -> bool:
     """A one-element constant, possibly reshaped or broadcast (read at offset 0)."""
-    while node.op in (Op.RESHAPE, Op.EXPAND) and math.prod(node.src[0].shape) == 1:
+    while info(node.op).view and math.prod(node.src[0].shape) == 1:
         node = node.src[0]
     return node.op == Op.CONST and math.prod(node.shape) == 1
 
@@ -173,10 +169,11 @@ def _with_tail(op: Op, partial: Node, row: Node) -> Node:
     The final reduction's kernel reads them: still two kernels, the row read in place."""
     nb, n = partial.shape[0], row.shape[0]
     last = build.cast(_along(row, 0, n - nb, n), partial.dtype)
-    if op in _IDENTITY:
+    identity = info(op).identity      # what a masked-off element contributes
+    if identity is not None:
         mask = np.arange(nb) >= nb - n % nb
         last = build.elementwise(Op.WHERE, build.const_array(mask), last,
-                                 build.const(_IDENTITY[op], partial.dtype))
+                                 build.const(identity, partial.dtype))
     return build.elementwise(REDUCE_COMBINE[op], partial, last)
 
 

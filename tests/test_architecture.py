@@ -278,3 +278,77 @@ def test_the_path_rule_catches_a_planted_decision():
     bad = path_decision_violations(planted)
     assert len(bad) == 3 and all(f"decided in {CHOOSER}" in b for b in bad), bad
     assert {b.split()[0] for b in bad} == {"jitcore.api", "jitcore.call.dispatch"}
+
+
+# ---- passes don't name op sets (issue 28: ops as data) ----------------------------------------
+# An op is classified by its record (jitcore.ir.ops.info(op): kind, typing, cost, flags), never
+# by a hand-kept collection of op names in the code that reads it. Checked with `ast` over the
+# passes and the ir modules that read the records: a tuple, set or list literal naming two or
+# more ops, a membership test against a literal naming any op (`op in (Op.A, ...)`), or a
+# chain `x == Op.A or x == Op.B`. Naming ONE op (`node.op == Op.POW`, or a table keyed by op,
+# one entry per op) stays allowed: a rewrite names the op it matches or builds.
+
+# the modules checked: every pass, and ir/ but for ir/ops.py, which holds the records
+OP_SET_SCOPE = ("passes/*.py", "ir/*.py")
+OP_SET_EXEMPT = {
+    "ir/ops.py": "the records themselves",
+    "passes/fold_batch_norm.py": "a pattern rewrite: it matches the exact ops it folds (a "
+                                 "constant under casts and reshapes; a batch norm after a "
+                                 "conv or matmul), which no record property names",
+}
+
+
+def _is_op_ref(node) -> bool:
+    """`Op.X` (or `*GROUP` inside a literal, which splices a set of ops in)."""
+    return (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+            and node.value.id == "Op")
+
+
+def op_set_violations(source: str, filename: str) -> list:
+    """'file:line: what' for each hand-spelled op collection in `source`."""
+    found = []
+    for node in ast.walk(ast.parse(source, filename)):
+        where = f"{filename}:{getattr(node, 'lineno', '?')}"
+        if isinstance(node, (ast.Tuple, ast.Set, ast.List)):
+            if sum(map(_is_op_ref, node.elts)) >= 2:
+                found.append(f"{where}: a literal collection of ops")
+        elif isinstance(node, ast.Compare):
+            for cmp_op, right in zip(node.ops, node.comparators):
+                if isinstance(cmp_op, (ast.In, ast.NotIn)) and \
+                        isinstance(right, (ast.Tuple, ast.Set, ast.List)) and \
+                        any(_is_op_ref(e) or isinstance(e, ast.Starred) for e in right.elts) \
+                        and sum(map(_is_op_ref, right.elts)) < 2:   # (>= 2: reported above)
+                    found.append(f"{where}: a membership test against named ops")
+        elif isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or):
+            lefts = [ast.dump(v.left) for v in node.values
+                     if isinstance(v, ast.Compare) and len(v.ops) == 1
+                     and isinstance(v.ops[0], ast.Eq) and _is_op_ref(v.comparators[0])]
+            if len(lefts) != len(set(lefts)):
+                found.append(f"{where}: a chain of `== Op.X or == Op.Y`")
+    return found
+
+
+def test_passes_do_not_name_op_sets():
+    found = []
+    for pattern in OP_SET_SCOPE:
+        for path in sorted(ROOT.glob(pattern)):
+            rel = path.relative_to(ROOT).as_posix()
+            if rel not in OP_SET_EXEMPT:
+                found += op_set_violations(path.read_text(), rel)
+    assert not found, ("classify ops by their record (jitcore.ir.ops.info), not by listing "
+                       "them:\n  " + "\n  ".join(found))
+
+
+def test_the_op_set_check_catches_planted_violations():
+    planted = {
+        "S = frozenset({Op.EXP, Op.LOG})": "literal collection",
+        "if node.op in (Op.SUM, Op.PROD): pass": "literal collection",
+        "if node.op not in (Op.MAX, *INDEX_REDUCE): pass": "membership test",
+        "if node.op in {Op.WAIT}: pass": "membership test",
+        "if n.op == Op.INPUT or n.op == Op.CONST: pass": "chain",
+    }
+    for source, what in planted.items():
+        found = op_set_violations(source, "planted.py")
+        assert len(found) == 1 and what in found[0], (source, found)
+    allowed = "if node.op == Op.POW and info(node.op).elementwise: x = build.node(Op.MUL, a, a)"
+    assert op_set_violations(allowed, "planted.py") == []

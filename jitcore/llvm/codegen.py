@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from jitcore.ir.ops import INDEX_REDUCE, REDUCE_COMBINE, Op
+from jitcore.ir.ops import INDEX_REDUCE, REDUCE_COMBINE, Op, info
 from jitcore.passes.kernel import Compute, Const, Extent, Gather, Kernel, Load, walk
 from jitcore.passes.dynamic import DIMS_SLOT, uses_dynamic
 from jitcore.passes.legality import varies
@@ -66,15 +66,9 @@ def streams_by_rows(kernel: Kernel) -> bool:
         and kernel.range_extent >= STREAM_MIN and kernel.reduction.op not in INDEX_REDUCE
 
 
-_MATH_COST = {Op.EXP: 20, Op.LOG: 20, Op.TANH: 25, Op.ERF: 30, Op.SIN: 25, Op.COS: 25,
-              Op.POW: 40, Op.ATAN: 35, Op.CBRT: 25, Op.EXPM1: 25,
-              Op.LOG1P: 25, Op.LOG2: 20, Op.LOG10: 20,
-              Op.EXP2: 25, Op.SINH: 30, Op.COSH: 30}
-
-
 def _compute_cost(value) -> int:
     """A rough instruction count of one evaluation of an expression."""
-    return sum(_MATH_COST.get(n.op, 1) for n in walk([value]) if isinstance(n, Compute))
+    return sum(info(n.op).cost for n in walk([value]) if isinstance(n, Compute))
 
 
 class KernelEmitter:

@@ -35,7 +35,7 @@ import numpy as np
 from llvmlite import ir
 
 from jitcore.ir.graph import ConstArray
-from jitcore.ir.ops import TRANSCENDENTAL
+from jitcore.ir.ops import info
 from jitcore.passes.kernel import Buffer, Compute, Kernel, Load, walk
 from jitcore.passes.symbolic import lin
 
@@ -261,7 +261,7 @@ class ConvEmitter:
         # residual...) once, in a loop over the tile spilled to the stack
         ops = [n for n in walk([ke.kernel.stores[0].value]) if isinstance(n, Compute)]
         self.unrolled_epilogue = ke.masked_tail and self.epilogue.vector and \
-            len(ops) <= SHORT_EPILOGUE and not any(n.op in TRANSCENDENTAL for n in ops)
+            len(ops) <= SHORT_EPILOGUE and not any(info(n.op).expensive for n in ops)
 
     def emit(self):
         b, p, ke = self.b, self.p, self.ke
