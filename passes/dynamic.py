@@ -32,7 +32,7 @@ import math
 from jitcore.ir.ops import ELEMENTWISE, INDEX_REDUCE, REDUCE, Op
 from jitcore.ir.sizes import NotDynamic  # noqa: F401 -- raised here, caught by the front
 
-from .kernel import Buffer, Const, Extent, Gather, Kernel, walk
+from .kernel import Buffer, Const, Extent, Gather, Kernel, Kind, walk
 from .symbolic import HUGE, Div, Lin, Mod, Var, extent_text, monomial, symbol_of
 
 
@@ -119,7 +119,8 @@ def _shape_text(shape) -> str:
 
 
 # kernels whose emitters read run-time extents (codegen.py, gemm.py)
-DYNAMIC_KINDS = frozenset({"pointwise", "reduce_horizontal", "reduce_vertical", "rows", "gemm"})
+DYNAMIC_KINDS = frozenset({Kind.POINTWISE, Kind.TILES, Kind.REDUCE_HORIZONTAL,
+                           Kind.REDUCE_VERTICAL, Kind.ROWS, Kind.GEMM})
 
 
 def check_lowered(lowered) -> None:

@@ -29,11 +29,7 @@ class Epilogue:
         which every x86 target lowers)."""
         if count is None:
             return fn()
-        self.ke.mask = u.lane_mask(self.ke.b, count, self.lanes)
-        try:
-            return fn()
-        finally:
-            self.ke.mask = None
+        return self.ke.masked(u.lane_mask(self.ke.b, count, self.lanes), fn)
 
     def emit(self, total, count):
         """Store the expression with Acc = total (a vector of `lanes` results; `count` valid

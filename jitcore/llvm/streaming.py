@@ -16,7 +16,7 @@ import math
 
 from llvmlite import ir
 
-from jitcore.passes.kernel import Kernel
+from jitcore.passes.kernel import Kernel, Kind
 
 from .irutil import memory_type_bytes
 
@@ -27,7 +27,7 @@ def streamed_slots(kernel: Kernel, threshold: int) -> frozenset:
     loop, when they all
     have one element size (one alignment peel fits them all) and together take at least
     `threshold` bytes (0: never)."""
-    if threshold <= 0 or kernel.kind != "pointwise" or kernel.lanes == 1 or not kernel.loops \
+    if threshold <= 0 or kernel.kind != Kind.POINTWISE or kernel.lanes == 1 or not kernel.loops \
             or kernel.tile_var is not None:
         return frozenset()
     var = kernel.vector_var
