@@ -32,7 +32,7 @@ import math
 from jitcore.ir.ops import ELEMENTWISE, INDEX_REDUCE, REDUCE, Op
 from jitcore.ir.sizes import NotDynamic  # noqa: F401 -- raised here, caught by the front
 
-from .kernel import Buffer, Const, Extent, Gather, Kernel, Kind, walk
+from .kernel import Buffer, Const, Extent, Gather, Kernel, walk
 from .symbolic import HUGE, Div, Lin, Mod, Var, extent_text, monomial, symbol_of
 
 
@@ -118,11 +118,6 @@ def _shape_text(shape) -> str:
     return "(" + ", ".join(extent_text(d) for d in shape) + ")"
 
 
-# kernels whose emitters read run-time extents (codegen.py, gemm.py)
-DYNAMIC_KINDS = frozenset({Kind.POINTWISE, Kind.TILES, Kind.REDUCE_HORIZONTAL,
-                           Kind.REDUCE_VERTICAL, Kind.ROWS, Kind.GEMM})
-
-
 def check_lowered(lowered) -> None:
     """Raise NotDynamic unless every placeholder in the kernels is c times a product of
     input symbols (c * s_b * s_t), as a loop extent, a buffer dimension, a stride or an
@@ -164,7 +159,7 @@ def _check_kernel(kernel: Kernel) -> None:
     if not uses_dynamic(kernel):
         return
     name = f"kernel {kernel.name} ({kernel.kind})"
-    if kernel.kind not in DYNAMIC_KINDS:
+    if not kernel.kind.reads_run_time_extents:
         raise NotDynamic(f"{name}: this kernel kind is compiled per shape")
     if kernel.reduction is not None and kernel.reduction.op in INDEX_REDUCE:
         raise NotDynamic(f"{name}: arg-reductions are compiled per shape")

@@ -37,8 +37,9 @@ def _other_region_alone(kernel: Kernel, run: list) -> bool:
 def _merge_stop(kernel: Kernel, run: list, written: dict) -> str | None:
     """Why `kernel` cannot join `run` (None: it can)."""
     first = run[0]
-    if not kernel.kind.elementwise or not first.kind.elementwise:  # (a reduction over
-        return f"not pointwise ({kernel.kind} after {first.kind})"  # extent-1 axes has pointwise loops)
+    # (a reduction over extent-1 axes has pointwise loops)
+    if not kernel.kind.elementwise or not first.kind.elementwise:
+        return f"not pointwise ({kernel.kind} after {first.kind})"
     if len(kernel.ops) + sum(len(k.ops) for k in run) > MAX_FUSED_OPS:
         return f"the kernel would exceed {MAX_FUSED_OPS} ops"
     if not kernel.loops or kernel.loops != first.loops:

@@ -5,7 +5,7 @@ expression DAG of `Load`, `Const` and `Compute` nodes whose indices are symbolic
 variables. A reduction kernel carries a `Reduction`: its loops include the reduced variables,
 and each store writes the reduction of its value over them.
 
-Loop order encodes the kernel's shape:
+A kernel's `kind` (Kind, set where it is built) names its shape, and loop order encodes it:
 - pointwise:            parallel loops only; the last one is the vector loop.
 - horizontal reduction: parallel loops, then reduce loops; the last reduce loop is vectorized.
 - vertical reduction:   parallel loops, reduce loops, then one parallel loop that is vectorized
@@ -127,7 +127,15 @@ class Store:
 @dataclass(frozen=True)
 class Loop:
     var: Var
-    kind: str            # "parallel", "reduce" or "scan"
+    kind: str            # "parallel", "reduce" or SCAN_LOOP
+
+    @property
+    def scan(self) -> bool:
+        """A running sum's loop: sequential, each step reads the previous step's output."""
+        return self.kind == SCAN_LOOP
+
+
+SCAN_LOOP = "scan"       # the loop kind of a scan kernel's running loop (named like Kind.SCAN)
 
 
 @dataclass(frozen=True)
@@ -247,6 +255,13 @@ class Kind(StrEnum):
         return self in (Kind.POINTWISE, Kind.TILES, Kind.REDUCE_HORIZONTAL)
 
     @property
+    def reads_run_time_extents(self) -> bool:
+        """Its emitter reads extents at run time (jc.jit(dynamic=True)); the others are
+        compiled per shape (passes/dynamic.py)."""
+        return self in (Kind.POINTWISE, Kind.TILES, Kind.REDUCE_HORIZONTAL,
+                        Kind.REDUCE_VERTICAL, Kind.ROWS, Kind.GEMM)
+
+    @property
     def ranges_inner_loop(self) -> bool:
         """With no parallel loop first, a call covers a range of the last (parallel) loop."""
         return self in (Kind.REDUCE_VERTICAL, Kind.SCAN)
@@ -269,13 +284,13 @@ def kind_error(kernel: "Kernel") -> str | None:
            Kind.GEMV: kernel.gemm is not None and kernel.gemm.matvec,
            Kind.CONV: kernel.conv is not None, Kind.POOL: kernel.pool is not None,
            Kind.ROWS: bool(kernel.parts), Kind.TILES: kernel.tile_var is not None,
-           Kind.SCAN: any(lp.kind == "scan" for lp in kernel.loops)}
+           Kind.SCAN: any(lp.scan for lp in kernel.loops)}
     extra = [name for name, present in has.items() if present and name != k]
     if extra:
         return f"a {k} kernel with the fields of {', '.join(extra)}"
     if k in has and not has[k]:
         return f"a {k} kernel without its own field"
-    if k.reduces != (kernel.reduction is not None) and k != Kind.ROWS:
+    if k.reduces != (kernel.reduction is not None):
         return f"a {k} kernel {'without' if k.reduces else 'with'} a reduction"
     if k.reduces and reduction_kind(kernel.loops) != k:
         return f"a {k} kernel whose loop order is {reduction_kind(kernel.loops)}"

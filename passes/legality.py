@@ -121,7 +121,7 @@ def _short_loop(kernel: Kernel, lanes: int, masked: bool) -> bool:
 
 CHECKS = (
     ("no_loops", lambda k, lanes, masked: not k.loops),
-    ("sequential_scan", lambda k, lanes, masked: k.loops[-1].kind == "scan"),
+    ("sequential_scan", lambda k, lanes, masked: k.loops[-1].scan),
     ("unsupported_op", lambda k, lanes, masked: _unsupported_op(k)),
     ("non_contiguous_load", lambda k, lanes, masked: _bad_load(k, lanes)),
     ("non_contiguous_store", lambda k, lanes, masked: _bad_store(k)),

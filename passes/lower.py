@@ -45,8 +45,8 @@ from jitcore.ir.graph import Graph, Node
 from jitcore.ir.ops import ELEMENTWISE, LEAF, REDUCE, Op
 from jitcore.ir.shapes import contiguous_strides, numel
 
-from .kernel import (Acc, Buffer, Compute, Const, Conv, Extent, Gather, Gemm, Kernel, Kind, Load, Loop,
-                     Reduction, Store, rebuild, reduction_kind)
+from .kernel import (SCAN_LOOP, Acc, Buffer, Compute, Const, Conv, Extent, Gather, Gemm, Kernel,
+                     Kind, Load, Loop, Reduction, Store, rebuild, reduction_kind)
 from .pool import pool_kernel, source_to_materialize
 from .recompute import VIEWS_THROUGH, recompute_materialized
 from .symbolic import Lin, Var, floordiv, lin, mod, substitute
@@ -393,7 +393,7 @@ class _Lowering:
         dims = [Var(f"i{k}", d) for k, d in enumerate(node.shape)]
         idx = tuple(lin(v) for v in dims)
         value = kb.value(node.src[0], idx)
-        kinds = ["scan" if k == node.arg else "parallel" for k in range(node.ndim)]
+        kinds = [SCAN_LOOP if k == node.arg else "parallel" for k in range(node.ndim)]
         loops = [Loop(v, kind) for v, kind in zip(dims, kinds) if v.extent != 1]
         ops = tuple(kb.ops) + ("cumsum",)
         return order_and_collapse(Kernel(f"k{index}_cumsum", loops,

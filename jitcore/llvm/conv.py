@@ -40,8 +40,7 @@ from jitcore.passes.kernel import Buffer, Compute, Kernel, Kind, Load, walk
 from jitcore.passes.symbolic import lin
 
 from . import irutil as u
-from .codegen import KernelEmitter
-from .epilogue import Epilogue
+from .epilogue import EpilogueEmitter
 from .gemm import cache_sizes, loads_per_slot
 from .registry import KindEntry, plan_items, register
 
@@ -226,7 +225,7 @@ def _vec_const(ty, values):
     return ir.Constant(ty, [ir.Constant(ty.element, v) for v in values])
 
 
-class ConvEmitter(KernelEmitter):
+class ConvEmitter(EpilogueEmitter):
     """Emits one conv kernel (Kind.CONV) with its plan (`plan`: a ConvPlan)."""
 
     def __init__(self, module, kernel, name: str, masked_tail: bool, stream_bytes: int = 0,
@@ -237,7 +236,7 @@ class ConvEmitter(KernelEmitter):
         self.elem = u.value_type(c.dtype)
         self.vty = ir.VectorType(self.elem, p.lanes)
         self.addr_vty = ir.VectorType(u.I64, p.lanes)
-        self.epilogue = Epilogue(self, c.out_vars[3], p.lanes)
+        self.setup_epilogue(c.out_vars[3], p.lanes)
         self.xs = c.strides(c.x, c.x_vars)                       # n, c, h, w
         self.ws = None if c.prepacked else c.strides(c.w, c.w_vars)
         _, _, self.h, self.w = _extents(c.x_vars)
@@ -264,7 +263,7 @@ class ConvEmitter(KernelEmitter):
         # unrolled (with AVX-512 masks: one masked version); a longer one (gelu, a
         # residual...) once, in a loop over the tile spilled to the stack
         ops = [n for n in walk([self.kernel.stores[0].value]) if isinstance(n, Compute)]
-        self.unrolled_epilogue = self.masked_tail and self.epilogue.vector and \
+        self.unrolled_epilogue = self.masked_tail and self.epilogue_vector and \
             len(ops) <= SHORT_EPILOGUE and not any(n.op in TRANSCENDENTAL for n in ops)
 
     def body(self):
@@ -533,7 +532,7 @@ class ConvEmitter(KernelEmitter):
                     for r in range(p.mr):
                         with b.if_then(b.icmp_signed("<", u.I64(r), nrow)):
                             self.env[oc_var] = b.add(oc_base, u.I64(r))
-                            self.epilogue.emit(b.load(self.accs[r][j]), count)
+                            self.epilogue(b.load(self.accs[r][j]), count)
             return
         tile = b.bitcast(self.ctile, self.vty.as_pointer())
         for r in range(p.mr):
@@ -554,15 +553,15 @@ class ConvEmitter(KernelEmitter):
         b = self.b
         if self.masked_tail:        # masks cost nothing: one masked epilogue
             with b.if_then(b.icmp_signed(">", count, u.I64(0))):
-                self.epilogue.emit(acc, count)
+                self.epilogue(acc, count)
             return
         whole = b.icmp_signed("==", count, u.I64(self.p.lanes))
         with b.if_else(whole) as (then, otherwise):
             with then:
-                self.epilogue.emit(acc, None)
+                self.epilogue(acc, None)
             with otherwise:
                 with b.if_then(b.icmp_signed(">", count, u.I64(0))):
-                    self.epilogue.emit(acc, count)
+                    self.epilogue(acc, count)
 
 
 def report(kernel: Kernel) -> tuple:

@@ -43,8 +43,7 @@ from jitcore.passes.kernel import Buffer, Kernel, Kind, Load
 from jitcore.passes.symbolic import lin, monomial
 
 from . import irutil as u
-from .codegen import KernelEmitter
-from .epilogue import Epilogue
+from .epilogue import EpilogueEmitter
 from .registry import KindEntry, plan_items, register
 
 DEFAULT_CACHES = {1: 32 * 1024, 2: 512 * 1024}
@@ -238,7 +237,7 @@ def _operand_matrix(flat: np.ndarray, offset, k, n) -> np.ndarray:
 
 # ---- code ---------------------------------------------------------------------------------
 
-class GemmEmitter(KernelEmitter):
+class GemmEmitter(EpilogueEmitter):
     """Emits one gemm kernel (Kind.GEMM) with its plan (`plan`: a GemmPlan); the shared
     machinery (loop variables, loads, stores, epilogue expressions) is KernelEmitter's."""
 
@@ -251,7 +250,7 @@ class GemmEmitter(KernelEmitter):
         self.vty = ir.VectorType(self.elem, p.lanes)
         self.panel_ty = ir.ArrayType(self.elem, p.kc * p.nc)
         self.out = kernel.stores[0]
-        self.epilogue = Epilogue(self, self.g.n, p.lanes)
+        self.setup_epilogue(self.g.n, p.lanes)
 
     def body(self):
         b, p, g = self.b, self.p, self.g
@@ -531,7 +530,7 @@ class GemmEmitter(KernelEmitter):
         True when there is one k block."""
         b = self.b
         if first is True and last is True:
-            return self.epilogue.emit(acc, count)
+            return self.epilogue(acc, count)
         with b.if_else(first) as (then, otherwise):
             with then:
                 total_first = acc
@@ -545,19 +544,19 @@ class GemmEmitter(KernelEmitter):
         total.add_incoming(total_rest, rest_bb)
         with b.if_else(last) as (then, otherwise):
             with then:
-                self.epilogue.emit(total, count)
+                self.epilogue(total, count)
             with otherwise:
                 self.c_store(total, count)
 
     def c_load(self, count):
         """The partial sum kept in C at env (m, n): the output's own dtype is the GEMM's."""
         st = self.out
-        return self.epilogue.masked(
+        return self.lanes_masked(
             count, lambda: self.load(Load(st.buffer, st.offset), self.p.lanes))
 
     def c_store(self, value, count):
         st = self.out
-        self.epilogue.masked(
+        self.lanes_masked(
             count, lambda: self.store(st.buffer, st.offset, value, self.p.lanes))
 
 

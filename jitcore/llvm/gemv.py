@@ -35,8 +35,7 @@ from llvmlite import ir
 from jitcore.passes.kernel import Kind
 
 from . import irutil as u
-from .codegen import KernelEmitter
-from .epilogue import Epilogue
+from .epilogue import EpilogueEmitter
 from .registry import KindEntry, register
 from .work import grain
 
@@ -97,7 +96,7 @@ def plan(kernel, vector_bits: int, threads: int) -> GemvPlan:
     return GemvPlan(shape, lanes, block, -(-outputs // block), batch)
 
 
-class GemvEmitter(KernelEmitter):
+class GemvEmitter(EpilogueEmitter):
     """Emits one gemv kernel (Kind.GEMV) with its plan (`plan`: a GemvPlan)."""
 
     def __init__(self, module, kernel, name: str, masked_tail: bool, stream_bytes: int = 0,
@@ -108,7 +107,7 @@ class GemvEmitter(KernelEmitter):
         self.mat, self.x, self.i, self.other = operands(self.g)
         self.elem = u.value_type(self.g.dtype)
         self.vty = ir.VectorType(self.elem, p.lanes)
-        self.epilogue = Epilogue(self, self.i, p.lanes)
+        self.setup_epilogue(self.i, p.lanes)
 
     def body(self):
         b, p, g = self.b, self.p, self.g
@@ -274,9 +273,9 @@ class GemvEmitter(KernelEmitter):
         whole = b.icmp_signed("==", count, u.I64(self.p.lanes))
         with b.if_else(whole) as (then, otherwise):
             with then:
-                self.epilogue.emit(total, None)
+                self.epilogue(total, None)
             with otherwise:
-                self.epilogue.emit(total, count)
+                self.epilogue(total, count)
 
 
 def _work(kernel, plan: GemvPlan) -> tuple:

@@ -1,4 +1,4 @@
-"""A lowered graph -> LLVM modules: one per distinct kernel (`codegen.KernelEmitter`), named
+"""A lowered graph -> LLVM modules: one per distinct kernel (its kind's emitter, kinds.py), named
 by a hash of its code, and the graph's own module: the `run` function that allocates the
 temps and launches the kernels (and forked tasks) on the runtime's pool, and the native entry
 (`entry.py`). A kernel reads its buffers from its own pointer array, which `run` fills from the

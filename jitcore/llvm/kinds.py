@@ -2,7 +2,8 @@
 (registry.py); `entry(kernel)` is the one dispatch on a kernel's kind."""
 from __future__ import annotations
 
-from . import conv, gemm, gemv, pointwise, pool, reduce, rows, scan, tiles  # noqa: F401 (they register)
+# (imported for their registrations)
+from . import conv, gemm, gemv, pointwise, pool, reduce, rows, scan, tiles  # noqa: F401
 from .registry import KINDS, KindEntry, entry
 
 __all__ = ["KINDS", "KindEntry", "entry", "report"]

@@ -96,15 +96,16 @@ class PairwiseAccumulators:
     block (BLOCK_TRIPS trips of the innermost loop; when it is short, enough of its runs to
     make about as many adds per accumulator) into a block accumulator, which is pushed into
     a binary counter of partial sums (pairwise.py) every PAIRWISE_GROUP blocks. Pushing
-    every block would cost a mispredicted carry loop per block; a group costs one add."""
+    every block would cost a mispredicted carry loop per block; a group costs one add.
+    `ke`: the reduction's emitter (reduce.py), read for its builder, lanes and combine op."""
 
     def __init__(self, ke, accs, sacc, vector_sum, identity):
         self.ke, self.accs, self.sacc, self.vector_sum = ke, accs, sacc, vector_sum
         self.identity = identity
         b, vec = ke.b, ke.kernel.lanes > 1
-        self.vectors = PairwiseSum(b, accs[0].type.pointee, ke._combine, "vpairs") \
+        self.vectors = PairwiseSum(b, accs[0].type.pointee, ke.combine, "vpairs") \
             if vec else None
-        self.scalars = PairwiseSum(b, sacc.type.pointee, ke._combine, "spairs")
+        self.scalars = PairwiseSum(b, sacc.type.pointee, ke.combine, "spairs")
         self.vmid = u.alloca_once(b, accs[0].type.pointee, name="vblocks") if vec else None
         self.smid = u.alloca_once(b, sacc.type.pointee, name="sblocks")
         self.pending = u.alloca_once(b, u.I64, name="blocks")
@@ -118,7 +119,7 @@ class PairwiseAccumulators:
         self.ke.b.store(u.const(acc.type.pointee, self.identity), acc)
 
     def _add_to(self, mid, value):
-        self.ke.b.store(self.ke._combine(self.ke.b.load(mid), value), mid)
+        self.ke.b.store(self.ke.combine(self.ke.b.load(mid), value), mid)
 
     def block(self, vectors: bool = True, scalars: bool = True):
         """End a block: add the accumulators into the block accumulators (and zero them);
@@ -149,10 +150,10 @@ class PairwiseAccumulators:
         self.block(scalars=False)
 
     def total_vector(self):
-        return self.vectors.fold(self.ke._combine(self.ke.b.load(self.vmid), self.vector_sum()))
+        return self.vectors.fold(self.ke.combine(self.ke.b.load(self.vmid), self.vector_sum()))
 
     def total_scalar(self):
-        return self.scalars.fold(self.ke._combine(self.ke.b.load(self.smid),
+        return self.scalars.fold(self.ke.combine(self.ke.b.load(self.smid),
                                                   self.ke.b.load(self.sacc)))
 
     def rows(self, last, row, n_acc: int):

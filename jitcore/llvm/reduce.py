@@ -11,7 +11,7 @@ from jitcore.ir.ops import INDEX_REDUCE, REDUCE_COMBINE, Op
 from jitcore.passes.kernel import Kernel, Kind, Load
 
 from . import irutil as u
-from .argreduce import ArgReduce
+from .argreduce import ArgReduction
 from .codegen import CHEAP_BODY, KernelEmitter, _compute_cost
 from .opemit import cast, emit
 from .pairwise import PairwiseAccumulators
@@ -20,6 +20,7 @@ from .work import grain
 
 
 def _reduce_identity(op: Op, dtype):
+    """The value a reduction's accumulator starts at (what no value changes)."""
     big = {8: 255, 32: 2**31 - 1, 64: 2**63 - 1}[dtype.bits] if dtype.is_int else None
     if op == Op.SUM:
         return 0.0 if dtype.is_float else 0
@@ -34,7 +35,6 @@ def _reduce_identity(op: Op, dtype):
     return 1 if dtype.kind == "b" else big
 
 
-
 ACCUMULATORS = 4       # vector accumulators per horizontal reduction (a power of two)
 VERTICAL_BLOCK = 8     # vectors of the inner axis per pass of a vertical reduction
 STREAM_MIN = 64        # a column reduction this wide accumulates into its output row by row,
@@ -47,11 +47,12 @@ def streams_by_rows(kernel: Kernel) -> bool:
         and kernel.range_extent >= STREAM_MIN and kernel.reduction.op not in INDEX_REDUCE
 
 
+class ReductionEmitter(ArgReduction, KernelEmitter):
+    """The reductions' shared code: the combine op and the reduced value (arg-reductions:
+    argreduce.ArgReduction)."""
 
-class ReductionEmitter(KernelEmitter):
-    """The reductions' shared code: the combine op and the reduced value."""
-
-    def _combine(self, acc, val):
+    def combine(self, acc, val):
+        """acc combined with val by the reduction's op."""
         red = self.kernel.reduction
         if red.op in (Op.MAX, Op.MIN) and red.dtype.is_float:
             # NaN still propagates, but which of -0.0 and +0.0 a reduction returns is left
@@ -81,7 +82,7 @@ class ReductionEmitter(KernelEmitter):
         width = VERTICAL_BLOCK if _compute_cost(st.value) <= CHEAP_BODY else 1
         if red.op in INDEX_REDUCE:
             identity = _reduce_identity(red.op, st.value.dtype)
-            return ArgReduce(self, identity).vertical(width, first)
+            return self.arg_setup(identity).arg_vertical(width, first)
         if streams_by_rows(k):
             return self.emit_vertical_streaming(reduce_loops)
         var = k.loops[-1].var
@@ -100,7 +101,7 @@ class ReductionEmitter(KernelEmitter):
             def step():
                 for p, acc in enumerate(accs):
                     at(p)
-                    self.b.store(self._combine(self.b.load(acc), self._reduced_value(lanes)),
+                    self.b.store(self.combine(self.b.load(acc), self._reduced_value(lanes)),
                                  acc)
             self.nest(reduce_loops, step, False)
             for p, acc in enumerate(accs):
@@ -131,7 +132,7 @@ class ReductionEmitter(KernelEmitter):
                 for r in range(count):
                     if r:
                         self.env[row] = self.b.add(first_row, u.I64(r))
-                    total = self._combine(total, self._reduced_value(lanes))
+                    total = self.combine(total, self._reduced_value(lanes))
                 if count > 1:
                     self.env[row] = first_row
                 self.store(st.buffer, st.offset, total, lanes)
@@ -158,7 +159,7 @@ class ReductionEmitter(KernelEmitter):
         # several vector accumulators hide the latency of the combine op (4 cycles for fadd)
         n_acc = ACCUMULATORS if _compute_cost(st.value) <= CHEAP_BODY else 1
         if red.op in INDEX_REDUCE:
-            return ArgReduce(self, _reduce_identity(red.op, st.value.dtype)).horizontal(n_acc)
+            return self.arg_setup(_reduce_identity(red.op, st.value.dtype)).arg_horizontal(n_acc)
         lanes = k.lanes
         identity = _reduce_identity(red.op, red.dtype)
         accs = [u.alloca_once(self.b, u.value_type(red.dtype, lanes), name=f"vacc{i}")
@@ -170,7 +171,7 @@ class ReductionEmitter(KernelEmitter):
         def inner(n, part):
             acc = accs[part] if n > 1 else sacc
             old = self.b.load(acc)
-            new = self._combine(old, self._reduced_value(n))
+            new = self.combine(old, self._reduced_value(n))
             if self.mask is not None:         # lanes past the end keep their accumulator
                 new = self.b.select(self.mask, new, old)
             self.b.store(new, acc)
@@ -178,7 +179,7 @@ class ReductionEmitter(KernelEmitter):
         def vector_sum():                     # fixed combine order: deterministic results
             vecs = [self.b.load(a) for a in accs]
             while len(vecs) > 1:
-                vecs = [self._combine(x, y) for x, y in zip(vecs[::2], vecs[1::2])]
+                vecs = [self.combine(x, y) for x, y in zip(vecs[::2], vecs[1::2])]
             return vecs[0]
 
         # a float sum adds pairwise (see pairwise.PairwiseAccumulators); other reductions are exact
@@ -196,23 +197,26 @@ class ReductionEmitter(KernelEmitter):
         total = pairs.total_scalar() if pairs else self.b.load(sacc)
         if lanes > 1:
             vec = pairs.total_vector() if pairs else vector_sum()
-            total = self._combine(self.horizontal(vec), total)
+            total = self.combine(self.horizontal(vec), total)
         self.store(st.buffer, st.offset, total, 1)
 
     def horizontal(self, vec):
         """Tree-combine the lanes of a vector (fixed order: deterministic results)."""
-        return u.reduce_lanes(self.b, vec, self._combine)
-
-
+        return u.reduce_lanes(self.b, vec, self.combine)
 
 
 class HorizontalEmitter(ReductionEmitter):
+    """The parallel loops, then per output the reduction of its row."""
+
     def body(self):
         outer = [lp for lp in self.kernel.loops if lp.kind == "parallel"]
         self.nest(outer, self.emit_horizontal, True)
 
 
 class VerticalEmitter(ReductionEmitter):
+    """The outer parallel loops, then accumulators across the reduce loops per lane of
+    the inner parallel (vector) loop."""
+
     def body(self):
         k = self.kernel
         self.nest([lp for lp in k.loops[:-1] if lp.kind == "parallel"], self.emit_vertical,

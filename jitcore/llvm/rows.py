@@ -48,7 +48,6 @@ class RowsEmitter(ReductionEmitter):
                 and n.buffer.slot not in written and not n.offset.vars() & inner}
 
 
-
 def report(kernel: Kernel) -> tuple:
     """The row loop, then each part's inner loops."""
     row = kernel.loops[0].var

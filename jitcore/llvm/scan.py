@@ -11,13 +11,15 @@ from .registry import KindEntry, register
 
 
 class ScanEmitter(KernelEmitter):
+    """Each step of the scan loop adds its value to the previous step's output."""
+
     def body(self):
         """A running sum: the loops before the scan loop, then the scan loop in order, each
         step adding its value to the previous step's stored output (its first step stores
         the value itself), then the loops after it, the last one the vector loop. With no
         loop before the scan loop, a call covers a range of the vector loop instead."""
         k, b = self.kernel, self.b
-        at = next(i for i, lp in enumerate(k.loops) if lp.kind == "scan")
+        at = next(i for i, lp in enumerate(k.loops) if lp.scan)
         outer, scan, inner = k.loops[:at], k.loops[at], k.loops[at + 1:]
         st = k.stores[0]
         prev = Load(st.buffer, st.offset + (-st.offset.coeff(scan.var)))

@@ -5,7 +5,7 @@ moves 2N for its output; a non-temporal store writes whole lines straight to mem
 pays when the output would not be in cache for its next reader anyway: the target's
 `stream_bytes` threshold (llvm/target.py) says from which output size. The stores must be
 aligned to the vector size: codegen peels the first elements of each run so that they are
-(`KernelEmitter.elementwise_loop`). Transposing (tiled) kernels keep normal stores: streaming
+(`PointwiseEmitter.elementwise_loop`). Transposing (tiled) kernels keep normal stores: streaming
 their aligned tile rows measured no gain (their transposed reads dominate).
 Non-temporal stores are weakly ordered, so a kernel that made any ends with a store fence
 before the thread pool reports it done (other threads then see every result).
