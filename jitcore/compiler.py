@@ -33,6 +33,7 @@ from .llvm import conv, engine, gemm, graph_module
 from .llvm import entry as abi
 from .llvm.entry import NDARRAY_TYPE_SYMBOL
 from .llvm.graph_module import build_module
+from .llvm.kinds import report as kind_report
 from .llvm.target import Target
 from .version import VERSION
 from jitcore.runtime import PARALLEL_FOR, TASK_SPAWN, TASK_WAIT
@@ -121,9 +122,15 @@ def _count(n) -> int:
 
 
 def kernel_infos(lowered) -> list:
-    return [KernelInfo(k.name, k.kind, k.ops, k.loop_nest, k.vector_bits, k.lanes,
-                       k.vectorized, k.reason, bytes_moved(k), flops(k), k.task, k.layout)
-            for k in lowered.kernels]
+    """Each kernel's report; its kind's part (name, layout, loop nest) from the kind's
+    registry entry (jitcore/llvm/kinds.py)."""
+    infos = []
+    for k in lowered.kernels:
+        kind, layout, loop_nest = kind_report(k)
+        infos.append(KernelInfo(k.name, kind, k.ops, loop_nest, k.vector_bits, k.lanes,
+                                k.vectorized, k.reason, bytes_moved(k), flops(k), k.task,
+                                layout))
+    return infos
 
 
 class CompiledGraph:

@@ -115,10 +115,6 @@ def _shape_text(shape) -> str:
     return "(" + ", ".join(extent_text(d) for d in shape) + ")"
 
 
-# kernels whose emitters read run-time extents (codegen.py, gemm.py)
-DYNAMIC_KINDS = frozenset({"pointwise", "reduce_horizontal", "reduce_vertical", "rows", "gemm"})
-
-
 def check_lowered(lowered) -> None:
     """Raise NotDynamic unless every placeholder in the kernels is c times a product of
     input symbols (c * s_b * s_t), as a loop extent, a buffer dimension, a stride or an
@@ -160,7 +156,7 @@ def _check_kernel(kernel: Kernel) -> None:
     if not uses_dynamic(kernel):
         return
     name = f"kernel {kernel.name} ({kernel.kind})"
-    if kernel.kind not in DYNAMIC_KINDS:
+    if not kernel.kind.reads_run_time_extents:
         raise NotDynamic(f"{name}: this kernel kind is compiled per shape")
     if kernel.reduction is not None and kernel.reduction.op in INDEX_REDUCE:
         raise NotDynamic(f"{name}: arg-reductions are compiled per shape")

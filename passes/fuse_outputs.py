@@ -18,7 +18,7 @@ memory. The merged kernel's vector decision is made again by the legality check.
 from __future__ import annotations
 
 from .decision_log import debug
-from .kernel import MAX_FUSED_OPS, Gather, Kernel, Load, rebuild
+from .kernel import MAX_FUSED_OPS, Gather, Kernel, Kind, Load, rebuild
 from .legality import check
 
 
@@ -37,8 +37,9 @@ def _other_region_alone(kernel: Kernel, run: list) -> bool:
 def _merge_stop(kernel: Kernel, run: list, written: dict) -> str | None:
     """Why `kernel` cannot join `run` (None: it can)."""
     first = run[0]
-    if "pointwise" != kernel.kind or "pointwise" != first.kind:   # a reduction over extent-1
-        return f"not pointwise ({kernel.kind} after {first.kind})"  # axes has pointwise loops
+    # (a reduction over extent-1 axes has pointwise loops)
+    if not kernel.kind.elementwise or not first.kind.elementwise:
+        return f"not pointwise ({kernel.kind} after {first.kind})"
     if len(kernel.ops) + sum(len(k.ops) for k in run) > MAX_FUSED_OPS:
         return f"the kernel would exceed {MAX_FUSED_OPS} ops"
     if not kernel.loops or kernel.loops != first.loops:
@@ -68,7 +69,7 @@ def _merged(run: list, read_later: set, vector_bits: int, masked_tails: bool) ->
             stores.append(st)
     stores = [st for st in stores if st.buffer.kind != "temp" or st.buffer.slot in read_later]
     merged = Kernel("+".join(k.name for k in run), list(run[0].loops), stores, None,
-                    tuple(op for k in run for op in k.ops), task=run[0].task)
+                    tuple(op for k in run for op in k.ops), task=run[0].task, kind=Kind.POINTWISE)
     return check(merged, vector_bits, masked_tails)
 
 

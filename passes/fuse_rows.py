@@ -21,12 +21,12 @@ from __future__ import annotations
 from jitcore.ir.ops import TRANSCENDENTAL
 
 from .decision_log import debug
-from .kernel import MAX_FUSED_OPS, Const, Gather, Kernel, Load, Loop, Store, rebuild, walk
+from .kernel import MAX_FUSED_OPS, Const, Gather, Kernel, Kind, Load, Loop, Store, rebuild, walk
 from .symbolic import lin
 
 
 def _row_var(kernel: Kernel):
-    if kernel.kind not in ("pointwise", "reduce_horizontal") or not kernel.loops:
+    if not kernel.kind.row_part or not kernel.loops:
         return None
     if kernel.tile_var is not None:          # tiles span several rows
         return None
@@ -77,11 +77,11 @@ def _keep_summands(group: list) -> None:
     stores each summand into the later part's output, and the later part loads it instead of
     recomputing it (its own store overwrites the same element afterwards)."""
     last = group[-1]
-    if last.kind != "pointwise" or len(last.stores) != 1 or not last.loops:
+    if not last.kind.elementwise or len(last.stores) != 1 or not last.loops:
         return
     target = last.stores[0]
     for part in group[:-1]:
-        if part.kind != "reduce_horizontal" or len(part.stores) != 1:
+        if part.kind != Kind.REDUCE_HORIZONTAL or len(part.stores) != 1:
             continue
         summand = part.stores[0].value
         expensive = any(getattr(n, "op", None) in TRANSCENDENTAL for n in walk([summand]))
@@ -105,7 +105,7 @@ def _fused(group: list) -> Kernel:
     stores = [s for k in group for s in k.stores]
     ops = tuple(op for k in group for op in k.ops)
     fused = Kernel("+".join(k.name for k in group), [Loop(row.var, "parallel")], stores,
-                   None, ops, task=group[0].task, parts=list(group))
+                   None, ops, task=group[0].task, parts=list(group), kind=Kind.ROWS)
     inner = [k for k in group if len(k.loops) > 1]
     fused.vector_bits = group[0].vector_bits
     fused.lanes = max(k.lanes for k in group)

@@ -5,7 +5,7 @@ expression DAG of `Load`, `Const` and `Compute` nodes whose indices are symbolic
 variables. A reduction kernel carries a `Reduction`: its loops include the reduced variables,
 and each store writes the reduction of its value over them.
 
-Loop order encodes the kernel's shape:
+A kernel's `kind` (Kind, set where it is built) names its shape, and loop order encodes it:
 - pointwise:            parallel loops only; the last one is the vector loop.
 - horizontal reduction: parallel loops, then reduce loops; the last reduce loop is vectorized.
 - vertical reduction:   parallel loops, reduce loops, then one parallel loop that is vectorized
@@ -24,8 +24,10 @@ Loop order encodes the kernel's shape:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from jitcore.ir.dtypes import DType
+from jitcore.ir.errors import CompileError
 from jitcore.ir.ops import Op
 
 from .symbolic import Lin, Var, extent_text
@@ -125,7 +127,15 @@ class Store:
 @dataclass(frozen=True)
 class Loop:
     var: Var
-    kind: str            # "parallel", "reduce" or "scan"
+    kind: str            # "parallel", "reduce" or SCAN_LOOP
+
+    @property
+    def scan(self) -> bool:
+        """A running sum's loop: sequential, each step reads the previous step's output."""
+        return self.kind == SCAN_LOOP
+
+
+SCAN_LOOP = "scan"       # the loop kind of a scan kernel's running loop (named like Kind.SCAN)
 
 
 @dataclass(frozen=True)
@@ -212,6 +222,92 @@ class Conv:
         return tuple(load.offset.coeff(v) for v in variables)
 
 
+class Kind(StrEnum):
+    """A kernel's kind: the shape of its loop nest and the backend emitter that runs it
+    (jitcore/llvm/kinds.py registers one entry per kind). Set where the kernel is built
+    (passes/lower.py, pool.py, fuse_rows.py, fuse_outputs.py; legality.py turns a pointwise
+    kernel it vectorizes through transposed tiles into TILES) and checked against the
+    kernel's fields by `kind_error`. The one place kind names are spelled."""
+    POINTWISE = "pointwise"                  # parallel loops; the last one is the vector loop
+    TILES = "tiles"                          # pointwise, transposed reads in register tiles
+    REDUCE_HORIZONTAL = "reduce_horizontal"  # the last loop is a reduce loop
+    REDUCE_VERTICAL = "reduce_vertical"      # reduce loops, then a parallel (vector) loop
+    SCAN = "scan"                            # a running sum along a "scan" loop
+    ROWS = "rows"                            # row fusion: `parts` run in order per row
+    GEMM = "gemm"                            # a matmul with its epilogue
+    GEMV = "gemv"                            # a matmul whose M or N is 1
+    CONV = "conv"                            # a convolution with its epilogue
+    POOL = "pool"                            # 2-d pooling with its epilogue
+
+    @property
+    def elementwise(self) -> bool:
+        """One value per output element, no reduction: pointwise or tiled."""
+        return self in (Kind.POINTWISE, Kind.TILES)
+
+    @property
+    def reduces(self) -> bool:
+        """A plain reduction kernel (horizontal or vertical)."""
+        return self in (Kind.REDUCE_HORIZONTAL, Kind.REDUCE_VERTICAL)
+
+    @property
+    def row_part(self) -> bool:
+        """May be a part of a row-fused kernel (fuse_rows.py)."""
+        return self in (Kind.POINTWISE, Kind.TILES, Kind.REDUCE_HORIZONTAL)
+
+    @property
+    def reads_run_time_extents(self) -> bool:
+        """Its emitter reads extents at run time (jc.jit(dynamic=True)); the others are
+        compiled per shape (passes/dynamic.py)."""
+        return self in (Kind.POINTWISE, Kind.TILES, Kind.REDUCE_HORIZONTAL,
+                        Kind.REDUCE_VERTICAL, Kind.ROWS, Kind.GEMM)
+
+    @property
+    def ranges_inner_loop(self) -> bool:
+        """With no parallel loop first, a call covers a range of the last (parallel) loop."""
+        return self in (Kind.REDUCE_VERTICAL, Kind.SCAN)
+
+
+def reduction_kind(loops: list) -> Kind:
+    """A reduction kernel's kind from its loop order (lowering's choice): vertical when a
+    parallel loop is the last (the vector loop), else horizontal."""
+    vertical = loops and loops[-1].kind == "parallel"
+    return Kind.REDUCE_VERTICAL if vertical else Kind.REDUCE_HORIZONTAL
+
+
+def kind_error(kernel: "Kernel") -> str | None:
+    """Why the kernel's fields do not fit its kind (None: they do): each kind's own fields
+    are set, and no other kind's."""
+    k = kernel.kind
+    if not isinstance(k, Kind):
+        return f"kind {k!r} is not a Kind"
+    has = {Kind.GEMM: kernel.gemm is not None and not kernel.gemm.matvec,
+           Kind.GEMV: kernel.gemm is not None and kernel.gemm.matvec,
+           Kind.CONV: kernel.conv is not None, Kind.POOL: kernel.pool is not None,
+           Kind.ROWS: bool(kernel.parts), Kind.TILES: kernel.tile_var is not None,
+           Kind.SCAN: any(lp.scan for lp in kernel.loops)}
+    extra = [name for name, present in has.items() if present and name != k]
+    if extra:
+        return f"a {k} kernel with the fields of {', '.join(extra)}"
+    if k in has and not has[k]:
+        return f"a {k} kernel without its own field"
+    if k.reduces != (kernel.reduction is not None):
+        return f"a {k} kernel {'without' if k.reduces else 'with'} a reduction"
+    if k.reduces and reduction_kind(kernel.loops) != k:
+        return f"a {k} kernel whose loop order is {reduction_kind(kernel.loops)}"
+    return None
+
+
+def verify_kinds(kernels: list) -> list:
+    """The kernels, each checked against its kind (and a row-fused one's parts against
+    theirs); CompileError at the first that does not fit."""
+    for kernel in kernels:
+        for k in [kernel, *kernel.parts]:
+            error = kind_error(k)
+            if error is not None:
+                raise CompileError(f"kernel {k.name}: {error}")
+    return kernels
+
+
 # The fusion passes (fuse_outputs, fuse_rows) stop growing a kernel at this many ops: the work
 # and compile time of one kernel stay bounded however long the graph (lowering bounds what a
 # single kernel inlines the same way, passes/recompute.py).
@@ -238,23 +334,7 @@ class Kernel:
     gemm: Gemm | None = None         # a matmul with its epilogue (kind "gemm" or "gemv")
     pool: Pool | None = None         # a pooling with its epilogue (kind "pool")
     conv: Conv | None = None         # a convolution with its epilogue (kind "conv")
-
-    @property
-    def kind(self) -> str:
-        if self.conv is not None:
-            return "conv"
-        if any(lp.kind == "scan" for lp in self.loops):
-            return "scan"
-        if self.gemm is not None:
-            return "gemv" if self.gemm.matvec else "gemm"
-        if self.pool is not None:
-            return "pool"
-        if self.parts:
-            return "rows"
-        if self.reduction is None:
-            return "pointwise"
-        vertical = self.loops and self.loops[-1].kind == "parallel"
-        return "reduce_vertical" if vertical else "reduce_horizontal"
+    kind: Kind = field(kw_only=True)  # set by whoever builds the kernel (see Kind)
 
     @property
     def range_loop(self):
@@ -263,7 +343,7 @@ class Kernel:
         or of a scan along the first axis, else none (the kernel runs whole)."""
         if self.loops and self.loops[0].kind == "parallel":
             return self.loops[0]
-        if self.kind in ("reduce_vertical", "scan") and self.loops[-1].kind == "parallel":
+        if self.kind.ranges_inner_loop and self.loops[-1].kind == "parallel":
             return self.loops[-1]
         return None
 
@@ -277,28 +357,14 @@ class Kernel:
         return self.loops[-1].var if self.loops else None
 
     @property
-    def layout(self) -> str | None:
-        """The data layout a convolution kernel computes in (None for other kernels)."""
-        return "NCHW" if self.conv is not None else None
-
-    @property
     def loop_nest(self) -> str:
-        """e.g. `for i0 in 0..4096 (parallel), i1 in 0..1024 (reduce, vector)`."""
-        if self.parts:
-            row = self.loops[0].var
-            inner = [p.loop_nest.split(", ", 1)[1] if len(p.loops) > 1 else "(one element)"
-                     for p in self.parts]
-            return (f"for {row.name} in 0..{extent_text(row.extent)} (parallel): "
-                    + "; then ".join(inner))
+        """e.g. `for i0 in 0..4096 (parallel), i1 in 0..1024 (reduce, vector)`. (A kind may
+        add to it in its report: jitcore/llvm/registry.py.)"""
         parts = []
         for i, lp in enumerate(self.loops):
             tag = lp.kind + (", vector" if self.vectorized and i == len(self.loops) - 1 else "")
             tag += f", {self.lanes}x{self.lanes} tiles" if lp.var == self.tile_var else ""
             parts.append(f"{lp.var.name} in 0..{extent_text(lp.var.extent)} ({tag})")
-        if self.pool is not None:       # each output then reduces its window
-            spec = self.pool.spec
-            parts.append("adaptive window" if spec.adaptive else
-                         f"window {spec.kernel[0]}x{spec.kernel[1]} (reduce {spec.kind})")
         return "for " + ", ".join(parts) if parts else "(no loops)"
 
     def loads(self) -> list:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from jitcore.ir.ops import INDEX_REDUCE, Op
 
-from .kernel import Gather, Kernel, Load, walk
+from .kernel import Gather, Kernel, Kind, Load, walk
 from .symbolic import Var
 
 TILE_MAX_LANES = 16   # a tile is lanes x lanes elements: 16 x 16 keeps it in 16 registers
@@ -87,7 +87,7 @@ def tile_var(kernel: Kernel, lanes: int) -> Var | None:
     both it and the vector loop span at least one tile; None when no tile is needed or fits
     (or the kernel gathers: tiles load rows at static offsets)."""
     strided = _strided_loads(kernel)
-    if not strided or kernel.kind != "pointwise" or kernel.vector_var.extent < lanes \
+    if not strided or not kernel.kind.elementwise or kernel.vector_var.extent < lanes \
             or _gathers(kernel):
         return None
     if any(ld.offset.coeff(kernel.vector_var) is None for ld in strided):
@@ -106,7 +106,7 @@ def _bad_load(kernel: Kernel, lanes: int) -> bool:
 
 def _bad_store(kernel: Kernel) -> bool:
     var = kernel.vector_var
-    want = 0 if kernel.kind == "reduce_horizontal" else 1
+    want = 0 if kernel.kind == Kind.REDUCE_HORIZONTAL else 1
     return any(s.offset.coeff(var) != want for s in kernel.stores)
 
 
@@ -121,7 +121,7 @@ def _short_loop(kernel: Kernel, lanes: int, masked: bool) -> bool:
 
 CHECKS = (
     ("no_loops", lambda k, lanes, masked: not k.loops),
-    ("sequential_scan", lambda k, lanes, masked: k.loops[-1].kind == "scan"),
+    ("sequential_scan", lambda k, lanes, masked: k.loops[-1].scan),
     ("unsupported_op", lambda k, lanes, masked: _unsupported_op(k)),
     ("non_contiguous_load", lambda k, lanes, masked: _bad_load(k, lanes)),
     ("non_contiguous_store", lambda k, lanes, masked: _bad_store(k)),
@@ -161,6 +161,8 @@ def check(kernel: Kernel, vector_bits: int, masked_tails: bool = False) -> Kerne
     is still vectorized: it runs as one masked iteration."""
     lanes = lanes_for(kernel, vector_bits)
     kernel.vector_bits, kernel.lanes, kernel.tile_var = vector_bits, lanes, None
+    if kernel.kind == Kind.TILES:          # decided again below
+        kernel.kind = Kind.POINTWISE
     if kernel.gemm is not None or kernel.conv is not None:   # vector code by construction
         dtype = kernel.gemm.dtype if kernel.gemm is not None else kernel.conv.dtype
         kernel.lanes = max(vector_bits // dtype.bits, 1)
@@ -181,6 +183,7 @@ def check(kernel: Kernel, vector_bits: int, masked_tails: bool = False) -> Kerne
     kernel.tile_var = tile_var(kernel, min(lanes, TILE_MAX_LANES))
     if kernel.tile_var is not None:
         kernel.lanes = min(lanes, TILE_MAX_LANES)
+        kernel.kind = Kind.TILES
     return kernel
 
 
@@ -218,7 +221,7 @@ def flops(kernel: Kernel, size=_as_is) -> int:
     if kernel.conv is not None:
         c = kernel.conv
         return _iterations(kernel, size) * (2 * c.cin_group * c.taps + per_iter)
-    combine = kernel.reduction is not None or kernel.kind == "scan"   # the running add
+    combine = kernel.reduction is not None or kernel.kind == Kind.SCAN   # the running add
     return _iterations(kernel, size) * (per_iter + combine)
 
 

@@ -45,8 +45,8 @@ from jitcore.ir.graph import Graph, Node
 from jitcore.ir.ops import ELEMENTWISE, LEAF, REDUCE, Op, info
 from jitcore.ir.shapes import contiguous_strides, numel
 
-from .kernel import (Acc, Buffer, Compute, Const, Conv, Extent, Gather, Gemm, Kernel, Load, Loop,
-                     Reduction, Store, rebuild)
+from .kernel import (SCAN_LOOP, Acc, Buffer, Compute, Const, Conv, Extent, Gather, Gemm, Kernel,
+                     Kind, Load, Loop, Reduction, Store, rebuild, reduction_kind)
 from .pool import pool_kernel, source_to_materialize
 from .recompute import VIEWS_THROUGH, recompute_materialized
 from .symbolic import Lin, Var, floordiv, lin, mod, substitute
@@ -386,7 +386,8 @@ class _Lowering:
         store = Store(out, offset(out, tuple(lin(v) + s for v, s in zip(dims, shift))), value)
         loops = [Loop(v, "parallel") for v in dims if v.extent != 1]
         ops = tuple(kb.ops) + ("concat",)
-        return order_and_collapse(Kernel(f"k{index}_concat", loops, [store], None, ops))
+        return order_and_collapse(Kernel(f"k{index}_concat", loops, [store], None, ops,
+                                         kind=Kind.POINTWISE))
 
     def _scan(self, node: Node, out: Buffer, index: int) -> Kernel:
         """A running sum along node.arg: the loops before the axis (parallel), the axis
@@ -395,11 +396,12 @@ class _Lowering:
         dims = [Var(f"i{k}", d) for k, d in enumerate(node.shape)]
         idx = tuple(lin(v) for v in dims)
         value = kb.value(node.src[0], idx)
-        kinds = ["scan" if k == node.arg else "parallel" for k in range(node.ndim)]
+        kinds = [SCAN_LOOP if k == node.arg else "parallel" for k in range(node.ndim)]
         loops = [Loop(v, kind) for v, kind in zip(dims, kinds) if v.extent != 1]
         ops = tuple(kb.ops) + ("cumsum",)
         return order_and_collapse(Kernel(f"k{index}_cumsum", loops,
-                                         [Store(out, offset(out, idx), value)], None, ops))
+                                         [Store(out, offset(out, idx), value)], None, ops,
+                                         kind=Kind.SCAN))
 
     def _output_slots(self, write_buffer: dict) -> tuple:
         """The buffer slot of each output position, and the extra output buffers by the slot
@@ -464,7 +466,9 @@ class _Lowering:
             reduction, ops = None, tuple(kb.ops) or ("copy",)
         store = Store(out, offset(out, out_idx), value)
         loops = [Loop(v, k) for v, k in zip(dims, kinds) if v.extent != 1]
-        kernel = Kernel(f"k{index}_{ops[-1]}", loops, [store], reduction, ops)
+        # (a reduction's orientation follows from the loop order order_and_collapse picks)
+        kind = Kind.POINTWISE if reduction is None else Kind.REDUCE_HORIZONTAL
+        kernel = Kernel(f"k{index}_{ops[-1]}", loops, [store], reduction, ops, kind=kind)
         return order_and_collapse(kernel)
 
 
@@ -498,7 +502,7 @@ class _Lowering:
             loops = [Loop(v, "parallel") for v in batch] + \
                 [Loop(k, "reduce"), Loop(gemm.out_var, "parallel")]
         return Kernel(f"k{index}_matmul", loops, [Store(out, offset(out, out_idx), value)],
-                      None, ops, gemm=gemm)
+                      None, ops, gemm=gemm, kind=Kind.GEMV if gemm.matvec else Kind.GEMM)
 
 
     def _conv_kernel(self, node: Node, conv: Node, out: Buffer, index: int) -> Kernel:
@@ -531,7 +535,7 @@ class _Lowering:
             [Loop(out_vars[3], "parallel")]
         spec = Conv(operands[0], operands[1], x_vars, w_vars, out_vars, conv.arg, conv.dtype)
         return Kernel(f"k{index}_conv2d", loops, [Store(out, offset(out, out_idx), value)],
-                      None, ops, conv=spec)
+                      None, ops, conv=spec, kind=Kind.CONV)
 
 
 def _copy_kernel(out: Buffer, extra: Buffer, index: int) -> Kernel:
@@ -548,7 +552,8 @@ def _copy_kernel(out: Buffer, extra: Buffer, index: int) -> Kernel:
     idx = tuple(lin(v) for v in dims)
     store = Store(twin, offset(twin, idx), Load(out, offset(out, idx)))
     loops = [Loop(v, "parallel") for v in dims if v.extent != 1]
-    return order_and_collapse(Kernel(f"k{index}_copy", loops, [store], None, ("copy",)))
+    return order_and_collapse(Kernel(f"k{index}_copy", loops, [store], None, ("copy",),
+                                     kind=Kind.POINTWISE))
 
 
 # ---- loop order and dimension collapsing -----------------------------------------------------
@@ -643,13 +648,14 @@ def _rebuild(kernel: Kernel, loops: list, mapping: dict) -> Kernel:
         return Load(n.buffer, substitute(n.offset, mapping)) if isinstance(n, Load) else None
     stores = [Store(s.buffer, substitute(s.offset, mapping), rebuild(s.value, moved, memo))
               for s in kernel.stores]
-    return Kernel(kernel.name, loops, stores, kernel.reduction, kernel.ops)
+    return Kernel(kernel.name, loops, stores, kernel.reduction, kernel.ops, kind=kernel.kind)
 
 
 def order_and_collapse(kernel: Kernel) -> Kernel:
     """Put the loops in codegen order and merge neighbours that walk memory as one loop."""
     loops = _choose_order(kernel)
-    kernel = Kernel(kernel.name, loops, kernel.stores, kernel.reduction, kernel.ops)
+    kind = reduction_kind(loops) if kernel.kind.reduces else kernel.kind
+    kernel = Kernel(kernel.name, loops, kernel.stores, kernel.reduction, kernel.ops, kind=kind)
     changed = True
     while changed:
         changed = False

@@ -9,6 +9,7 @@ from .dynamic import check_graph, check_lowered
 from .fold_batch_norm import fold_batch_norm
 from .fuse_outputs import fuse_outputs
 from .fuse_rows import fuse_rows
+from .kernel import verify_kinds
 from .legality import check
 from .lower import LoweredGraph, lower
 from .simplify import simplify
@@ -45,7 +46,7 @@ def run_pipeline(graph: Graph, vector_bits: int, input_strides: dict | None = No
     for kernel in lowered.kernels:
         check(kernel, vector_bits, masked_tails)
     lowered.kernels = fuse_outputs(lowered.kernels, vector_bits, masked_tails)
-    lowered.kernels = fuse_rows(lowered.kernels)
+    lowered.kernels = verify_kinds(fuse_rows(lowered.kernels))
     lowered.steps = schedule(lowered.kernels)
     if dynamic:
         check_lowered(lowered)

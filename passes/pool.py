@@ -13,7 +13,7 @@ from __future__ import annotations
 from jitcore.ir.graph import Node
 from jitcore.ir.ops import ELEMENTWISE, info
 
-from .kernel import Kernel, Loop, Pool, Store
+from .kernel import Kernel, Kind, Loop, Pool, Store
 from .recompute import VIEWS_THROUGH, op_cost
 from .symbolic import Var, floordiv, lin, mod
 
@@ -71,4 +71,5 @@ def pool_kernel(node: Node, pool: Node, out, index: int, builder, offset) -> Ker
     ops = tuple(src_builder.ops) + (spec.name,) + tuple(kb.ops)
     plan = Pool(spec, source, row, col, ih, iw, oh, rows, cols, pool.dtype)
     return Kernel(f"k{index}_{spec.name}", [Loop(row, "parallel"), Loop(col, "parallel")],
-                  [Store(out, offset(out, out_idx), value)], None, ops, pool=plan)
+                  [Store(out, offset(out, out_idx), value)], None, ops, pool=plan,
+                  kind=Kind.POOL)

@@ -352,3 +352,97 @@ def test_the_op_set_check_catches_planted_violations():
         assert len(found) == 1 and what in found[0], (source, found)
     allowed = "if node.op == Op.POW and info(node.op).elementwise: x = build.node(Op.MUL, a, a)"
     assert op_set_violations(allowed, "planted.py") == []
+
+
+# ---- kernel kinds register once (issue 28) ------------------------------------------------
+# A kernel kind is a `passes.kernel.Kind`, spelled there only; each kind's backend module
+# registers one entry (jitcore/llvm/registry.py), and everything else compares against the
+# constants or asks the kind's properties.
+
+KIND_HOME = ROOT / "passes" / "kernel.py"       # the one module that spells kind names
+KIND_FOLDERS = ("jitcore", "passes", "ir")
+
+
+def _kind_names() -> set:
+    from jitcore.passes.kernel import Kind
+    return {k.value for k in Kind}
+
+
+def _is_kind_expr(node) -> bool:
+    """`x.kind` or `kind`: what a kernel's kind is read as."""
+    return (isinstance(node, ast.Attribute) and node.attr == "kind") or \
+        (isinstance(node, ast.Name) and node.id == "kind")
+
+
+def kind_literals(source: str, names: set) -> list:
+    """Lines where `source` spells a kernel kind as a string: compared with a `.kind` (==,
+    !=, in, not in; alone or in a tuple/list/set), or a collection literal of kind names."""
+    lines = []
+
+    def literals(node):
+        items = node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else [node]
+        return [n for n in items if isinstance(n, ast.Constant) and n.value in names]
+
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            if any(_is_kind_expr(s) for s in sides):
+                lines += [n.lineno for s in sides for n in literals(s)]
+        elif isinstance(node, (ast.Tuple, ast.List, ast.Set)) and len(node.elts) > 1:
+            if all(isinstance(n, ast.Constant) and n.value in names for n in node.elts):
+                lines.append(node.lineno)
+    return sorted(set(lines))
+
+
+def kind_registrations(source: str, names: dict) -> list:
+    """The kinds `source` registers: `register(KindEntry(Kind.X, ...))` calls."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "register" \
+                and node.args and isinstance(node.args[0], ast.Call) \
+                and getattr(node.args[0].func, "id", None) == "KindEntry":
+            first = node.args[0].args[0]
+            if isinstance(first, ast.Attribute) and first.attr in names:
+                found.append(names[first.attr])
+    return found
+
+
+def _product_files() -> list:
+    return [p for folder in KIND_FOLDERS for p in sorted((ROOT / folder).rglob("*.py"))]
+
+
+def test_kind_names_are_spelled_once():
+    names = _kind_names()
+    bad = [f"{p.relative_to(ROOT)}:{line}" for p in _product_files() if p != KIND_HOME
+           for line in kind_literals(p.read_text(), names)]
+    assert not bad, f"compare kernel kinds with passes.kernel.Kind, not strings: {bad}"
+
+
+def test_kinds_register_once():
+    from jitcore.llvm.kinds import KINDS
+    from jitcore.passes.kernel import Kind
+    members = {k.name: k for k in Kind}
+    registered = [k for p in (ROOT / "jitcore" / "llvm").glob("*.py")
+                  for k in kind_registrations(p.read_text(), members)]
+    assert sorted(registered) == sorted(Kind), \
+        f"each kind registers exactly once: {sorted(map(str, registered))}"
+    assert set(KINDS) == set(Kind)
+    assert all(entry.kind == kind for kind, entry in KINDS.items())
+
+
+def test_the_kind_checks_catch_a_string_and_a_second_registration():
+    names = _kind_names()
+    planted = 'def f(kernel):\n    if kernel.kind == "pool":\n        return 1\n' \
+              '    return kernel.kind in ("gemm", "gemv")\n' \
+              'KINDS = frozenset({"pointwise", "rows"})\n'
+    assert kind_literals(planted, names) == [2, 4, 5]
+    fine = 'layout = "rows"\nif p.layout == "rows":\n    pass\nname = "pool"\n'
+    assert kind_literals(fine, names) == []
+    from jitcore.llvm.registry import KINDS, KindEntry, register
+    from jitcore.passes.kernel import Kind
+    members = {k.name: k for k in Kind}
+    twice = "register(KindEntry(Kind.POOL, A))\nregister(KindEntry(Kind.POOL, B))\n"
+    assert kind_registrations(twice, members) == [Kind.POOL, Kind.POOL]
+    with pytest.raises(ValueError, match="registered twice"):
+        register(KindEntry(Kind.POOL, object))
+    assert KINDS[Kind.POOL].emitter is not object

@@ -572,7 +572,7 @@ def test_torch_transformer_encoder_layer_one_compile_for_batch_and_sequence():
 
 def test_the_parallel_grain_of_a_run_time_row_is_computed_per_call():
     """A kernel whose iterations cost c * s1 (a softmax row over T) splits its range by this
-    call's row length (graph_module.grain), not the placeholder's."""
+    call's row length (work.grain), not the placeholder's."""
     from jitcore.passes.symbolic import dynamic_extent, per_item
     s0, s1 = dynamic_extent(0), dynamic_extent(1)
     assert per_item(12 * s0 * s1 * s1 + 4 * s0 * s1 + 1000, 4 * s0 * s1) == 3 * s1

@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 
 import jitcore as jc
 from jitcore import config
-from jitcore.llvm import graph_module
+from jitcore.llvm import work
 from helpers import (BOOL, F32, F64, TOL, U8, ULP, assert_close, ref_conv2d,
                      saturating_astype)
 from test_pooling import out_size, ref_adaptive, ref_pool
@@ -1259,11 +1259,11 @@ def test_random_split_full_reductions_match_numpy(program):
 @contextmanager
 def tiny_chunks():
     """Every kernel's range loop split into chunks of a few iterations across the pool."""
-    saved, graph_module.MIN_CHUNK_WORK = graph_module.MIN_CHUNK_WORK, 64
+    saved, work.MIN_CHUNK_WORK = work.MIN_CHUNK_WORK, 64
     try:
         yield
     finally:
-        graph_module.MIN_CHUNK_WORK = saved
+        work.MIN_CHUNK_WORK = saved
 
 
 def _same_bits_on_one_and_two_threads(program, inputs):

@@ -38,26 +38,30 @@ def index_type(value_dtype, extent: int) -> ir.IntType:
     return u.I32 if value_dtype.bits <= 32 and extent < INDEX32_LIMIT else u.I64
 
 
-class ArgReduce:
-    """Emits the arg-reduction of `emitter.kernel` (a KernelEmitter) with its builder;
-    `identity`: the value no other beats (-inf for a float argmax)."""
+class ArgReduction:
+    """The arg-reductions of the reduction emitters (reduce.py mixes this into them): their
+    own methods, on their own builder and loop variables. `arg_setup` first."""
 
-    def __init__(self, emitter, identity):
-        self.ke, self.b, self.identity = emitter, emitter.b, identity
-        k = emitter.kernel
-        self.op, self.st = k.reduction.op, k.stores[0]
-        self.dtype = self.st.value.dtype
+    def arg_setup(self, identity):
+        """The kernel's arg-reduction; `identity`: the value no other beats (-inf for a
+        float argmax)."""
+        k = self.kernel
+        self.arg_identity = identity
+        self.arg_op, self.arg_st = k.reduction.op, k.stores[0]
+        self.arg_dtype = self.arg_st.value.dtype
         reduce_loops = [lp for lp in k.loops if lp.kind == "reduce"]
         assert len(reduce_loops) == 1, "an arg-reduction reduces one axis"
-        self.loop = reduce_loops[0]
-        self.ity = index_type(self.dtype, self.loop.var.extent)
+        self.arg_loop = reduce_loops[0]
+        self.arg_ity = index_type(self.arg_dtype, self.arg_loop.var.extent)
+        return self
 
     # -- the order -----------------------------------------------------------------------
     def beats(self, v, best):
         """v is strictly better than best (lane-wise)."""
         b = self.b
-        cmp = emit(b, Op.GT if self.op == Op.ARGMAX else Op.LT, self.dtype, self.dtype, [v, best])
-        if not self.dtype.is_float:
+        dtype = self.arg_dtype
+        cmp = emit(b, Op.GT if self.arg_op == Op.ARGMAX else Op.LT, dtype, dtype, [v, best])
+        if not self.arg_dtype.is_float:
             return cmp
         first_nan = b.and_(b.fcmp_unordered("uno", v, v), b.fcmp_ordered("ord", best, best))
         return b.or_(cmp, first_nan)
@@ -65,8 +69,8 @@ class ArgReduce:
     def ties(self, v, w):
         """v and w are equally good: equal (-0.0 == 0.0), or both NaN."""
         b = self.b
-        if not self.dtype.is_float:
-            return emit(b, Op.EQ, self.dtype, self.dtype, [v, w])
+        if not self.arg_dtype.is_float:
+            return emit(b, Op.EQ, self.arg_dtype, self.arg_dtype, [v, w])
         both_nan = b.and_(b.fcmp_unordered("uno", v, v), b.fcmp_unordered("uno", w, w))
         return b.or_(b.fcmp_ordered("==", v, w), both_nan)
 
@@ -78,61 +82,63 @@ class ArgReduce:
         return b.select(take, c[0], a[0]), b.select(take, c[1], a[1])
 
     # -- accumulators --------------------------------------------------------------------
-    def accumulator(self, lanes: int):
+    def arg_accumulator(self, lanes: int):
         """(best, where) slots, set to (identity, 0)."""
-        best = u.alloca_once(self.b, u.value_type(self.dtype, lanes), name="best")
-        where = u.alloca_once(self.b, ir.VectorType(self.ity, lanes) if lanes > 1 else self.ity,
+        best = u.alloca_once(self.b, u.value_type(self.arg_dtype, lanes), name="best")
+        ity = self.arg_ity
+        where = u.alloca_once(self.b, ir.VectorType(ity, lanes) if lanes > 1 else ity,
                               name="where")
-        self.b.store(u.const(best.type.pointee, self.identity), best)
+        self.b.store(u.const(best.type.pointee, self.arg_identity), best)
         self.b.store(u.const(where.type.pointee, 0), where)
         return best, where
 
-    def update(self, acc, v, index):
+    def arg_update(self, acc, v, index):
         """Replace the lanes of acc that v beats (lanes off the tail mask never)."""
         b = self.b
         best, where = acc
         old, old_index = b.load(best), b.load(where)
         better = self.beats(v, old)
-        if self.ke.mask is not None:
-            better = b.and_(better, self.ke.mask)
+        if self.mask is not None:
+            better = b.and_(better, self.mask)
         b.store(b.select(better, v, old), best)
         b.store(b.select(better, index, old_index), where)
 
-    def position(self, var, lanes: int):
+    def arg_position(self, var, lanes: int):
         """The index of each lane: env[var] + 0, 1, ..., lanes - 1 (in the index type)."""
-        i = self.ke.env[var]
-        i = self.b.trunc(i, self.ity) if self.ity is u.I32 else i
+        i = self.env[var]
+        i = self.b.trunc(i, self.arg_ity) if self.arg_ity is u.I32 else i
         if lanes == 1:
             return i
-        iota = ir.Constant(ir.VectorType(self.ity, lanes), [self.ity(n) for n in range(lanes)])
+        ity = self.arg_ity
+        iota = ir.Constant(ir.VectorType(ity, lanes), [ity(n) for n in range(lanes)])
         return self.b.add(u.splat(self.b, i, lanes), iota)
 
     def widen(self, index):
         """An index as the stored int64 (indices are never negative)."""
         n = u.lanes_of(index)
-        return index if self.ity is u.I64 else \
+        return index if self.arg_ity is u.I64 else \
             self.b.zext(index, ir.VectorType(u.I64, n) if n > 1 else u.I64)
 
     # -- kernel shapes -------------------------------------------------------------------
-    def horizontal(self, n_acc: int):
+    def arg_horizontal(self, n_acc: int):
         """One output: lanes (and `n_acc` accumulators, which hide the compare-select
         latency) walk the reduced axis; then the accumulators and lanes are merged."""
-        ke, b, lanes = self.ke, self.b, self.ke.kernel.lanes
-        var = self.loop.var
-        vaccs = [self.accumulator(lanes) for _ in range(n_acc)] if lanes > 1 else []
-        sacc = self.accumulator(1)
+        b, lanes = self.b, self.kernel.lanes
+        var = self.arg_loop.var
+        vaccs = [self.arg_accumulator(lanes) for _ in range(n_acc)] if lanes > 1 else []
+        sacc = self.arg_accumulator(1)
 
         def inner(n, part):
-            v = ke.value(self.st.value, n, {})
-            self.update(vaccs[part] if n > 1 else sacc, v, self.position(var, n))
-        ke.vector_loop(self.loop, inner, False, n_acc)
+            v = self.value(self.arg_st.value, n, {})
+            self.arg_update(vaccs[part] if n > 1 else sacc, v, self.arg_position(var, n))
+        self.vector_loop(self.arg_loop, inner, False, n_acc)
         total = (b.load(sacc[0]), b.load(sacc[1]))
         if vaccs:
             pairs = [(b.load(best), b.load(where)) for best, where in vaccs]
             while len(pairs) > 1:
                 pairs = [self.pick(x, y) for x, y in zip(pairs[::2], pairs[1::2])]
             total = self.pick(self._lanes_merged(pairs[0]), total)
-        ke.store(self.st.buffer, self.st.offset, self.widen(total[1]), 1)
+        self.store(self.arg_st.buffer, self.arg_st.offset, self.widen(total[1]), 1)
 
     def _lanes_merged(self, pair):
         """The lanes of one (values, indices) pair merged by halves down to scalars."""
@@ -143,28 +149,29 @@ class ArgReduce:
             n //= 2
         return tuple(b.extract_element(x, u.I32(0)) for x in pair)
 
-    def vertical(self, width: int, first: bool):
+    def arg_vertical(self, width: int, first: bool):
         """One output per lane: blocks of `width` vectors of the vector loop (the output
         axis) walk the reduced axis row by row, each lane keeping its column's best."""
-        ke, b = self.ke, self.b
-        k = ke.kernel
+        b = self.b
+        k = self.kernel
         var = k.loops[-1].var
 
         def block(lanes, count):
-            base = ke.env[var]
-            accs = [self.accumulator(lanes) for _ in range(count)]
+            base = self.env[var]
+            accs = [self.arg_accumulator(lanes) for _ in range(count)]
 
             def at(p):
-                ke.env[var] = b.add(base, u.I64(p * lanes)) if p else base
+                self.env[var] = b.add(base, u.I64(p * lanes)) if p else base
 
             def step():
-                row = ke.env[self.loop.var]
-                row = u.splat(b, b.trunc(row, self.ity) if self.ity is u.I32 else row, lanes)
+                row = self.env[self.arg_loop.var]
+                ity = self.arg_ity
+                row = u.splat(b, b.trunc(row, ity) if ity is u.I32 else row, lanes)
                 for p, acc in enumerate(accs):
                     at(p)
-                    self.update(acc, ke.value(self.st.value, lanes, {}), row)
-            ke.loop(self.loop, step, False)
+                    self.arg_update(acc, self.value(self.arg_st.value, lanes, {}), row)
+            self.loop(self.arg_loop, step, False)
             for p, (_, where) in enumerate(accs):
                 at(p)
-                ke.store(self.st.buffer, self.st.offset, self.widen(b.load(where)), lanes)
-        ke.vector_loop(k.loops[-1], block, first, width, blocked=True)
+                self.store(self.arg_st.buffer, self.arg_st.offset, self.widen(b.load(where)), lanes)
+        self.vector_loop(k.loops[-1], block, first, width, blocked=True)

@@ -36,12 +36,13 @@ from llvmlite import ir
 
 from jitcore.ir.graph import ConstArray
 from jitcore.ir.ops import info
-from jitcore.passes.kernel import Buffer, Compute, Kernel, Load, walk
+from jitcore.passes.kernel import Buffer, Compute, Kernel, Kind, Load, walk
 from jitcore.passes.symbolic import lin
 
 from . import irutil as u
-from .epilogue import Epilogue
+from .epilogue import EpilogueEmitter
 from .gemm import cache_sizes, loads_per_slot
+from .registry import KindEntry, plan_items, register
 
 MAX_NV = 8              # pixel vectors per tile
 MAX_MR = 12             # output channels per tile (more: one broadcast load per FMA)
@@ -224,16 +225,18 @@ def _vec_const(ty, values):
     return ir.Constant(ty, [ir.Constant(ty.element, v) for v in values])
 
 
-class ConvEmitter:
-    """Emits the body of one conv kernel through its KernelEmitter `ke`."""
+class ConvEmitter(EpilogueEmitter):
+    """Emits one conv kernel (Kind.CONV) with its plan (`plan`: a ConvPlan)."""
 
-    def __init__(self, ke, p: ConvPlan):
-        self.ke, self.p, self.b = ke, p, ke.b
-        c = self.c = ke.kernel.conv
+    def __init__(self, module, kernel, name: str, masked_tail: bool, stream_bytes: int = 0,
+                 plan=None):
+        super().__init__(module, kernel, name, masked_tail, stream_bytes, plan)
+        p = self.p = plan                  # the ConvPlan (registry: plan)
+        c = self.c = kernel.conv
         self.elem = u.value_type(c.dtype)
         self.vty = ir.VectorType(self.elem, p.lanes)
         self.addr_vty = ir.VectorType(u.I64, p.lanes)
-        self.epilogue = Epilogue(ke, c.out_vars[3], p.lanes)
+        self.setup_epilogue(c.out_vars[3], p.lanes)
         self.xs = c.strides(c.x, c.x_vars)                       # n, c, h, w
         self.ws = None if c.prepacked else c.strides(c.w, c.w_vars)
         _, _, self.h, self.w = _extents(c.x_vars)
@@ -259,12 +262,12 @@ class ConvEmitter:
         # a short epilogue (a store, a bias, relu) runs on each accumulator in place,
         # unrolled (with AVX-512 masks: one masked version); a longer one (gelu, a
         # residual...) once, in a loop over the tile spilled to the stack
-        ops = [n for n in walk([ke.kernel.stores[0].value]) if isinstance(n, Compute)]
-        self.unrolled_epilogue = ke.masked_tail and self.epilogue.vector and \
+        ops = [n for n in walk([self.kernel.stores[0].value]) if isinstance(n, Compute)]
+        self.unrolled_epilogue = self.masked_tail and self.epilogue_vector and \
             len(ops) <= SHORT_EPILOGUE and not any(info(n.op).expensive for n in ops)
 
-    def emit(self):
-        b, p, ke = self.b, self.p, self.ke
+    def body(self):
+        b, p = self.b, self.p
         self.accs = [[u.alloca_once(b, self.vty, name=f"acc{r}_{j}") for j in range(p.nv)]
                      for r in range(p.mr)]
         self.ctile = u.alloca_once(b, ir.ArrayType(self.vty, p.mr * p.nv), name="ctile")
@@ -286,7 +289,7 @@ class ConvEmitter:
                 opaque(b, v) for v in (self.kh, self.kw, self.cin_g, p.mr, p.cc))
             self.n_nv = opaque(b, p.nv)
         per_image = p.n_tiles * p.chunks
-        with u.for_range(b, ke.start, ke.stop, 1, name="item") as t:
+        with u.for_range(b, self.start, self.stop, 1, name="item") as t:
             n = b.sdiv(t, u.I64(per_image))
             rem = b.srem(t, u.I64(per_image))
             tile, chunk = b.sdiv(rem, u.I64(p.chunks)), b.srem(rem, u.I64(p.chunks))
@@ -463,11 +466,11 @@ class ConvEmitter:
 
     def micro(self, taps, x_group, blk, g, oc0, kh, kw, c0, count):
         """accs += the tap's products over input channels c0..c0+count of the group."""
-        b, p, ke = self.b, self.p, self.ke
+        b, p = self.b, self.p
         rows, w_step = self.weight_rows(blk, g, oc0, kh, kw)
         rows = [b.add(r, b.mul(c0, u.I64(w_step))) for r in rows]
-        x_base = ke.base_ptr(self.c.x.buffer)
-        w_base = ke.base_ptr(self.c.w.buffer)
+        x_base = self.base_ptr(self.c.x.buffer)
+        w_base = self.base_ptr(self.c.w.buffer)
         starts = [b.add(x_group, off) for off, _ in taps]
         with u.for_range(b, u.I64(0), count, 1, name="ci") as ci:
             x_ci = b.mul(ci, u.I64(self.xs[1]))
@@ -515,21 +518,21 @@ class ConvEmitter:
     def store_tile(self, n, g, oc0):
         """Rows oc0.. of the block (those inside the group), vectors j < nv: the epilogue
         on each vector, masked to its valid lanes (vectors past the plane have none)."""
-        b, p, ke = self.b, self.p, self.ke
+        b, p = self.b, self.p
         n_var, oc_var, oh_var, ow_var = self.c.out_vars
         nrow = u.imin(b, self.n_mr, b.sub(u.I64(self.cout_g), oc0))
         oc_base = b.add(b.mul(g, u.I64(self.cout_g)), oc0)
-        ke.env[n_var] = n
+        self.env[n_var] = n
         if self.unrolled_epilogue:
             for j in range(p.nv):
-                ke.env[oh_var] = b.load(b.gep(self.epi["oh"], [u.I64(0), u.I64(j)]))
-                ke.env[ow_var] = b.load(b.gep(self.epi["ow"], [u.I64(0), u.I64(j)]))
+                self.env[oh_var] = b.load(b.gep(self.epi["oh"], [u.I64(0), u.I64(j)]))
+                self.env[ow_var] = b.load(b.gep(self.epi["ow"], [u.I64(0), u.I64(j)]))
                 count = b.load(b.gep(self.epi["count"], [u.I64(0), u.I64(j)]))
                 with b.if_then(b.icmp_signed(">", count, u.I64(0))):
                     for r in range(p.mr):
                         with b.if_then(b.icmp_signed("<", u.I64(r), nrow)):
-                            ke.env[oc_var] = b.add(oc_base, u.I64(r))
-                            self.epilogue.emit(b.load(self.accs[r][j]), count)
+                            self.env[oc_var] = b.add(oc_base, u.I64(r))
+                            self.epilogue(b.load(self.accs[r][j]), count)
             return
         tile = b.bitcast(self.ctile, self.vty.as_pointer())
         for r in range(p.mr):
@@ -537,10 +540,10 @@ class ConvEmitter:
                 b.store(b.load(self.accs[r][j]), b.gep(tile, [u.I64(p.nv * r + j)]),
                         align=64)
         with u.for_range(b, u.I64(0), nrow, 1, name="r") as r:
-            ke.env[oc_var] = b.add(oc_base, r)
+            self.env[oc_var] = b.add(oc_base, r)
             with u.for_range(b, u.I64(0), self.n_nv, 1, name="j") as j:
-                ke.env[oh_var] = b.load(b.gep(self.epi["oh"], [u.I64(0), j]))
-                ke.env[ow_var] = b.load(b.gep(self.epi["ow"], [u.I64(0), j]))
+                self.env[oh_var] = b.load(b.gep(self.epi["oh"], [u.I64(0), j]))
+                self.env[ow_var] = b.load(b.gep(self.epi["ow"], [u.I64(0), j]))
                 count = b.load(b.gep(self.epi["count"], [u.I64(0), j]))
                 acc = b.load(b.gep(tile, [b.add(b.mul(r, u.I64(p.nv)), j)]), align=64)
                 self.finish(acc, count)
@@ -548,14 +551,22 @@ class ConvEmitter:
     def finish(self, acc, count):
         """The epilogue on one vector with `count` valid lanes (none: nothing)."""
         b = self.b
-        if self.ke.masked_tail:        # masks cost nothing: one masked epilogue
+        if self.masked_tail:        # masks cost nothing: one masked epilogue
             with b.if_then(b.icmp_signed(">", count, u.I64(0))):
-                self.epilogue.emit(acc, count)
+                self.epilogue(acc, count)
             return
         whole = b.icmp_signed("==", count, u.I64(self.p.lanes))
         with b.if_else(whole) as (then, otherwise):
             with then:
-                self.epilogue.emit(acc, None)
+                self.epilogue(acc, None)
             with otherwise:
                 with b.if_then(b.icmp_signed(">", count, u.I64(0))):
-                    self.epilogue.emit(acc, count)
+                    self.epilogue(acc, count)
+
+
+def report(kernel: Kernel) -> tuple:
+    """A convolution computes in NCHW (the report's layout)."""
+    return "NCHW", kernel.loop_nest
+
+
+register(KindEntry(Kind.CONV, ConvEmitter, plan=plan, work=plan_items, report=report))

@@ -1,6 +1,6 @@
-"""The fused epilogue of a matmul kernel (gemm and gemv): the store's expression of `Acc` (the
-finished dot products) and loads, run on a vector of results along the output's vector axis
-while they are still in registers, then stored."""
+"""The fused epilogue of a contraction kernel (gemm, gemv, conv): the store's expression of
+`Acc` (the finished dot products) and loads, run on a vector of results along the output's
+vector axis while they are still in registers, then stored."""
 from __future__ import annotations
 
 from llvmlite import ir
@@ -8,51 +8,51 @@ from llvmlite import ir
 from jitcore.passes.kernel import Acc, walk
 
 from . import irutil as u
+from .codegen import KernelEmitter
 
 
-class Epilogue:
-    """Emits `store(expr(Acc = total))` through a KernelEmitter `ke` for `lanes` consecutive
-    outputs along `var` (the kernel's vector variable; env[var] is the first of them)."""
+class EpilogueEmitter(KernelEmitter):
+    """A kernel emitter whose store is an epilogue: `epilogue(total, count)` emits
+    `store(expr(Acc = total))` for `lanes` consecutive outputs along `var` (the kernel's
+    vector variable; env[var] is the first of them). `setup_epilogue` first."""
 
-    def __init__(self, ke, var, lanes: int):
-        self.ke, self.var, self.lanes = ke, var, lanes
-        self.store = ke.kernel.stores[0]
-        self.acc_leaf = next((n for n in walk([self.store.value]) if isinstance(n, Acc)), None)
+    def setup_epilogue(self, var, lanes: int):
+        self.epilogue_var, self.epilogue_lanes = var, lanes
+        self.epilogue_store = self.kernel.stores[0]
+        self.acc_leaf = next((n for n in walk([self.epilogue_store.value])
+                              if isinstance(n, Acc)), None)
         # vector loads and stores need unit (or zero: a broadcast) steps along var; else the
         # expression runs once per element
-        self.vector = all(ld.offset.coeff(var) in (0, 1) for ld in ke.kernel.loads()[2:]) \
-            and self.store.offset.coeff(var) == 1
+        self.epilogue_vector = all(ld.offset.coeff(var) in (0, 1)
+                                   for ld in self.kernel.loads()[2:]) \
+            and self.epilogue_store.offset.coeff(var) == 1
 
-    def masked(self, count, fn):
-        """Run fn with the lane mask for `count` valid lanes set on the emitter (None: all
-        lanes): its vector loads and stores touch only those (LLVM's masked intrinsics,
-        which every x86 target lowers)."""
+    def lanes_masked(self, count, fn):
+        """Run fn with the lane mask for `count` valid lanes set (None: all lanes): its vector
+        loads and stores touch only those (LLVM's masked intrinsics, which every x86 target
+        lowers)."""
         if count is None:
             return fn()
-        self.ke.mask = u.lane_mask(self.ke.b, count, self.lanes)
-        try:
-            return fn()
-        finally:
-            self.ke.mask = None
+        return self.masked(u.lane_mask(self.b, count, self.epilogue_lanes), fn)
 
-    def emit(self, total, count):
+    def epilogue(self, total, count):
         """Store the expression with Acc = total (a vector of `lanes` results; `count` valid
         lanes, None: all), as vectors along var, or per element when an access strides it."""
-        b, ke, st, lanes = self.ke.b, self.ke, self.store, self.lanes
-        if self.vector:
+        b, st, lanes = self.b, self.epilogue_store, self.epilogue_lanes
+        if self.epilogue_vector:
             memo = {} if self.acc_leaf is None else {id(self.acc_leaf): total}
 
             def run():
-                ke.store(st.buffer, st.offset, ke.value(st.value, lanes, memo), lanes)
-            return self.masked(count, run)
+                self.store(st.buffer, st.offset, self.value(st.value, lanes, memo), lanes)
+            return self.lanes_masked(count, run)
         spill = u.alloca_once(b, total.type, name="epilogue_row")
         b.store(total, spill)
-        first = ke.env[self.var]
+        first = self.env[self.epilogue_var]
         valid = u.I64(lanes) if count is None else count
         elem_ptr = b.bitcast(spill, ir.PointerType(total.type.element))
         with u.for_range(b, u.I64(0), valid, 1, name="c") as c:
-            ke.env[self.var] = b.add(first, c)
+            self.env[self.epilogue_var] = b.add(first, c)
             lane = b.load(b.gep(elem_ptr, [c]))
             memo = {} if self.acc_leaf is None else {id(self.acc_leaf): lane}
-            ke.store(st.buffer, st.offset, ke.value(st.value, 1, memo), 1)
-        ke.env[self.var] = first
+            self.store(st.buffer, st.offset, self.value(st.value, 1, memo), 1)
+        self.env[self.epilogue_var] = first

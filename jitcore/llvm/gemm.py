@@ -39,11 +39,12 @@ import numpy as np
 from llvmlite import ir
 
 from jitcore.ir.graph import ConstArray
-from jitcore.passes.kernel import Buffer, Kernel, Load
+from jitcore.passes.kernel import Buffer, Kernel, Kind, Load
 from jitcore.passes.symbolic import lin, monomial
 
 from . import irutil as u
-from .epilogue import Epilogue
+from .epilogue import EpilogueEmitter
+from .registry import KindEntry, plan_items, register
 
 DEFAULT_CACHES = {1: 32 * 1024, 2: 512 * 1024}
 MAX_PACK_BYTES = 256 * 1024      # the stack buffer of one packed B block
@@ -236,41 +237,43 @@ def _operand_matrix(flat: np.ndarray, offset, k, n) -> np.ndarray:
 
 # ---- code ---------------------------------------------------------------------------------
 
-class GemmEmitter:
-    """Emits the body of one gemm kernel through its KernelEmitter (`ke`: builder, loop
-    variable environment, loads, stores and epilogue expressions)."""
+class GemmEmitter(EpilogueEmitter):
+    """Emits one gemm kernel (Kind.GEMM) with its plan (`plan`: a GemmPlan); the shared
+    machinery (loop variables, loads, stores, epilogue expressions) is KernelEmitter's."""
 
-    def __init__(self, ke, p: GemmPlan):
-        self.ke, self.p, self.b = ke, p, ke.b
-        self.g = ke.kernel.gemm
+    def __init__(self, module, kernel, name: str, masked_tail: bool, stream_bytes: int = 0,
+                 plan=None):
+        super().__init__(module, kernel, name, masked_tail, stream_bytes, plan)
+        p = self.p = plan                  # the GemmPlan (registry: plan)
+        self.g = kernel.gemm
         self.elem = u.value_type(self.g.dtype)
         self.vty = ir.VectorType(self.elem, p.lanes)
         self.panel_ty = ir.ArrayType(self.elem, p.kc * p.nc)
-        self.store = ke.kernel.stores[0]
-        self.epilogue = Epilogue(ke, self.g.n, p.lanes)
+        self.out = kernel.stores[0]
+        self.setup_epilogue(self.g.n, p.lanes)
 
-    def emit(self):
-        b, p, g, ke = self.b, self.p, self.g, self.ke
+    def body(self):
+        b, p, g = self.b, self.p, self.g
         if not g.prepacked:
             self.pack_buf = u.alloca_once(b, self.panel_ty, name="bpack")
             self.pack_buf.align = 64
         self.ctile = u.alloca_once(b, ir.ArrayType(self.vty, p.nv * p.mr), name="ctile")
         self.ctile.align = 64
         per_batch = p.n_blocks * p.m_groups
-        with _loop(b, ke.start, ke.stop, 1, name="item") as t:
+        with _loop(b, self.start, self.stop, 1, name="item") as t:
             flat, rem = b.sdiv(t, u.I64(per_batch)), b.srem(t, u.I64(per_batch))
             for v in reversed(g.batch):                       # the batch index, last fastest
-                ke.env[v] = b.srem(flat, ke.extent(v.extent))
-                flat = b.sdiv(flat, ke.extent(v.extent))
+                self.env[v] = b.srem(flat, self.extent(v.extent))
+                flat = b.sdiv(flat, self.extent(v.extent))
             j, group = b.sdiv(rem, u.I64(p.m_groups)), b.srem(rem, u.I64(p.m_groups))
-            m_ext = ke.extent(g.m.extent)
+            m_ext = self.extent(g.m.extent)
             group_rows = u.I64(p.group_rows) if p.group_rows else self.run_time_group_rows(m_ext)
             m_lo = b.mul(group, group_rows)
             m_hi = u.imin(b, b.add(m_lo, group_rows), m_ext)
             if monomial(g.n.extent) is None:
                 self.column_block(j, m_lo, m_hi)
             else:                         # a run-time N: this item's rows, every column block
-                n_blocks = self.blocks(ke.extent(g.n.extent), p.nc)
+                n_blocks = self.blocks(self.extent(g.n.extent), p.nc)
                 with _loop(b, u.I64(0), n_blocks, 1, name="jb") as jb:
                     self.column_block(jb, m_lo, m_hi)
 
@@ -280,10 +283,10 @@ class GemmEmitter:
 
     def column_block(self, j, m_lo, m_hi):
         """Columns j*NC.. of rows m_lo..m_hi: every k block, packed, then the row blocks."""
-        b, p, g, ke = self.b, self.p, self.g, self.ke
+        b, p, g = self.b, self.p, self.g
         n0 = b.mul(j, u.I64(p.nc))
-        ncols = u.imin(b, u.I64(p.nc), b.sub(ke.extent(g.n.extent), n0))
-        k_ext = ke.extent(g.k.extent)
+        ncols = u.imin(b, u.I64(p.nc), b.sub(self.extent(g.n.extent), n0))
+        k_ext = self.extent(g.k.extent)
         k_blocks = u.I64(p.k_blocks) if p.k_blocks else self.blocks(k_ext, p.kc)
         with _loop(b, u.I64(0), k_blocks, 1, name="pcb") as pci:
             pc = b.mul(pci, u.I64(p.kc))
@@ -310,7 +313,7 @@ class GemmEmitter:
         b, p, g = self.b, self.p, self.g
         if g.prepacked:
             block = b.mul(b.add(b.mul(pci, u.I64(p.n_blocks)), j), u.I64(p.kc * p.nc))
-            base = self.ke.base_ptr(g.b.buffer)
+            base = self.base_ptr(g.b.buffer)
             return b.gep(base, [block])
         panels = b.gep(self.pack_buf, [u.I64(0), u.I64(0)])
         self.pack(panels, pc, kc, n0, ncols, npanels)
@@ -318,7 +321,7 @@ class GemmEmitter:
 
     def pack(self, panels, pc, kc, n0, ncols, npanels):
         """panels[jp][kk][c] = B[pc + kk, n0 + jp*NR + c], zero beyond the last column."""
-        b, p, g, ke = self.b, self.p, self.g, self.ke
+        b, p, g = self.b, self.p, self.g
         if g.b.offset.coeff(g.n) != 1:
             return self.pack_strided(panels, pc, kc, n0, ncols, npanels)
         with _loop(b, u.I64(0), npanels, 1, name="jp") as jp:
@@ -329,7 +332,7 @@ class GemmEmitter:
             col0 = b.add(n0, b.mul(jp, u.I64(p.nr)))
             dst0 = b.mul(jp, u.I64(p.kc * p.nr))
             with u.for_range(b, u.I64(0), kc, 1, name="kk") as kk:
-                ke.env[g.k] = b.add(pc, kk)
+                self.env[g.k] = b.add(pc, kk)
                 dst = b.add(dst0, b.mul(kk, u.I64(p.nr)))
                 for h in range(p.nv):
                     col = b.add(col0, u.I64(h * p.lanes))
@@ -342,7 +345,7 @@ class GemmEmitter:
         column at a time down k (contiguous when B is a transpose), only the valid columns;
         a panel with fewer than NR of them is zeroed first (with N known at run time only,
         a vector-at-a-time gather loaded all NR columns of a short panel: 10x at N = 17)."""
-        b, p, g, ke = self.b, self.p, self.g, self.ke
+        b, p, g = self.b, self.p, self.g
         zero = u.const(self.vty, 0)
         vptr = self.vty.as_pointer()
         with _loop(b, u.I64(0), npanels, 1, name="jp") as jp:
@@ -356,18 +359,18 @@ class GemmEmitter:
                         b.store(zero, b.bitcast(b.gep(row, [u.I64(h * p.lanes)]), vptr),
                                 align=64)
             with _loop(b, u.I64(0), valid, 1, name="c") as c:
-                ke.env[g.n] = b.add(col0, c)
+                self.env[g.n] = b.add(col0, c)
                 with u.for_range(b, u.I64(0), kc, 1, name="kk") as kk:
-                    ke.env[g.k] = b.add(pc, kk)
-                    x = b.load(b.gep(ke.base_ptr(g.b.buffer), [ke.index(g.b.offset)]))
+                    self.env[g.k] = b.add(pc, kk)
+                    x = b.load(b.gep(self.base_ptr(g.b.buffer), [self.index(g.b.offset)]))
                     b.store(x, b.gep(panel, [b.add(b.mul(kk, u.I64(p.nr)), c)]))
 
     def load_row(self, col, count, mask):
         """lanes of B's row env[k] from column `col`, `count` of them valid (the rest zero,
         through a masked load)."""
-        b, ke, g = self.b, self.ke, self.g
-        ke.env[g.n] = col
-        ptr = b.bitcast(b.gep(ke.base_ptr(g.b.buffer), [ke.index(g.b.offset)]),
+        b, g = self.b, self.g
+        self.env[g.n] = col
+        ptr = b.bitcast(b.gep(self.base_ptr(g.b.buffer), [self.index(g.b.offset)]),
                         self.vty.as_pointer())
         full = b.icmp_signed("==", count, u.I64(self.p.lanes))
         with b.if_else(full) as (then, otherwise):
@@ -430,14 +433,14 @@ class GemmEmitter:
         the MR x NV accumulator vectors, phis of the k loop (SSA from the start: no stack
         slots for LLVM to promote); only the first `nvec` vectors are summed (0: all; the
         others hold no valid column and stay zero)."""
-        b, p, g, ke = self.b, self.p, self.g, self.ke
+        b, p, g = self.b, self.p, self.g
         nvec = nvec or p.nv
-        ke.env[g.k] = pc
-        a_rows, a_base = [], ke.base_ptr(g.a.buffer)
+        self.env[g.k] = pc
+        a_rows, a_base = [], self.base_ptr(g.a.buffer)
         last_row = self.last_row()
         for r in range(p.mr):           # rows past the edge read the last row, unused
-            ke.env[g.m] = u.imin(b, b.add(row0, u.I64(r)), last_row)
-            a_rows.append(b.gep(a_base, [ke.index(g.a.offset)]))
+            self.env[g.m] = u.imin(b, b.add(row0, u.I64(r)), last_row)
+            a_rows.append(b.gep(a_base, [self.index(g.a.offset)]))
         step = g.a.offset.coeff(g.k)        # None: A's index is not linear in k
         vptr = self.vty.as_pointer()
         fn, before = b.function, b.block
@@ -452,7 +455,7 @@ class GemmEmitter:
         # unaligned loads: a prepacked constant's array is only element-aligned
         bv = [b.load(b.bitcast(b.gep(bk, [u.I64(h * p.lanes)]), vptr), align=1)
               for h in range(nvec)]
-        ak = kk if step == 1 else b.mul(kk, ke.extent(step or 0))
+        ak = kk if step == 1 else b.mul(kk, self.extent(step or 0))
         sums = []
         for r in range(p.mr):
             a = b.load(b.gep(a_rows[r], [ak])) if step is not None else \
@@ -476,15 +479,15 @@ class GemmEmitter:
         """max(M - 1, 0) (rows past the edge read this row)."""
         if monomial(self.g.m.extent) is None:
             return u.I64(max(self.g.m.extent - 1, 0))
-        m1 = self.b.sub(self.ke.extent(self.g.m.extent), u.I64(1))
+        m1 = self.b.sub(self.extent(self.g.m.extent), u.I64(1))
         return self.b.select(self.b.icmp_signed(">", m1, u.I64(0)), m1, u.I64(0))
 
     def a_element(self, row0, r, k):
         """A[row0 + r, k] through the general index (A's offset is not linear in k)."""
-        b, g, ke = self.b, self.g, self.ke
-        ke.env[g.m] = u.imin(b, b.add(row0, u.I64(r)), self.last_row())
-        ke.env[g.k] = k
-        return b.load(b.gep(ke.base_ptr(g.a.buffer), [ke.index(g.a.offset)]))
+        b, g = self.b, self.g
+        self.env[g.m] = u.imin(b, b.add(row0, u.I64(r)), self.last_row())
+        self.env[g.k] = k
+        return b.load(b.gep(self.base_ptr(g.a.buffer), [self.index(g.a.offset)]))
 
     def update(self, accs, row0, nrow, col0, ncol, first, last):
         """C rows row0.. (nrow valid), columns col0.. (ncol valid): add the partial sum kept
@@ -493,7 +496,7 @@ class GemmEmitter:
         vectors and masked edge vectors), not once per register. Where every column block
         is whole vectors (N and the block widths multiples of the vector), only the first
         form is emitted: LLVM would otherwise spend time proving the masked one dead."""
-        b, p, g, ke = self.b, self.p, self.g, self.ke
+        b, p, g = self.b, self.p, self.g
         whole_vectors = monomial(g.n.extent) is None and g.n.extent % p.lanes == 0 \
             and p.nc % p.lanes == 0
         tile = b.bitcast(self.ctile, self.vty.as_pointer())
@@ -501,12 +504,12 @@ class GemmEmitter:
             for h in range(p.nv):
                 b.store(accs[r][h], b.gep(tile, [u.I64(p.nv * r + h)]), align=64)
         with _loop(b, u.I64(0), nrow, 1, name="r") as r:
-            ke.env[g.m] = b.add(row0, r)
+            self.env[g.m] = b.add(row0, r)
             # LLVM unrolls the column loop (the tile's NV vectors of a row), epilogue math
             # included: rolled, the encoder layer's GELU GEMM (K = 256) took ~1 ms more
             # (the layer 3.5 -> 4.5 ms), far more than its loop overhead
             with u.for_range(b, u.I64(0), u.I64(p.nv), 1, name="h") as h:
-                ke.env[g.n] = b.add(col0, b.mul(h, u.I64(p.lanes)))
+                self.env[g.n] = b.add(col0, b.mul(h, u.I64(p.lanes)))
                 acc = b.load(b.gep(tile, [b.add(b.mul(r, u.I64(p.nv)), h)]), align=64)
                 count = _clamp(b, b.sub(ncol, b.mul(h, u.I64(p.lanes))), p.lanes)
                 if whole_vectors:            # count is lanes or 0
@@ -527,7 +530,7 @@ class GemmEmitter:
         True when there is one k block."""
         b = self.b
         if first is True and last is True:
-            return self.epilogue.emit(acc, count)
+            return self.epilogue(acc, count)
         with b.if_else(first) as (then, otherwise):
             with then:
                 total_first = acc
@@ -541,20 +544,20 @@ class GemmEmitter:
         total.add_incoming(total_rest, rest_bb)
         with b.if_else(last) as (then, otherwise):
             with then:
-                self.epilogue.emit(total, count)
+                self.epilogue(total, count)
             with otherwise:
                 self.c_store(total, count)
 
     def c_load(self, count):
         """The partial sum kept in C at env (m, n): the output's own dtype is the GEMM's."""
-        st = self.store
-        return self.epilogue.masked(
-            count, lambda: self.ke.load(Load(st.buffer, st.offset), self.p.lanes))
+        st = self.out
+        return self.lanes_masked(
+            count, lambda: self.load(Load(st.buffer, st.offset), self.p.lanes))
 
     def c_store(self, value, count):
-        st = self.store
-        self.epilogue.masked(
-            count, lambda: self.ke.store(st.buffer, st.offset, value, self.p.lanes))
+        st = self.out
+        self.lanes_masked(
+            count, lambda: self.store(st.buffer, st.offset, value, self.p.lanes))
 
 
 def _loop(b, start, stop, step: int = 1, name: str = "i", partial: bool = False):
@@ -568,3 +571,6 @@ def _clamp(b, x, hi: int):
     """min(max(x, 0), hi) for i64 x."""
     zero = u.I64(0)
     return u.imin(b, b.select(b.icmp_signed(">", x, zero), x, zero), u.I64(hi))
+
+
+register(KindEntry(Kind.GEMM, GemmEmitter, plan=plan, work=plan_items))

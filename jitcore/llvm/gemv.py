@@ -32,8 +32,12 @@ from dataclasses import dataclass
 
 from llvmlite import ir
 
+from jitcore.passes.kernel import Kind
+
 from . import irutil as u
-from .epilogue import Epilogue
+from .epilogue import EpilogueEmitter
+from .registry import KindEntry, register
+from .work import grain
 
 GROUP = 4                  # rows: rows that share each load of x
 UNROLL = 2                 # rows: vector accumulators per row
@@ -92,25 +96,27 @@ def plan(kernel, vector_bits: int, threads: int) -> GemvPlan:
     return GemvPlan(shape, lanes, block, -(-outputs // block), batch)
 
 
-class GemvEmitter:
-    """Emits the body of one gemv kernel through its KernelEmitter `ke`."""
+class GemvEmitter(EpilogueEmitter):
+    """Emits one gemv kernel (Kind.GEMV) with its plan (`plan`: a GemvPlan)."""
 
-    def __init__(self, ke, p: GemvPlan):
-        self.ke, self.p, self.b = ke, p, ke.b
-        self.g = ke.kernel.gemm
+    def __init__(self, module, kernel, name: str, masked_tail: bool, stream_bytes: int = 0,
+                 plan=None):
+        super().__init__(module, kernel, name, masked_tail, stream_bytes, plan)
+        p = self.p = plan                  # the GemvPlan (registry: plan)
+        self.g = kernel.gemm
         self.mat, self.x, self.i, self.other = operands(self.g)
         self.elem = u.value_type(self.g.dtype)
         self.vty = ir.VectorType(self.elem, p.lanes)
-        self.epilogue = Epilogue(ke, self.i, p.lanes)
+        self.setup_epilogue(self.i, p.lanes)
 
-    def emit(self):
-        b, p, g, ke = self.b, self.p, self.g, self.ke
-        ke.env[self.other] = u.I64(0)
-        with u.for_range(b, ke.start, ke.stop, 1, name="item") as t:
+    def body(self):
+        b, p, g = self.b, self.p, self.g
+        self.env[self.other] = u.I64(0)
+        with u.for_range(b, self.start, self.stop, 1, name="item") as t:
             blocks = u.I64(max(p.blocks, 1))                 # (no item runs when 0)
             flat, blk = b.sdiv(t, blocks), b.srem(t, blocks)
             for v in reversed(g.batch):                       # the batch index, last fastest
-                ke.env[v] = b.srem(flat, u.I64(v.extent))
+                self.env[v] = b.srem(flat, u.I64(v.extent))
                 flat = b.sdiv(flat, u.I64(v.extent))
             lo = b.mul(blk, u.I64(p.block))
             count = u.imin(b, u.I64(p.block), b.sub(u.I64(self.i.extent), lo))
@@ -122,11 +128,10 @@ class GemvEmitter:
     # -- element access -----------------------------------------------------------------------
     def pointer(self, load, k, i=None):
         """Address of load's element at k (and output i, if given; else env's)."""
-        ke = self.ke
-        ke.env[self.g.k] = k
+        self.env[self.g.k] = k
         if i is not None:
-            ke.env[self.i] = i
-        return self.b.gep(ke.base_ptr(load.buffer), [ke.index(load.offset)])
+            self.env[self.i] = i
+        return self.b.gep(self.base_ptr(load.buffer), [self.index(load.offset)])
 
     def along_k(self, load, k0, count):
         """lanes elements of `load` at k0, k0+1, ... (env fixes the other vars); `count`: the
@@ -165,7 +170,7 @@ class GemvEmitter:
                 for r, total in enumerate(self.dot_rows(row0, rows)):
                     slot = b.add(b.sub(row0, lo), u.I64(r))
                     b.store(total, b.gep(sums, [slot]))
-        self.ke.env[self.i] = lo
+        self.env[self.i] = lo
         self.finish(b.load(tile), count)
 
     def dot_rows(self, row0, rows: int) -> list:
@@ -181,7 +186,7 @@ class GemvEmitter:
         def step(k0, a, count=None):
             xv = self.along_k(self.x, k0, count)
             for r in range(rows):
-                self.ke.env[self.i] = b.add(row0, u.I64(r))
+                self.env[self.i] = b.add(row0, u.I64(r))
                 mv = self.along_k(self.mat, k0, count)
                 acc = accs[r][a]
                 b.store(u.intrinsic(b, "fmuladd", [mv, xv, b.load(acc)]), acc)
@@ -257,7 +262,7 @@ class GemvEmitter:
         with u.for_range(b, u.I64(stepped), u.I64(k.extent), 1, name="krest") as k0:
             rows_pass(k0, 1)
         with u.for_range(b, u.I64(0), nvec, 1, name="out") as v:
-            self.ke.env[self.i] = b.add(lo, b.mul(v, u.I64(lanes)))
+            self.env[self.i] = b.add(lo, b.mul(v, u.I64(lanes)))
             valid = u.imin(b, u.I64(lanes), b.sub(count, b.mul(v, u.I64(lanes))))
             self.finish(b.load(b.gep(ys, [v]), align=64), valid)
 
@@ -268,6 +273,14 @@ class GemvEmitter:
         whole = b.icmp_signed("==", count, u.I64(self.p.lanes))
         with b.if_else(whole) as (then, otherwise):
             with then:
-                self.epilogue.emit(total, None)
+                self.epilogue(total, None)
             with otherwise:
-                self.epilogue.emit(total, count)
+                self.epilogue(total, count)
+
+
+def _work(kernel, plan: GemvPlan) -> tuple:
+    """Work items: blocks of outputs, chunked by their cost."""
+    return plan.items, grain(kernel, plan.items)
+
+
+register(KindEntry(Kind.GEMV, GemvEmitter, plan=plan, work=_work))

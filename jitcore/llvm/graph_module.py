@@ -1,4 +1,4 @@
-"""A lowered graph -> LLVM modules: one per distinct kernel (`codegen.KernelEmitter`), named
+"""A lowered graph -> LLVM modules: one per distinct kernel (its kind's emitter, kinds.py), named
 by a hash of its code, and the graph's own module: the `run` function that allocates the
 temps and launches the kernels (and forked tasks) on the runtime's pool, and the native entry
 (`entry.py`). A kernel reads its buffers from its own pointer array, which `run` fills from the
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import math
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -31,21 +30,19 @@ from llvmlite import ir
 
 from jitcore.passes.kernel import Kernel
 from jitcore.passes.kernel_key import kernel_key
-from jitcore.passes.legality import bytes_moved, flops
+from jitcore.passes.legality import bytes_moved
 from jitcore.passes.dynamic import DIMS_SLOT
 from jitcore.passes.memory_plan import ALIGN, plan_temps
-from jitcore.passes.symbolic import monomial, per_item
+from jitcore.passes.symbolic import monomial
 from jitcore.runtime import emit_parallel_for, emit_spawn, emit_wait, kernel_type
 
 from . import irutil as u
-from .codegen import KernelEmitter, streams_by_rows
-from .conv import plan as conv_plan
+from . import work
 from .engine import GLUE, with_pipeline
 from .entry import (GIL_RELEASE_BYTES, OK, OUT_OF_MEMORY, emit_entry, emit_fastcall,
                     emit_input_checks, fastcall_eligible)
-from .gemm import plan as gemm_plan
 from .gemm import plan_threads
-from .gemv import plan as gemv_plan
+from .kinds import entry
 
 
 KERNEL_PLACEHOLDER = "jitcore_kernel"     # a kernel's name while its text is hashed
@@ -178,17 +175,10 @@ def _emit_kernel(kernel: Kernel, vector_bits: int, triple: str, data_layout: str
     module = ir.Module(name=KERNEL_PLACEHOLDER)
     module.triple, module.data_layout = triple, data_layout
     u.set_fused_fma(module, fused_fma)
-    ke = KernelEmitter(module, kernel, KERNEL_PLACEHOLDER, masked_tails, stream_bytes)
-    extent, chunk = kernel.range_extent, grain(kernel)
-    if kernel.kind == "gemm":        # work items of the GEMM, one per call at most
-        ke.gemm_plan = gemm_plan(kernel, vector_bits, plan_threads(threads))
-        extent, chunk = ke.gemm_plan.items, 1
-    elif kernel.kind == "conv":      # work items: image x pixel tile x channel blocks
-        ke.conv_plan = conv_plan(kernel, vector_bits, plan_threads(threads))
-        extent, chunk = ke.conv_plan.items, 1
-    elif kernel.kind == "gemv":      # work items: blocks of outputs
-        ke.gemv_plan = gemv_plan(kernel, vector_bits, plan_threads(threads))
-        extent, chunk = ke.gemv_plan.items, grain(kernel, ke.gemv_plan.items)
+    kind = entry(kernel)             # the kind's plan, work items and emitter (registry.py)
+    plan = kind.plan(kernel, vector_bits, plan_threads(threads))
+    extent, chunk = kind.work(kernel, plan)
+    ke = kind.emitter(module, kernel, KERNEL_PLACEHOLDER, masked_tails, stream_bytes, plan)
     ke.emit()
     text = _with_vector_attributes(str(module), vector_bits)
     symbol = "jck_" + hashlib.sha256(text.encode()).hexdigest()[:24]
@@ -208,23 +198,6 @@ def _with_vector_attributes(text: str, vector_bits: int) -> str:
     lines.append(f'attributes #0 = {{ nounwind "min-legal-vector-width"="{vector_bits}" '
                  f'"prefer-vector-width"="{vector_bits}" }}')
     return "\n".join(lines) + "\n"
-
-
-MIN_CHUNK_WORK = 1 << 16    # bytes + flops in the smallest chunk worth a thread (~5-10 us)
-
-
-def grain(kernel: Kernel, extent: int | None = None) -> int:
-    """Fewest iterations of the kernel's range loop (of `extent` work items, if given) per
-    parallel chunk, from its cost. A streaming column reduction is split in halves at most:
-    narrower column slices turn its long row reads into short strided ones."""
-    extent = kernel.range_extent if extent is None else extent
-    work = bytes_moved(kernel) + flops(kernel)
-    dynamic_cost = per_item(work, extent)
-    if dynamic_cost is not None:    # a row of run-time length: the grain is computed per call
-        return -dynamic_cost
-    per_iteration = max(work / max(extent, 1), 1)
-    g = max(1, math.ceil(MIN_CHUNK_WORK / per_iteration))
-    return max(g, -(-extent // 2)) if streams_by_rows(kernel) else g
 
 
 def _declare_kernel(module: ir.Module, code: KernelCode) -> ir.Function:
@@ -250,9 +223,9 @@ def _launch(b: ir.IRBuilder, code: KernelCode, pointer, threads: int, dims=None)
     extent = code.extent if monomial(code.extent) is None else \
         dim_value(b, dims, code.extent)
     chunk = code.grain
-    if chunk < 0:                   # MIN_CHUNK_WORK over this call's cost of an iteration
+    if chunk < 0:                   # work.MIN_CHUNK_WORK over the call's cost of an iteration
         cost = dim_value(b, dims, -chunk)
-        chunk = b.add(b.sdiv(u.I64(MIN_CHUNK_WORK - 1), cost), u.I64(1))
+        chunk = b.add(b.sdiv(u.I64(work.MIN_CHUNK_WORK - 1), cost), u.I64(1))
     emit_parallel_for(b, _declare_kernel(b.module, code), extent, own, chunk, threads)
 
 

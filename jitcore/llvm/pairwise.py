@@ -16,8 +16,10 @@ from __future__ import annotations
 from llvmlite import ir
 
 from . import irutil as u
+from .codegen import BLOCK_TRIPS
 
 LEVELS = 64          # a counter of 64 bits never overflows
+PAIRWISE_GROUP = 16  # blocks added in sequence before a push into the binary counter
 
 
 class PairwiseSum:
@@ -87,3 +89,97 @@ class PairwiseSum:
         b.branch(cond)
         b.position_at_end(done)
         return level
+
+
+class PairwiseAccumulators:
+    """A horizontal float sum's accumulators (vector `accs`, scalar `sacc`) emptied every
+    block (BLOCK_TRIPS trips of the innermost loop; when it is short, enough of its runs to
+    make about as many adds per accumulator) into a block accumulator, which is pushed into
+    a binary counter of partial sums (pairwise.py) every PAIRWISE_GROUP blocks. Pushing
+    every block would cost a mispredicted carry loop per block; a group costs one add.
+    `ke`: the reduction's emitter (reduce.py), read for its builder, lanes and combine op."""
+
+    def __init__(self, ke, accs, sacc, vector_sum, identity):
+        self.ke, self.accs, self.sacc, self.vector_sum = ke, accs, sacc, vector_sum
+        self.identity = identity
+        b, vec = ke.b, ke.kernel.lanes > 1
+        self.vectors = PairwiseSum(b, accs[0].type.pointee, ke.combine, "vpairs") \
+            if vec else None
+        self.scalars = PairwiseSum(b, sacc.type.pointee, ke.combine, "spairs")
+        self.vmid = u.alloca_once(b, accs[0].type.pointee, name="vblocks") if vec else None
+        self.smid = u.alloca_once(b, sacc.type.pointee, name="sblocks")
+        self.pending = u.alloca_once(b, u.I64, name="blocks")
+        b.store(u.I64(0), self.pending)
+        for counter, mid in ((self.vectors, self.vmid), (self.scalars, self.smid)):
+            if counter is not None:
+                counter.reset()
+                self._zero(mid)
+
+    def _zero(self, acc):
+        self.ke.b.store(u.const(acc.type.pointee, self.identity), acc)
+
+    def _add_to(self, mid, value):
+        self.ke.b.store(self.ke.combine(self.ke.b.load(mid), value), mid)
+
+    def block(self, vectors: bool = True, scalars: bool = True):
+        """End a block: add the accumulators into the block accumulators (and zero them);
+        every PAIRWISE_GROUP blocks, push those into the counters."""
+        b = self.ke.b
+        vectors = vectors and self.vectors is not None
+        scalars = scalars or self.vectors is None
+        if vectors:
+            self._add_to(self.vmid, self.vector_sum())
+            for acc in self.accs:
+                self._zero(acc)
+        if scalars:
+            self._add_to(self.smid, b.load(self.sacc))
+            self._zero(self.sacc)
+        n = b.add(b.load(self.pending), u.I64(1))
+        b.store(n, self.pending)
+        with b.if_then(b.icmp_signed("==", n, u.I64(PAIRWISE_GROUP))):
+            for on, counter, mid in ((vectors, self.vectors, self.vmid),
+                                     (scalars, self.scalars, self.smid)):
+                if on:
+                    counter.push(b.load(mid))
+                    self._zero(mid)
+            b.store(u.I64(0), self.pending)
+
+    def block_of_trips(self):
+        """After BLOCK_TRIPS trips of the innermost loop: only its main loop's accumulators
+        filled (in a scalar kernel, that is the scalar one)."""
+        self.block(scalars=False)
+
+    def total_vector(self):
+        return self.vectors.fold(self.ke.combine(self.ke.b.load(self.vmid), self.vector_sum()))
+
+    def total_scalar(self):
+        return self.scalars.fold(self.ke.combine(self.ke.b.load(self.smid),
+                                                  self.ke.b.load(self.sacc)))
+
+    def rows(self, last, row, n_acc: int):
+        """The body of the outer reduce loops: one run of the innermost loop, then the end
+        of a block every `runs` runs, so that no accumulator adds more than about
+        BLOCK_TRIPS values in sequence within a block."""
+        ke, b = self.ke, self.ke.b
+        extent, lanes = last.var.extent, ke.kernel.lanes
+        if lanes == 1:
+            vector_adds, scalar_adds = 0, extent
+        else:
+            vector_adds = -(-(extent // lanes) // n_acc) + (1 if ke.masked_tail else 0)
+            scalar_adds = 0 if ke.masked_tail else extent % lanes
+        per_run = max(min(vector_adds, BLOCK_TRIPS), scalar_adds, 1)
+        runs = max(1, BLOCK_TRIPS // per_run)
+        end_block = lambda: self.block(vector_adds > 0, scalar_adds > 0)  # noqa: E731
+        done = u.alloca_once(b, u.I64, name="runs")
+        b.store(u.I64(0), done)
+
+        def body():
+            row()
+            if runs == 1:
+                return end_block()
+            n = b.add(b.load(done), u.I64(1))
+            b.store(n, done)
+            with b.if_then(b.icmp_signed("==", n, u.I64(runs))):
+                end_block()
+                b.store(u.I64(0), done)
+        return body

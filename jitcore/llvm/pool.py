@@ -21,19 +21,25 @@ from llvmlite import ir
 
 from jitcore.ir.dtypes import bool_ as dt_bool
 from jitcore.ir.ops import Op
-from jitcore.passes.kernel import Acc, Load, walk
+from jitcore.passes.kernel import Acc, Kernel, Kind, Load, walk
 
 from . import irutil as u
+from .codegen import KernelEmitter
 from .opemit import emit
+from .registry import KindEntry, register
 
 _FIELDS = ("first", "lo", "hi", "div")
 VECTORS_PER_TRIP = 4     # independent accumulators per trip (the max/add chain's latency)
 
 
-class PoolEmitter:
-    def __init__(self, ke):
-        self.ke, self.b, self.kernel = ke, ke.b, ke.kernel
-        self.pool = ke.kernel.pool
+class PoolEmitter(KernelEmitter):
+    """Emits one pooling kernel (Kind.POOL): output rows [start, stop), each a row of
+    windows."""
+
+    def __init__(self, module, kernel, name: str, masked_tail: bool, stream_bytes: int = 0,
+                 plan=None):
+        super().__init__(module, kernel, name, masked_tail, stream_bytes, plan)
+        self.pool = kernel.pool
         self.combine_op = Op.ADD         # of averages (max has its own, see _reduce_window)
         self.border = False      # vectors whose taps may fall outside the row (masked)
         self.identity = float("-inf") if self.pool.spec.kind == "max" else 0.0
@@ -41,7 +47,7 @@ class PoolEmitter:
     # -- window tables ------------------------------------------------------------------------
     def _table(self, name: str, values: tuple):
         ty = ir.ArrayType(u.I64, max(len(values), 1))
-        g = ir.GlobalVariable(self.b.module, ty, name=f"{self.ke.fn.name}.{name}")
+        g = ir.GlobalVariable(self.b.module, ty, name=f"{self.fn.name}.{name}")
         g.global_constant, g.linkage = True, "internal"
         g.initializer = ir.Constant(ty, [u.I64(v) for v in values] or [u.I64(0)])
         return g
@@ -56,7 +62,7 @@ class PoolEmitter:
     def _load(self, node: Load, lanes: int):
         """A load at the env's coordinates; with lanes, consecutive output columns per lane."""
         b, p = self.b, self.pool
-        ptr = b.gep(self.ke.base_ptr(node.buffer), [self.ke.index(node.offset)])
+        ptr = b.gep(self.base_ptr(node.buffer), [self.index(node.offset)])
         elem = u.memory_type(node.dtype)
         step = node.offset.coeff(p.iw) * (p.cols.stride or 0) + node.offset.coeff(p.col) \
             if lanes > 1 else 0
@@ -81,26 +87,26 @@ class PoolEmitter:
     def _inside(self, count: int, spacing: int):
         """<count x i1>: whether input column env[iw] + i*spacing is inside the row."""
         b, p = self.b, self.pool
-        cols = b.add(u.splat(b, self.ke.env[p.iw], count),
+        cols = b.add(u.splat(b, self.env[p.iw], count),
                      ir.Constant(ir.VectorType(u.I64, count),
                                  [u.I64(i * spacing) for i in range(count)]))
         low = b.icmp_signed(">=", cols, u.const(cols.type, 0))
         return b.and_(low, b.icmp_signed("<", cols, u.const(cols.type, p.cols.size)))
 
-    def value(self, root, lanes: int, acc=None):
+    def pooled(self, root, lanes: int, acc=None):
         """`root` with its loads read at the current tap and `Acc` = acc."""
         memo = {id(n): acc for n in walk([root]) if isinstance(n, Acc)}
-        return self.ke.value(root, lanes, memo, load=self._load)
+        return super().value(root, lanes, memo, load=self._load)
 
     # -- the kernel -----------------------------------------------------------------------------
-    def emit(self):
-        ke, b, p = self.ke, self.b, self.pool
+    def body(self):
+        b, p = self.b, self.pool
         row_tables, col_tables = self._tables("rows", p.rows), self._tables("cols", p.cols)
         self.col_tables = col_tables
         width = p.col.extent
-        with u.for_range(b, ke.start, ke.stop, 1, name="row") as r:
-            ke.env[p.row] = r
-            self.row = self._read(row_tables, ke.index(p.oh))
+        with u.for_range(b, self.start, self.stop, 1, name="row") as r:
+            self.env[p.row] = r
+            self.row = self._read(row_tables, self.index(p.oh))
             if self.kernel.vectorized:
                 self.vector_row(width)
             else:
@@ -125,7 +131,7 @@ class PoolEmitter:
         combine chain): the valid rows of taps (from the row tables), and the taps of each
         row: `unrolled` all of them (vectors of columns whose windows are full), else
         [col_lo, col_hi) from the column tables."""
-        ke, b, p = self.ke, self.b, self.pool
+        b, p = self.b, self.pool
         accs = [u.alloca_once(b, u.value_type(p.dtype, lanes), name="pacc") for _ in col_firsts]
         # max: a running `v > acc ? v : acc` (one vmaxps) and, aside, whether a NaN was seen
         # (cheaper than a NaN-propagating max per tap; the same result, as torch's loop)
@@ -137,7 +143,7 @@ class PoolEmitter:
             b.store(u.const(nan.type.pointee, 0), nan)
 
         def tap(k):
-            acc, v, old = accs[k], self.value(p.source, lanes), b.load(accs[k])
+            acc, v, old = accs[k], self.pooled(p.source, lanes), b.load(accs[k])
             inside = self._inside(lanes, p.cols.stride) if self.border else None
             if nans:
                 new = b.select(b.fcmp_ordered(">", v, old), v, old)
@@ -151,15 +157,15 @@ class PoolEmitter:
             b.store(new, acc)
 
         with u.for_range(b, self.row["lo"], self.row["hi"], 1, name="kh") as kh:
-            ke.env[p.ih] = b.add(self.row["first"], b.mul(kh, u.I64(p.rows.step)))
+            self.env[p.ih] = b.add(self.row["first"], b.mul(kh, u.I64(p.rows.step)))
             if unrolled:
                 for kw in range(p.cols.taps):
                     for k, first in enumerate(col_firsts):
-                        ke.env[p.iw] = b.add(first, u.I64(kw * p.cols.step))
+                        self.env[p.iw] = b.add(first, u.I64(kw * p.cols.step))
                         tap(k)
             else:
                 with u.for_range(b, col_lo, col_hi, 1, name="kw") as kw:
-                    ke.env[p.iw] = b.add(col_firsts[0], b.mul(kw, u.I64(p.cols.step)))
+                    self.env[p.iw] = b.add(col_firsts[0], b.mul(kw, u.I64(p.cols.step)))
                     tap(0)
         totals = [b.load(acc) for acc in accs]
         nan = u.const(u.value_type(p.dtype, lanes), float("nan"))
@@ -177,8 +183,8 @@ class PoolEmitter:
             div = b.sitofp(b.mul(row_div, col_div), u.value_type(p.dtype, u.lanes_of(col_div)))
             total = b.fdiv(total, u.splat(b, div, lanes) if u.lanes_of(div) == 1 else div)
         st = self.kernel.stores[0]
-        val = self.value(st.value, lanes, acc=total)
-        ptr = b.gep(self.ke.base_ptr(st.buffer), [self.ke.index(st.offset)])
+        val = self.pooled(st.value, lanes, acc=total)
+        ptr = b.gep(self.base_ptr(st.buffer), [self.index(st.offset)])
         if lanes > 1:
             ptr = b.bitcast(ptr, val.type.as_pointer())
         b.store(val, ptr, align=1)
@@ -186,17 +192,17 @@ class PoolEmitter:
     def scalar_columns(self, lo: int, hi: int):
         if lo >= hi:
             return
-        ke, b, p = self.ke, self.b, self.pool
+        b, p = self.b, self.pool
         with u.for_range(b, u.I64(lo), u.I64(hi), 1, name="ow") as ow:
-            ke.env[p.col] = ow
+            self.env[p.col] = ow
             col = self._read(self.col_tables, ow)
             total, = self._reduce_window(1, col["lo"], col["hi"], [col["first"]], False)
             self._finish(total, 1, col["div"])
 
     def border_vector(self, ow0: int):
         """The `lanes` columns from ow0, some of whose taps fall in the padding."""
-        ke, b, p, lanes = self.ke, self.b, self.pool, self.kernel.lanes
-        ke.env[p.col] = u.I64(ow0)
+        b, p, lanes = self.b, self.pool, self.kernel.lanes
+        self.env[p.col] = u.I64(ow0)
         total, = self._reduce_window(lanes, None, None, [u.I64(ow0 * p.cols.stride - p.cols.pad)],
                                      True)
         divs = b.load(b.bitcast(b.gep(self.col_tables["div"], [u.I64(0), u.I64(ow0)]),
@@ -208,7 +214,7 @@ class PoolEmitter:
         end at e instead (they overlap their predecessors and recompute the same values)."""
         if a >= e:
             return
-        ke, b, p, lanes = self.ke, self.b, self.pool, self.kernel.lanes
+        b, p, lanes = self.b, self.pool, self.kernel.lanes
         vectors = -(-(e - a) // lanes)
         per_trip = min(VECTORS_PER_TRIP, vectors)
         with u.for_range(b, u.I64(0), u.I64(-(-vectors // per_trip)), 1, name="ovec") as i:
@@ -219,5 +225,16 @@ class PoolEmitter:
                       for ow0 in starts]
             totals = self._reduce_window(lanes, None, None, firsts, True)
             for ow0, total in zip(starts, totals):
-                ke.env[p.col] = ow0
+                self.env[p.col] = ow0
                 self._finish(total, lanes, u.I64(p.cols.taps))
+
+
+def report(kernel: Kernel) -> tuple:
+    """The loop nest, then the window each output reduces."""
+    spec = kernel.pool.spec
+    window = "adaptive window" if spec.adaptive else \
+        f"window {spec.kernel[0]}x{spec.kernel[1]} (reduce {spec.kind})"
+    return None, f"{kernel.loop_nest}, {window}"
+
+
+register(KindEntry(Kind.POOL, PoolEmitter, report=report))

@@ -5,7 +5,7 @@ moves 2N for its output; a non-temporal store writes whole lines straight to mem
 pays when the output would not be in cache for its next reader anyway: the target's
 `stream_bytes` threshold (llvm/target.py) says from which output size. The stores must be
 aligned to the vector size: codegen peels the first elements of each run so that they are
-(`KernelEmitter.elementwise_loop`). Transposing (tiled) kernels keep normal stores: streaming
+(`PointwiseEmitter.elementwise_loop`). Transposing (tiled) kernels keep normal stores: streaming
 their aligned tile rows measured no gain (their transposed reads dominate).
 Non-temporal stores are weakly ordered, so a kernel that made any ends with a store fence
 before the thread pool reports it done (other threads then see every result).
@@ -16,7 +16,7 @@ import math
 
 from llvmlite import ir
 
-from jitcore.passes.kernel import Kernel
+from jitcore.passes.kernel import Kernel, Kind
 
 from .irutil import memory_type_bytes
 
@@ -27,7 +27,7 @@ def streamed_slots(kernel: Kernel, threshold: int) -> frozenset:
     loop, when they all
     have one element size (one alignment peel fits them all) and together take at least
     `threshold` bytes (0: never)."""
-    if threshold <= 0 or kernel.kind != "pointwise" or kernel.lanes == 1 or not kernel.loops \
+    if threshold <= 0 or kernel.kind != Kind.POINTWISE or kernel.lanes == 1 or not kernel.loops \
             or kernel.tile_var is not None:
         return frozenset()
     var = kernel.vector_var

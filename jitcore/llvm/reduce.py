@@ -1,0 +1,232 @@
+"""Reduction kernels: horizontal (Kind.REDUCE_HORIZONTAL: the reduced axis is the vector
+loop; several vector accumulators, float sums added pairwise) and vertical
+(Kind.REDUCE_VERTICAL: a parallel axis is the vector loop; one accumulator per lane across
+the reduce loops, or, for wide column reductions, accumulated into the output row by row).
+Arg-reductions go to argreduce.py."""
+from __future__ import annotations
+
+from llvmlite import ir
+
+from jitcore.ir.ops import INDEX_REDUCE, REDUCE_COMBINE, Op
+from jitcore.passes.kernel import Kernel, Kind, Load
+
+from . import irutil as u
+from .argreduce import ArgReduction
+from .codegen import CHEAP_BODY, KernelEmitter, _compute_cost
+from .opemit import cast, emit
+from .pairwise import PairwiseAccumulators
+from .registry import KindEntry, register
+from .work import grain
+
+
+def _reduce_identity(op: Op, dtype):
+    """The value a reduction's accumulator starts at (what no value changes)."""
+    big = {8: 255, 32: 2**31 - 1, 64: 2**63 - 1}[dtype.bits] if dtype.is_int else None
+    if op == Op.SUM:
+        return 0.0 if dtype.is_float else 0
+    if op == Op.PROD:
+        return 1.0 if dtype.is_float else 1
+    if op in (Op.MAX, Op.ARGMAX):
+        if dtype.is_float:
+            return float("-inf")
+        return 0 if dtype.kind in "ub" else -big - 1
+    if dtype.is_float:
+        return float("inf")
+    return 1 if dtype.kind == "b" else big
+
+
+ACCUMULATORS = 4       # vector accumulators per horizontal reduction (a power of two)
+VERTICAL_BLOCK = 8     # vectors of the inner axis per pass of a vertical reduction
+STREAM_MIN = 64        # a column reduction this wide accumulates into its output row by row,
+STREAM_ROWS = 4        # ...this many rows per pass over the output
+
+
+def streams_by_rows(kernel: Kernel) -> bool:
+    """A column reduction with no outer loop accumulates into its output row by row."""
+    return kernel.kind == Kind.REDUCE_VERTICAL and kernel.range_loop is kernel.loops[-1] \
+        and kernel.range_extent >= STREAM_MIN and kernel.reduction.op not in INDEX_REDUCE
+
+
+class ReductionEmitter(ArgReduction, KernelEmitter):
+    """The reductions' shared code: the combine op and the reduced value (arg-reductions:
+    argreduce.ArgReduction)."""
+
+    def combine(self, acc, val):
+        """acc combined with val by the reduction's op."""
+        red = self.kernel.reduction
+        if red.op in (Op.MAX, Op.MIN) and red.dtype.is_float:
+            # NaN still propagates, but which of -0.0 and +0.0 a reduction returns is left
+            # open (numpy's own answer depends on the order): `nsz` lets the x86 backend
+            # drop the sign test and blends it needs for llvm.maximum (6 -> 3 ops a vector)
+            name = "maximum" if red.op == Op.MAX else "minimum"
+            fnty = ir.FunctionType(acc.type, [acc.type, val.type])
+            fn = u.declare_intrinsic(self.module, name, [acc.type], fnty)
+            return self.b.call(fn, [acc, val], fastmath=("nsz",))
+        return emit(self.b, REDUCE_COMBINE[red.op], red.dtype, red.dtype, [acc, val])
+
+    def _reduced_value(self, lanes: int):
+        red, st = self.kernel.reduction, self.kernel.stores[0]
+        val = self.value(st.value, lanes, {})
+        for keep in self.kernel.stores[1:]:      # the summand, kept for a later row part
+            self.store(keep.buffer, keep.offset, val, lanes)
+        return cast(self.b, red.dtype, st.value.dtype, val)
+
+    def emit_vertical(self):
+        """Accumulators across the reduce loops, one per lane of the inner parallel loop."""
+        k = self.kernel
+        reduce_loops = [lp for lp in k.loops if lp.kind == "reduce"]
+        first = not [lp for lp in k.loops[:-1] if lp.kind == "parallel"]
+        red, st = k.reduction, k.stores[0]
+        # a block of several vectors per pass over the reduced rows: each row is then read
+        # in runs of VERTICAL_BLOCK vectors, not one (column sums, the matmul's N axis)
+        width = VERTICAL_BLOCK if _compute_cost(st.value) <= CHEAP_BODY else 1
+        if red.op in INDEX_REDUCE:
+            identity = _reduce_identity(red.op, st.value.dtype)
+            return self.arg_setup(identity).arg_vertical(width, first)
+        if streams_by_rows(k):
+            return self.emit_vertical_streaming(reduce_loops)
+        var = k.loops[-1].var
+
+        def block(lanes, count):
+            base = self.env[var]
+            identity = _reduce_identity(red.op, red.dtype)
+            accs = [u.alloca_once(self.b, u.value_type(red.dtype, lanes), name="acc")
+                    for _ in range(count)]
+            for acc in accs:
+                self.b.store(u.const(acc.type.pointee, identity), acc)
+
+            def at(p):
+                self.env[var] = self.b.add(base, u.I64(p * lanes)) if p else base
+
+            def step():
+                for p, acc in enumerate(accs):
+                    at(p)
+                    self.b.store(self.combine(self.b.load(acc), self._reduced_value(lanes)),
+                                 acc)
+            self.nest(reduce_loops, step, False)
+            for p, acc in enumerate(accs):
+                at(p)
+                self.store(st.buffer, st.offset, self.b.load(acc), lanes)
+        # with no outer parallel loop, the inner one is the range a call covers
+        self.vector_loop(k.loops[-1], block, first, width, blocked=True)
+
+    def emit_vertical_streaming(self, reduce_loops):
+        """Column reductions (no outer loop): accumulate into the output itself, row after
+        row, so the input is read in long contiguous runs (numpy's order for axis=0 sums)
+        and the output part of this thread's column range stays in cache. Each column is
+        still reduced in row order: the same results as the register-blocked form."""
+        k = self.kernel
+        red, st = k.reduction, k.stores[0]
+        identity = _reduce_identity(red.op, red.dtype)
+        acc = Load(st.buffer, st.offset)
+
+        def init(lanes, part):
+            self.store(st.buffer, st.offset, u.const(u.value_type(red.dtype, lanes), identity),
+                       lanes)
+
+        def rows(count):
+            """Add `count` consecutive rows (from env[row]) to the output in registers, in
+            row order: one load and store of the output per `count` rows."""
+            def accumulate(lanes, part):
+                first_row, total = self.env.get(row), self.load(acc, lanes)
+                for r in range(count):
+                    if r:
+                        self.env[row] = self.b.add(first_row, u.I64(r))
+                    total = self.combine(total, self._reduced_value(lanes))
+                if count > 1:
+                    self.env[row] = first_row
+                self.store(st.buffer, st.offset, total, lanes)
+            return accumulate
+
+        def row_blocks():
+            rows_n = self.extent(row.extent)
+            full = self.b.mul(self.b.sdiv(rows_n, u.I64(STREAM_ROWS)), u.I64(STREAM_ROWS))
+            for lo, hi, step in ((u.I64(0), full, STREAM_ROWS), (full, rows_n, 1)):
+                with u.for_range(self.b, lo, hi, step, name=row.name) as i:
+                    self.env[row] = i
+                    self.vector_loop(k.loops[-1], rows(step), True)
+
+        row = reduce_loops[-1].var if reduce_loops else None
+        self.vector_loop(k.loops[-1], init, True)
+        if row is None:                         # reduced axes of extent 1: a single row
+            return self.vector_loop(k.loops[-1], rows(1), True)
+        self.nest(reduce_loops[:-1], row_blocks, False)
+
+    def emit_horizontal(self):
+        k = self.kernel
+        red, st = k.reduction, k.stores[0]
+        reduce_loops = [lp for lp in k.loops if lp.kind == "reduce"]
+        # several vector accumulators hide the latency of the combine op (4 cycles for fadd)
+        n_acc = ACCUMULATORS if _compute_cost(st.value) <= CHEAP_BODY else 1
+        if red.op in INDEX_REDUCE:
+            return self.arg_setup(_reduce_identity(red.op, st.value.dtype)).arg_horizontal(n_acc)
+        lanes = k.lanes
+        identity = _reduce_identity(red.op, red.dtype)
+        accs = [u.alloca_once(self.b, u.value_type(red.dtype, lanes), name=f"vacc{i}")
+                for i in range(n_acc)]
+        sacc = u.alloca_once(self.b, u.value_type(red.dtype), name="sacc")
+        for acc in accs + [sacc]:
+            self.b.store(u.const(acc.type.pointee, identity), acc)
+
+        def inner(n, part):
+            acc = accs[part] if n > 1 else sacc
+            old = self.b.load(acc)
+            new = self.combine(old, self._reduced_value(n))
+            if self.mask is not None:         # lanes past the end keep their accumulator
+                new = self.b.select(self.mask, new, old)
+            self.b.store(new, acc)
+
+        def vector_sum():                     # fixed combine order: deterministic results
+            vecs = [self.b.load(a) for a in accs]
+            while len(vecs) > 1:
+                vecs = [self.combine(x, y) for x, y in zip(vecs[::2], vecs[1::2])]
+            return vecs[0]
+
+        # a float sum adds pairwise (see pairwise.PairwiseAccumulators); other reductions are exact
+        pairs = PairwiseAccumulators(self, accs, sacc, vector_sum, identity) \
+            if red.op == Op.SUM and red.dtype.is_float and reduce_loops else None
+        if reduce_loops:
+            *outer, last = reduce_loops
+
+            def run():
+                self.vector_loop(last, inner, False, n_acc,
+                                 on_block=pairs.block_of_trips if pairs else None)
+            self.nest(outer, pairs.rows(last, run, n_acc) if pairs and outer else run, False)
+        else:
+            inner(1, 0)
+        total = pairs.total_scalar() if pairs else self.b.load(sacc)
+        if lanes > 1:
+            vec = pairs.total_vector() if pairs else vector_sum()
+            total = self.combine(self.horizontal(vec), total)
+        self.store(st.buffer, st.offset, total, 1)
+
+    def horizontal(self, vec):
+        """Tree-combine the lanes of a vector (fixed order: deterministic results)."""
+        return u.reduce_lanes(self.b, vec, self.combine)
+
+
+class HorizontalEmitter(ReductionEmitter):
+    """The parallel loops, then per output the reduction of its row."""
+
+    def body(self):
+        outer = [lp for lp in self.kernel.loops if lp.kind == "parallel"]
+        self.nest(outer, self.emit_horizontal, True)
+
+
+class VerticalEmitter(ReductionEmitter):
+    """The outer parallel loops, then accumulators across the reduce loops per lane of
+    the inner parallel (vector) loop."""
+
+    def body(self):
+        k = self.kernel
+        self.nest([lp for lp in k.loops[:-1] if lp.kind == "parallel"], self.emit_vertical,
+                  True)
+
+
+def _vertical_work(kernel: Kernel, plan) -> tuple:
+    """A streaming column reduction is split in halves at most (see work.grain)."""
+    return kernel.range_extent, grain(kernel, halves=streams_by_rows(kernel))
+
+
+register(KindEntry(Kind.REDUCE_HORIZONTAL, HorizontalEmitter))
+register(KindEntry(Kind.REDUCE_VERTICAL, VerticalEmitter, work=_vertical_work))
