@@ -79,7 +79,7 @@ class Op(Enum):
 
 
 
-class Kind(Enum):
+class OpKind(Enum):
     """What an op does to its sources' elements (one per op)."""
     LEAF = auto()           # no sources: a graph input, a constant, a run-time extent
     ELEMENTWISE = auto()    # sources of one shape, one result element per index
@@ -150,7 +150,7 @@ EXPENSIVE_COST = 20
 class OpInfo:
     """Everything the compiler knows about one op, apart from how it is emitted."""
     op: Op
-    kind: Kind
+    kind: OpKind
     arity: int | None                 # number of sources; VARIADIC (None) when it varies
     typing: Typing = Typing.OWN
     # the numpy function computing the op on constants (simplify folds with it); None: no fold
@@ -179,7 +179,7 @@ class OpInfo:
 
     @property
     def elementwise(self) -> bool:
-        return self.kind is Kind.ELEMENTWISE
+        return self.kind is OpKind.ELEMENTWISE
 
     @property
     def unary(self) -> bool:
@@ -195,7 +195,7 @@ class OpInfo:
 
     @property
     def reduction(self) -> bool:
-        return self.kind is Kind.REDUCTION
+        return self.kind is OpKind.REDUCTION
 
     @property
     def index_reduction(self) -> bool:
@@ -203,23 +203,23 @@ class OpInfo:
 
     @property
     def view(self) -> bool:
-        return self.kind is Kind.VIEW
+        return self.kind is OpKind.VIEW
 
     @property
     def leaf(self) -> bool:
-        return self.kind is Kind.LEAF
+        return self.kind is OpKind.LEAF
 
     @property
     def task_boundary(self) -> bool:
-        return self.kind is Kind.TASK_BOUNDARY
+        return self.kind is OpKind.TASK_BOUNDARY
 
     @property
     def axis_op(self) -> bool:
-        return self.kind is Kind.AXIS
+        return self.kind is OpKind.AXIS
 
     @property
     def contraction(self) -> bool:
-        return self.kind is Kind.CONTRACTION
+        return self.kind is OpKind.CONTRACTION
 
     @property
     def bitwise(self) -> bool:
@@ -241,20 +241,20 @@ class OpInfo:
 
 
 def _leaf(op):
-    return OpInfo(op, Kind.LEAF, 0)
+    return OpInfo(op, OpKind.LEAF, 0)
 
 
 def _ew(op, arity, typing, fold=None, cost=1, **kw):
-    return OpInfo(op, Kind.ELEMENTWISE, arity, typing, fold, cost, keeps_axes=True, **kw)
+    return OpInfo(op, OpKind.ELEMENTWISE, arity, typing, fold, cost, keeps_axes=True, **kw)
 
 
 def _composite(op, typing, arg_name="axes"):
-    return OpInfo(op, Kind.ELEMENTWISE, 1, typing, composite=True, keeps_axes=True,
+    return OpInfo(op, OpKind.ELEMENTWISE, 1, typing, composite=True, keeps_axes=True,
                   arg_name=arg_name)
 
 
 def _reduce(op, typing, combine=None, identity=None, composite=False):
-    return OpInfo(op, Kind.REDUCTION, 1, typing, combine=combine, identity=identity,
+    return OpInfo(op, OpKind.REDUCTION, 1, typing, combine=combine, identity=identity,
                   composite=composite, keeps_axes=True)
 
 
@@ -324,24 +324,24 @@ _RECORDS = (
     _reduce(Op.ARGMAX, T.INDEX), _reduce(Op.ARGMIN, T.INDEX),
     _reduce(Op.MEAN, T.AVERAGE, composite=True),     # sum / count: empty gives nan
     # views
-    OpInfo(Op.RESHAPE, Kind.VIEW, 1, arg_name="shape"),
-    OpInfo(Op.PERMUTE, Kind.VIEW, 1, arg_name="perm", keeps_axes=True),
-    OpInfo(Op.EXPAND, Kind.VIEW, 1, arg_name="shape", keeps_axes=True),
-    OpInfo(Op.SLICE, Kind.VIEW, 1, arg_name="slices"),
+    OpInfo(Op.RESHAPE, OpKind.VIEW, 1, arg_name="shape"),
+    OpInfo(Op.PERMUTE, OpKind.VIEW, 1, arg_name="perm", keeps_axes=True),
+    OpInfo(Op.EXPAND, OpKind.VIEW, 1, arg_name="shape", keeps_axes=True),
+    OpInfo(Op.SLICE, OpKind.VIEW, 1, arg_name="slices"),
     # contractions and row-wise composites
-    OpInfo(Op.MATMUL, Kind.CONTRACTION, 2, keeps_axes=True),
-    OpInfo(Op.SOFTMAX, Kind.ROWS, 1, T.FLOAT, composite=True, arg_name="axis"),
-    OpInfo(Op.LOG_SOFTMAX, Kind.ROWS, 1, T.FLOAT, composite=True, arg_name="axis"),
-    OpInfo(Op.LAYER_NORM, Kind.ROWS, VARIADIC, T.FLOAT, composite=True, arg_name="eps"),
-    OpInfo(Op.POOL2D, Kind.WINDOW, 1, T.FLOAT, arg_name="pool"),
-    OpInfo(Op.CONV2D, Kind.CONTRACTION, VARIADIC, arg_name="conv"),
-    OpInfo(Op.BATCH_NORM, Kind.ROWS, VARIADIC, T.FLOAT, composite=True,
+    OpInfo(Op.MATMUL, OpKind.CONTRACTION, 2, keeps_axes=True),
+    OpInfo(Op.SOFTMAX, OpKind.ROWS, 1, T.FLOAT, composite=True, arg_name="axis"),
+    OpInfo(Op.LOG_SOFTMAX, OpKind.ROWS, 1, T.FLOAT, composite=True, arg_name="axis"),
+    OpInfo(Op.LAYER_NORM, OpKind.ROWS, VARIADIC, T.FLOAT, composite=True, arg_name="eps"),
+    OpInfo(Op.POOL2D, OpKind.WINDOW, 1, T.FLOAT, arg_name="pool"),
+    OpInfo(Op.CONV2D, OpKind.CONTRACTION, VARIADIC, arg_name="conv"),
+    OpInfo(Op.BATCH_NORM, OpKind.ROWS, VARIADIC, T.FLOAT, composite=True,
            arg_name="eps,weight,bias"),
-    OpInfo(Op.FORKARG, Kind.TASK_BOUNDARY, 1, T.SAME, arg_name="task"),
-    OpInfo(Op.WAIT, Kind.TASK_BOUNDARY, 1, T.SAME, arg_name="task"),
-    OpInfo(Op.TAKE, Kind.AXIS, 2, arg_name="axis"),
-    OpInfo(Op.CONCAT, Kind.AXIS, VARIADIC, arg_name="axis"),
-    OpInfo(Op.CUMSUM, Kind.AXIS, 1, arg_name="axis"),
+    OpInfo(Op.FORKARG, OpKind.TASK_BOUNDARY, 1, T.SAME, arg_name="task"),
+    OpInfo(Op.WAIT, OpKind.TASK_BOUNDARY, 1, T.SAME, arg_name="task"),
+    OpInfo(Op.TAKE, OpKind.AXIS, 2, arg_name="axis"),
+    OpInfo(Op.CONCAT, OpKind.AXIS, VARIADIC, arg_name="axis"),
+    OpInfo(Op.CUMSUM, OpKind.AXIS, 1, arg_name="axis"),
 )
 del T
 

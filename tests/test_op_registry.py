@@ -15,7 +15,7 @@ import jitcore as jc
 from jitcore.ir import build
 from jitcore.ir import dtypes as dt
 from jitcore.ir.errors import DTypeError
-from jitcore.ir.ops import OP_INFO, Kind, Op, Typing, info
+from jitcore.ir.ops import OP_INFO, OpKind, Op, Typing, info
 from jitcore.llvm.opemit import EMITTERS
 from jitcore.passes.decompose import RULES
 from jitcore.tracer import node_of, wrap
@@ -186,6 +186,6 @@ def test_cast_fold_agrees_with_compiled_code(source, target):
 def test_kinds_cover_the_groups():
     """The exported groups are computed from the records (no hand-kept op sets)."""
     from jitcore.ir import ops
-    assert ops.ELEMENTWISE == {op for op, r in OP_INFO.items() if r.kind is Kind.ELEMENTWISE}
+    assert ops.ELEMENTWISE == {op for op, r in OP_INFO.items() if r.kind is OpKind.ELEMENTWISE}
     assert ops.TRANSCENDENTAL == {op for op, r in OP_INFO.items() if r.expensive}
     assert ops.REDUCE_COMBINE == {op: r.combine for op, r in OP_INFO.items() if r.combine}
