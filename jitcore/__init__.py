@@ -18,23 +18,21 @@ from jitcore.ir.errors import (CompileError, DTypeError, JitcoreError, ShapeErro
 from .api import Graph, JitFunction, compile, jit
 from .compiler import cache_info
 from .conv_ops import batch_norm, conv1d, conv2d
-from .ops import (abs, add, amax, amin, argmax, argmin, astype, bitwise_and, bitwise_not,
-                  bitwise_or, bitwise_xor, broadcast_to, ceil, cos, div,
-                  divide, equal, erf, exp, expand_dims, floor, floor_divide, gelu, greater,
-                  greater_equal,
-                  hardsigmoid, hardswish, hardtanh, invert, layer_norm, leaky_relu, left_shift,
-                  less, less_equal,
-                  log, log_softmax, logical_and, logical_not, logical_or, matmul, max, maximum,
-                  mean, min, minimum, mod, mul, multiply, neg, negative, not_equal, pow, power,
-                  prod, remainder,
-                  reciprocal, relu, relu6, reshape, right_shift, rsqrt, sigmoid, silu, sin,
-                  softmax, sqrt, squeeze, sub, subtract, sum, tanh, transpose, where)
+from .ops import (abs, add, amax, amin, arctan, argmax, argmin, astype, bitwise_and,
+                  bitwise_not, bitwise_or, bitwise_xor, broadcast_to, cbrt, ceil, copysign,
+                  cos, cosh, div, divide, equal, erf, exp, exp2, expand_dims, expm1, floor,
+                  floor_divide, gelu, greater, greater_equal, hardsigmoid, hardswish,
+                  hardtanh, invert, layer_norm, leaky_relu, left_shift, less, less_equal, log,
+                  log1p, log2, log10, log_softmax, logical_and, logical_not, logical_or,
+                  matmul, max, maximum, mean, min, minimum, mod, mul, multiply, neg, negative,
+                  not_equal, pow, power, prod, reciprocal, relu, relu6, remainder, reshape,
+                  right_shift, rsqrt, sigmoid, silu, sin, sinh, softmax, sqrt, squeeze, sub,
+                  subtract, sum, tanh, transpose, where)
 from .join_ops import arange, clip, concatenate, cumsum, pad, split, stack, take
-from .math_ops import (arccos, arccosh, arcsin, arcsinh, arctan, arctan2, arctanh, cbrt,
-                       conj, copysign, cosh, deg2rad, exp2, expm1, fmax, fmin, hypot,
-                       isfinite, isinf, isnan, log1p, log2, log10, logaddexp, nan_to_num,
-                       norm, positive, rad2deg, real, rint, sign, signbit, sinh, square, std,
-                       trunc, var)
+from .math_ops import (arccos, arccosh, arcsin, arcsinh, arctan2, arctanh, conj, deg2rad,
+                       fmax, fmin, hypot, isfinite, isinf, isnan, logaddexp, nan_to_num,
+                       norm, positive, rad2deg, real, rint, sign, signbit, square, std, trunc,
+                       var)
 from .pool_ops import adaptive_avg_pool2d, avg_pool2d, max_pool2d
 from . import eager  # noqa: F401 -- ops on plain arrays run jitted
 from .futures import Future, fork, wait
