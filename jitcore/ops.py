@@ -1,5 +1,10 @@
 """The op namespace (`jc.exp`, `jc.sum`, ...), with numpy's names and semantics.
 
+The functions that record one elementwise op or reduction are generated from their rows of
+the spelling table (jitcore/spellings.py: names, aliases, docs); the rows marked custom that
+record one op with logic of their own (true division, where, gelu, ...) are written here and
+registered with `@implements`. Views, contractions and row-wise composites follow.
+
 Inside a jitted function these record IR nodes on Tracers. Called on plain arrays they run
 eagerly: the op is jitted once per signature and executed. Jitting is done by the layers above
 this one, so `jitcore.eager` installs the runner here (`set_eager_runner`) when jitcore is

@@ -21,7 +21,7 @@ from typing import Callable
 
 from jitcore.ir.ops import Op
 
-# dtype groups (numpy names) an op admits; tests/test_spellings.py checks the others raise
+# dtype groups (numpy names) for Spelling.dtypes
 FLOATS = ("float32", "float64")
 INTS = ("uint8", "int32", "int64")
 NUMERIC = INTS + FLOATS
@@ -51,7 +51,9 @@ class Spelling:
                                     # "binary", or "compare" for comparisons and logical
                                     # ops), "predicate" (bool of the input), "direct" (the
                                     # ATen arguments as they are)
-    dtypes: tuple = ALL             # the input dtypes it admits
+    dtypes: tuple = ALL             # the input dtypes on which it gives numpy's values
+                                    # (tested); others raise, or follow jitcore's own rule
+                                    # (reciprocal of an int is a float)
 
     @property
     def names(self) -> tuple:
@@ -295,7 +297,3 @@ def implementation(name: str) -> Callable:
                           "@implements(name) on its function in jitcore.ops or math_ops")
     return fn
 
-
-def spelled_ops() -> frozenset:
-    """The IR ops some row records."""
-    return frozenset(s.op for s in SPELLINGS if s.op is not None)
