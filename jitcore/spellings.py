@@ -47,10 +47,10 @@ class Spelling:
     reflected: bool = True          # ... and __r<d>__ (comparisons reflect among themselves)
     method: str | None = None       # tracer.<method>(...) calls it
     aten: tuple = ()                # ATen overloads ("exp.default") with the op's semantics
-    torch: str | None = None        # how the lowering calls it: None (by arity: "unary",
-                                    # "binary", or "compare" for comparisons and logical
-                                    # ops), "predicate" (bool of the input), "direct" (the
-                                    # ATen arguments as they are)
+    torch: str | None = None        # how the lowering calls it: None (by kind: "unary",
+                                    # "binary", "compare" for comparisons and logical ops,
+                                    # "reduce", "index_reduce"), "predicate" (bool of the
+                                    # input), "direct" (the ATen arguments as they are)
     dtypes: tuple = ALL             # the input dtypes on which it gives numpy's values
                                     # (tested); others raise, or follow jitcore's own rule
                                     # (reciprocal of an int is a float)
@@ -255,13 +255,15 @@ SPELLINGS: tuple = (
        "(its min).", ufuncs=(), functions=("nan_to_num",)),
 
     # ---- reductions (jitcore.ops; keepdims keeps the reduced axes with size 1) ------------
-    _r("sum", Op.SUM, "add"),
-    _r("prod", Op.PROD, "multiply"),
-    _r("max", Op.MAX, "maximum", aliases=("amax",), functions=("amax",)),
-    _r("min", Op.MIN, "minimum", aliases=("amin",), functions=("amin",)),
-    _r("mean", Op.MEAN),
-    _r("argmax", Op.ARGMAX),
-    _r("argmin", Op.ARGMIN),
+    _r("sum", Op.SUM, "add", aten=("sum.dim_IntList", "sum.default")),
+    _r("prod", Op.PROD, "multiply", aten=("prod.dim_int", "prod.default")),
+    _r("max", Op.MAX, "maximum", aliases=("amax",), functions=("amax",),
+       aten=("amax.default", "max.default")),           # max.dim (values, indices): by hand
+    _r("min", Op.MIN, "minimum", aliases=("amin",), functions=("amin",),
+       aten=("amin.default", "min.default")),
+    _r("mean", Op.MEAN, aten=("mean.dim", "mean.default")),
+    _r("argmax", Op.ARGMAX, aten=("argmax.default",)),
+    _r("argmin", Op.ARGMIN, aten=("argmin.default",)),
     Spelling("var", "Variance over axis (None: all), divided by n - ddof (numpy.var).",
              custom=True, functions=("var",), method="var", dtypes=NUMERIC),
     Spelling("std", "Standard deviation: sqrt(var(...)) (numpy.std).", custom=True,

@@ -30,7 +30,7 @@ import torch
 import jitcore as jc
 from jitcore.ir import build
 from jitcore.ir.errors import ShapeError
-from jitcore.ir.ops import COMPARE, LOGICAL_BINARY
+from jitcore.ir.ops import COMPARE, INDEX_REDUCE, LOGICAL_BINARY
 from jitcore.ir.sizes import Size, shape_text
 from jitcore.spellings import SPELLINGS, Spelling
 from jitcore.tracer import Tracer, wrap
@@ -102,7 +102,7 @@ def _axes(dims, ndim):
     return tuple(_axis(d, ndim) for d in dims)
 
 
-# ---- elementwise: generated from the spelling table -------------------------------------------
+# ---- elementwise and reductions: generated from the spelling table -------------------------------
 # A row of jitcore/spellings.py names the ATen overloads whose semantics are its op's; the
 # lowering of each is made here by the row's style. torch computes an op in its result dtype,
 # so the operands are converted to it first (comparisons: to the dtype they promote to).
@@ -125,19 +125,40 @@ def _binary(jc_fn, compute_in_result=True):
     return fn
 
 
+def _reduce(jc_fn):
+    """sum/mean/prod/amax/amin over `dims` (None or []: all), in torch's result dtype; their
+    .default overloads (all axes) too."""
+    def fn(out, x, dims=None, keepdim=False, dtype=None):
+        want = np_dtype(out)
+        x = as_dtype(x, want) if want.kind == "f" or dtype is not None else x
+        return as_dtype(jc_fn(x, axis=_axes(dims, x.ndim), keepdims=keepdim), want)
+    return fn
+
+
+def _index_reduce(jc_fn):
+    """argmax/argmin over one dim (None: the flattened tensor), torch's int64 indices."""
+    def fn(out, x, dim=None, keepdim=False):
+        return as_dtype(jc_fn(x, axis=dim, keepdims=keepdim), np.int64)
+    return fn
+
+
 STYLES = {
     "unary": _unary,
     "binary": _binary,
     "compare": lambda jc_fn: _binary(jc_fn, compute_in_result=False),
     "predicate": lambda jc_fn: lambda out, x: jc_fn(x),        # bool of the input as it is
     "direct": lambda jc_fn: lambda out, *args, **kw: jc_fn(*args, **kw),   # same arguments
+    "reduce": _reduce,
+    "index_reduce": _index_reduce,
 }
 
 
 def style_of(row: Spelling) -> str:
-    """How a row's ATen overloads are lowered: its own `torch` style, else by arity."""
+    """How a row's ATen overloads are lowered: its own `torch` style, else by its kind."""
     if row.torch is not None:
         return row.torch
+    if row.reduction:
+        return "index_reduce" if row.op in INDEX_REDUCE else "reduce"
     if row.arity == 1:
         return "unary"
     return "compare" if row.op in COMPARE | LOGICAL_BINARY else "binary"
@@ -332,30 +353,7 @@ def _addmm(out, bias, a, b, beta=1, alpha=1):
 
 
 # ---- reductions and row-wise composites --------------------------------------------------------
-def _reduce(jc_fn):
-    def fn(out, x, dims=None, keepdim=False, dtype=None):
-        want = np_dtype(out)
-        x = as_dtype(x, want) if want.kind == "f" or dtype is not None else x
-        return as_dtype(jc_fn(x, axis=_axes(dims, x.ndim), keepdims=keepdim), want)
-    return fn
-
-
-lower(aten.sum.dim_IntList)(_reduce(jc.sum))
-lower(aten.mean.dim)(_reduce(jc.mean))
-lower(aten.amax.default)(_reduce(jc.max))
-lower(aten.amin.default)(_reduce(jc.min))
-
-
-lower(aten.prod.dim_int)(_reduce(jc.prod))
-
-
-lower(aten.sum.default)(lambda out, x, dtype=None: _reduce(jc.sum)(out, x, dtype=dtype))
-lower(aten.mean.default)(lambda out, x, dtype=None: _reduce(jc.mean)(out, x, dtype=dtype))
-lower(aten.prod.default)(lambda out, x, dtype=None: _reduce(jc.prod)(out, x, dtype=dtype))
-lower(aten.max.default)(lambda out, x: jc.max(x))
-lower(aten.min.default)(lambda out, x: jc.min(x))
-
-
+# (sum, mean, prod, amax, amin, argmax, argmin: from the spelling table, above)
 def _value_and_index(reduce_fn, arg_fn):
     """max.dim / min.dim: the values and their int64 indices along `dim`."""
     def fn(out, x, dim, keepdim=False):
@@ -373,16 +371,6 @@ lower(aten.min.dim)(_value_and_index(jc.min, jc.argmin))
 def _any(out, x, dims=None, keepdim=False):
     flag = jc.not_equal(x, 0) if x.dtype != np.bool_ else x
     return jc.max(flag, axis=_axes(dims, x.ndim), keepdims=keepdim)
-
-
-def _arg(jc_fn):
-    def fn(out, x, dim=None, keepdim=False):
-        return as_dtype(jc_fn(x, axis=dim, keepdims=keepdim), np.int64)
-    return fn
-
-
-lower(aten.argmax.default)(_arg(jc.argmax))
-lower(aten.argmin.default)(_arg(jc.argmin))
 
 
 @lower(aten.var.correction)
