@@ -121,18 +121,21 @@ def _widen_for_comparison(a, b_):
 # ---- the ops generated from the spelling table (jitcore/spellings.py) -----------------------
 
 def _generated_unary(row: Spelling):
+    opcode = row.op
+
     def f(x):
-        return _elementwise(row.op, x)
+        return _elementwise(opcode, x)
     return f
 
 
 def _generated_binary(row: Spelling):
-    if row.op in COMPARE:
+    opcode = row.op
+    if opcode in COMPARE:
         def f(a, b_):
-            return wrap(build.elementwise(row.op, *_widen_for_comparison(a, b_)))
+            return wrap(build.elementwise(opcode, *_widen_for_comparison(a, b_)))
     else:
         def f(a, b_):
-            return _elementwise(row.op, a, b_)
+            return _elementwise(opcode, a, b_)
     return f
 
 
