@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from jitcore.ir.ops import Op
+from jitcore.ir.ops import Op, info
 
 # dtype groups (numpy names) for Spelling.dtypes
 FLOATS = ("float32", "float64")
@@ -32,13 +32,14 @@ ALL = ("bool",) + NUMERIC
 @dataclass(frozen=True)
 class Spelling:
     """One op's spellings. `op` is the IR op the jc function records (None for a
-    decomposition into several); without `custom`, the function is generated from it."""
+    decomposition into several); without `custom`, the function is generated from it and
+    its record (ir/ops.py: arity, reduction or elementwise)."""
     name: str                       # jc.<name> (and jitcore.ops.<name> or math_ops.<name>)
     doc: str
     op: Op | None = None
-    arity: int = 1                  # tensor operands (a reduction: 1)
+    arity: int | None = None        # tensor operands: the op's record's (a reduction: 1);
+                                    # given only for a row without an op
     custom: bool = False            # written by hand, registered with @implements(name)
-    reduction: bool = False         # numpy's reduction signature (axis, keepdims, dtype)
     aliases: tuple = ()             # other jc names of the same function
     ufuncs: tuple = ()              # np.<u>(tracer, ...) calls it
     functions: tuple = ()           # np.<f>(tracer, ...) calls it (__array_function__)
@@ -55,22 +56,29 @@ class Spelling:
                                     # (tested); others raise, or follow jitcore's own rule
                                     # (reciprocal of an int is a float)
 
+    def __post_init__(self):
+        if self.arity is None:
+            record = info(self.op)
+            object.__setattr__(self, "arity", 1 if record.reduction else record.arity)
+
+    @property
+    def reduction(self) -> bool:
+        """numpy's reduction signature (x, axis, keepdims, dtype) and ufunc.reduce."""
+        return self.op is not None and info(self.op).reduction
+
     @property
     def names(self) -> tuple:
         return (self.name,) + self.aliases
 
 
-def _u(name, op, doc, **kw) -> Spelling:
+def _e(name, op, doc, **kw) -> Spelling:
+    """An elementwise op whose jc function is generated (arity from its record)."""
     return Spelling(name, doc, op, **kw)
-
-
-def _b(name, op, doc, **kw) -> Spelling:
-    return Spelling(name, doc, op, arity=2, **kw)
 
 
 def _r(name, op, ufunc=None, **kw) -> Spelling:
     doc = f"numpy.{name} over `axis` (None: all axes), optionally keeping reduced axes."
-    return Spelling(name, doc, op, reduction=True, functions=(name,) + kw.pop("functions", ()),
+    return Spelling(name, doc, op, functions=(name,) + kw.pop("functions", ()),
                     reduces=(ufunc,) if ufunc else (), method=name, dtypes=kw.pop("dtypes", ALL),
                     **kw)
 
@@ -85,110 +93,110 @@ _SHIFT_NOTE = "a count below 0 or of at least the bit width gives"
 
 SPELLINGS: tuple = (
     # ---- unary ops recorded as they are (jitcore.ops) ------------------------------------
-    _u("exp", Op.EXP, "e**x, elementwise.", ufuncs=("exp",), aten=("exp.default",)),
-    _u("log", Op.LOG, "Natural logarithm, elementwise.", ufuncs=("log",),
+    _e("exp", Op.EXP, "e**x, elementwise.", ufuncs=("exp",), aten=("exp.default",)),
+    _e("log", Op.LOG, "Natural logarithm, elementwise.", ufuncs=("log",),
        aten=("log.default",)),
-    _u("sqrt", Op.SQRT, "Square root, elementwise.", ufuncs=("sqrt",), aten=("sqrt.default",)),
-    _u("rsqrt", Op.RSQRT, "1 / sqrt(x), elementwise.", aten=("rsqrt.default",)),
-    _u("abs", Op.ABS, "Absolute value, elementwise.", ufuncs=("absolute",), dunder="abs",
+    _e("sqrt", Op.SQRT, "Square root, elementwise.", ufuncs=("sqrt",), aten=("sqrt.default",)),
+    _e("rsqrt", Op.RSQRT, "1 / sqrt(x), elementwise.", aten=("rsqrt.default",)),
+    _e("abs", Op.ABS, "Absolute value, elementwise.", ufuncs=("absolute",), dunder="abs",
        aten=("abs.default",)),
-    _u("neg", Op.NEG, "-x, elementwise.", aliases=("negative",), ufuncs=("negative",),
+    _e("neg", Op.NEG, "-x, elementwise.", aliases=("negative",), ufuncs=("negative",),
        dunder="neg", aten=("neg.default",), dtypes=NUMERIC),
-    _u("tanh", Op.TANH, "Hyperbolic tangent, elementwise.", ufuncs=("tanh",),
+    _e("tanh", Op.TANH, "Hyperbolic tangent, elementwise.", ufuncs=("tanh",),
        aten=("tanh.default",)),
-    _u("sigmoid", Op.SIGMOID, "1 / (1 + exp(-x)), elementwise.", aten=("sigmoid.default",)),
-    _u("relu", Op.RELU, "max(x, 0), elementwise (NaN stays NaN).", aten=("relu.default",),
+    _e("sigmoid", Op.SIGMOID, "1 / (1 + exp(-x)), elementwise.", aten=("sigmoid.default",)),
+    _e("relu", Op.RELU, "max(x, 0), elementwise (NaN stays NaN).", aten=("relu.default",),
        dtypes=NUMERIC),
-    _u("erf", Op.ERF, "The error function, elementwise.", aten=("erf.default",)),
-    _u("sin", Op.SIN, "Sine, elementwise.", ufuncs=("sin",), aten=("sin.default",)),
-    _u("cos", Op.COS, "Cosine, elementwise.", ufuncs=("cos",), aten=("cos.default",)),
-    _u("floor", Op.FLOOR, "Round towards -inf, elementwise.", ufuncs=("floor",),
+    _e("erf", Op.ERF, "The error function, elementwise.", aten=("erf.default",)),
+    _e("sin", Op.SIN, "Sine, elementwise.", ufuncs=("sin",), aten=("sin.default",)),
+    _e("cos", Op.COS, "Cosine, elementwise.", ufuncs=("cos",), aten=("cos.default",)),
+    _e("floor", Op.FLOOR, "Round towards -inf, elementwise.", ufuncs=("floor",),
        aten=("floor.default",)),
-    _u("ceil", Op.CEIL, "Round towards +inf, elementwise.", ufuncs=("ceil",),
+    _e("ceil", Op.CEIL, "Round towards +inf, elementwise.", ufuncs=("ceil",),
        aten=("ceil.default",)),
-    _u("reciprocal", Op.RECIPROCAL, "1 / x, elementwise (float dtypes).",
+    _e("reciprocal", Op.RECIPROCAL, "1 / x, elementwise (float dtypes).",
        ufuncs=("reciprocal",), aten=("reciprocal.default",), dtypes=FLOATS),
-    _u("logical_not", Op.LOGICAL_NOT, "Logical not, elementwise (result bool).",
+    _e("logical_not", Op.LOGICAL_NOT, "Logical not, elementwise (result bool).",
        ufuncs=("logical_not",), aten=("logical_not.default",), torch="direct"),
-    _u("silu", Op.SILU, "x * sigmoid(x), elementwise.", aten=("silu.default",)),
-    _u("hardswish", Op.HARDSWISH, "x * relu6(x + 3) / 6, elementwise.",
+    _e("silu", Op.SILU, "x * sigmoid(x), elementwise.", aten=("silu.default",)),
+    _e("hardswish", Op.HARDSWISH, "x * relu6(x + 3) / 6, elementwise.",
        aten=("hardswish.default",)),
-    _u("hardsigmoid", Op.HARDSIGMOID, "relu6(x + 3) / 6, elementwise.",
+    _e("hardsigmoid", Op.HARDSIGMOID, "relu6(x + 3) / 6, elementwise.",
        aten=("hardsigmoid.default",)),
-    _u("relu6", Op.RELU6, "min(max(x, 0), 6), elementwise.", dtypes=NUMERIC),
-    _u("invert", Op.BITWISE_NOT, "~x: bitwise not of integers, logical not of bools.",
+    _e("relu6", Op.RELU6, "min(max(x, 0), 6), elementwise.", dtypes=NUMERIC),
+    _e("invert", Op.BITWISE_NOT, "~x: bitwise not of integers, logical not of bools.",
        aliases=("bitwise_not",), ufuncs=("invert",), dunder="invert",
        aten=("bitwise_not.default",), dtypes=INTEGRAL),
     # numpy's math with vector-math kernels of their own (ints converted to float first)
-    _u("arctan", Op.ATAN, "Inverse tangent (vector math: fdlibm's reduction and polynomial).",
+    _e("arctan", Op.ATAN, "Inverse tangent (vector math: fdlibm's reduction and polynomial).",
        ufuncs=("arctan",), aten=("atan.default",)),
-    _u("log2", Op.LOG2, "Base-2 logarithm (vector math: the log kernel's pieces times 1/ln 2 "
+    _e("log2", Op.LOG2, "Base-2 logarithm (vector math: the log kernel's pieces times 1/ln 2 "
        "in two parts).", ufuncs=("log2",), aten=("log2.default",)),
-    _u("log10", Op.LOG10, "Base-10 logarithm (vector math: as log2).", ufuncs=("log10",),
+    _e("log10", Op.LOG10, "Base-10 logarithm (vector math: as log2).", ufuncs=("log10",),
        aten=("log10.default",)),
-    _u("cbrt", Op.CBRT, "Cube root, negative for negative x (vector math: exponent split, "
+    _e("cbrt", Op.CBRT, "Cube root, negative for negative x (vector math: exponent split, "
        "Newton steps).", ufuncs=("cbrt",)),
-    _u("log1p", Op.LOG1P, "log(1 + x), accurate for small x (vector math: log of the rounded "
+    _e("log1p", Op.LOG1P, "log(1 + x), accurate for small x (vector math: log of the rounded "
        "1 + x, corrected by its rounding error).", ufuncs=("log1p",), aten=("log1p.default",)),
-    _u("expm1", Op.EXPM1, "exp(x) - 1, accurate for small x (vector math: exp's reduction, "
+    _e("expm1", Op.EXPM1, "exp(x) - 1, accurate for small x (vector math: exp's reduction, "
        "2^k*p + (2^k - 1)).", ufuncs=("expm1",), aten=("expm1.default",)),
-    _u("sinh", Op.SINH, "Hyperbolic sine (vector math: one exp reduction; expm1's form below "
+    _e("sinh", Op.SINH, "Hyperbolic sine (vector math: one exp reduction; expm1's form below "
        "1, exp(|x|)/2 - 1/(2 exp(|x|)) above).", ufuncs=("sinh",), aten=("sinh.default",)),
-    _u("cosh", Op.COSH, "Hyperbolic cosine (vector math: h + 1/(4h), h = exp(|x|)/2 scaled "
+    _e("cosh", Op.COSH, "Hyperbolic cosine (vector math: h + 1/(4h), h = exp(|x|)/2 scaled "
        "without overflow).", ufuncs=("cosh",), aten=("cosh.default",)),
-    _u("exp2", Op.EXP2, "2**x (vector math: 2^round(x) * exp((x - round(x)) * ln2), the "
+    _e("exp2", Op.EXP2, "2**x (vector math: 2^round(x) * exp((x - round(x)) * ln2), the "
        "product kept in two parts).", ufuncs=("exp2",), aten=("exp2.default",)),
 
     # ---- binary ops recorded as they are (jitcore.ops) -----------------------------------
-    _b("add", Op.ADD, "a + b with numpy broadcasting and promotion.", ufuncs=("add",),
+    _e("add", Op.ADD, "a + b with numpy broadcasting and promotion.", ufuncs=("add",),
        dunder="add"),                       # aten.add: alpha, lowered by hand
-    _b("sub", Op.SUB, "a - b.", aliases=("subtract",), ufuncs=("subtract",), dunder="sub",
+    _e("sub", Op.SUB, "a - b.", aliases=("subtract",), ufuncs=("subtract",), dunder="sub",
        dtypes=NUMERIC),                     # aten.sub: alpha, lowered by hand
-    _b("mul", Op.MUL, "a * b.", aliases=("multiply",), ufuncs=("multiply",), dunder="mul",
+    _e("mul", Op.MUL, "a * b.", aliases=("multiply",), ufuncs=("multiply",), dunder="mul",
        aten=("mul.Tensor", "mul.Scalar")),
-    _b("floor_divide", Op.FLOORDIV, "a // b, rounded toward -inf as numpy (integer division "
+    _e("floor_divide", Op.FLOORDIV, "a // b, rounded toward -inf as numpy (integer division "
        "by zero gives 0, never a trap).", ufuncs=("floor_divide",), dunder="floordiv",
        aten=("floor_divide.default",), dtypes=NUMERIC),
-    _b("remainder", Op.MOD, "a % b with the sign of b, as numpy (integer remainder by zero "
+    _e("remainder", Op.MOD, "a % b with the sign of b, as numpy (integer remainder by zero "
        "gives 0).", aliases=("mod",), ufuncs=("remainder",), dunder="mod",
        aten=("remainder.Tensor", "remainder.Scalar"), dtypes=NUMERIC),
-    _b("pow", Op.POW, "a ** b.", aliases=("power",), ufuncs=("power",), dunder="pow",
+    _e("pow", Op.POW, "a ** b.", aliases=("power",), ufuncs=("power",), dunder="pow",
        aten=("pow.Tensor_Scalar", "pow.Tensor_Tensor", "pow.Scalar"), dtypes=NUMERIC),
-    _b("maximum", Op.MAXIMUM, "Elementwise maximum; NaN propagates.", ufuncs=("maximum",),
+    _e("maximum", Op.MAXIMUM, "Elementwise maximum; NaN propagates.", ufuncs=("maximum",),
        aten=("maximum.default",)),
-    _b("minimum", Op.MINIMUM, "Elementwise minimum; NaN propagates.", ufuncs=("minimum",),
+    _e("minimum", Op.MINIMUM, "Elementwise minimum; NaN propagates.", ufuncs=("minimum",),
        aten=("minimum.default",)),
-    _b("equal", Op.EQ, "a == b (bool).", ufuncs=("equal",), dunder="eq", reflected=False,
+    _e("equal", Op.EQ, "a == b (bool).", ufuncs=("equal",), dunder="eq", reflected=False,
        aten=("eq.Tensor", "eq.Scalar")),
-    _b("not_equal", Op.NE, "a != b (bool).", ufuncs=("not_equal",), dunder="ne",
+    _e("not_equal", Op.NE, "a != b (bool).", ufuncs=("not_equal",), dunder="ne",
        reflected=False, aten=("ne.Tensor", "ne.Scalar")),
-    _b("less", Op.LT, "a < b (bool).", ufuncs=("less",), dunder="lt", reflected=False,
+    _e("less", Op.LT, "a < b (bool).", ufuncs=("less",), dunder="lt", reflected=False,
        aten=("lt.Tensor", "lt.Scalar")),
-    _b("less_equal", Op.LE, "a <= b (bool).", ufuncs=("less_equal",), dunder="le",
+    _e("less_equal", Op.LE, "a <= b (bool).", ufuncs=("less_equal",), dunder="le",
        reflected=False, aten=("le.Tensor", "le.Scalar")),
-    _b("greater", Op.GT, "a > b (bool).", ufuncs=("greater",), dunder="gt", reflected=False,
+    _e("greater", Op.GT, "a > b (bool).", ufuncs=("greater",), dunder="gt", reflected=False,
        aten=("gt.Tensor", "gt.Scalar")),
-    _b("greater_equal", Op.GE, "a >= b (bool).", ufuncs=("greater_equal",), dunder="ge",
+    _e("greater_equal", Op.GE, "a >= b (bool).", ufuncs=("greater_equal",), dunder="ge",
        reflected=False, aten=("ge.Tensor", "ge.Scalar")),
-    _b("logical_and", Op.LOGICAL_AND, "Logical and (bool).", ufuncs=("logical_and",),
+    _e("logical_and", Op.LOGICAL_AND, "Logical and (bool).", ufuncs=("logical_and",),
        aten=("logical_and.default",)),
-    _b("logical_or", Op.LOGICAL_OR, "Logical or (bool).", ufuncs=("logical_or",),
+    _e("logical_or", Op.LOGICAL_OR, "Logical or (bool).", ufuncs=("logical_or",),
        aten=("logical_or.default",)),
     # & | ^ are numpy's bitwise ufuncs (on bools they are the logical ops)
-    _b("bitwise_and", Op.BITWISE_AND, "a & b on integer or bool dtypes.",
+    _e("bitwise_and", Op.BITWISE_AND, "a & b on integer or bool dtypes.",
        ufuncs=("bitwise_and",), dunder="and", aten=("bitwise_and.Tensor", "bitwise_and.Scalar"),
        dtypes=INTEGRAL),
-    _b("bitwise_or", Op.BITWISE_OR, "a | b on integer or bool dtypes.", ufuncs=("bitwise_or",),
+    _e("bitwise_or", Op.BITWISE_OR, "a | b on integer or bool dtypes.", ufuncs=("bitwise_or",),
        dunder="or", aten=("bitwise_or.Tensor", "bitwise_or.Scalar"), dtypes=INTEGRAL),
-    _b("bitwise_xor", Op.BITWISE_XOR, "a ^ b on integer or bool dtypes.",
+    _e("bitwise_xor", Op.BITWISE_XOR, "a ^ b on integer or bool dtypes.",
        ufuncs=("bitwise_xor",), dunder="xor", aten=("bitwise_xor.Tensor", "bitwise_xor.Scalar"),
        dtypes=INTEGRAL),
     # torch's shifts by a count < 0 or >= the width give 0 (-1: >> of a negative), as jc's
-    _b("left_shift", Op.LEFT_SHIFT, f"a << b on integers, wrapping as numpy; {_SHIFT_NOTE} 0.",
+    _e("left_shift", Op.LEFT_SHIFT, f"a << b on integers, wrapping as numpy; {_SHIFT_NOTE} 0.",
        ufuncs=("left_shift",), dunder="lshift",
        aten=("bitwise_left_shift.Tensor", "bitwise_left_shift.Tensor_Scalar",
              "__lshift__.Scalar", "__lshift__.Tensor"), dtypes=INTS),
-    _b("right_shift", Op.RIGHT_SHIFT, "a >> b on integers (arithmetic for signed dtypes); "
+    _e("right_shift", Op.RIGHT_SHIFT, "a >> b on integers (arithmetic for signed dtypes); "
        f"{_SHIFT_NOTE} -1 for negative signed values, else 0 (numpy's rule).",
        ufuncs=("right_shift",), dunder="rshift",
        aten=("bitwise_right_shift.Tensor", "bitwise_right_shift.Tensor_Scalar",
@@ -196,10 +204,10 @@ SPELLINGS: tuple = (
 
     # ---- ops with logic of their own in jitcore.ops --------------------------------------
     Spelling("div", "a / b (true division: integers give float64, as numpy).", Op.DIV,
-             arity=2, custom=True, aliases=("divide",), ufuncs=("divide",), dunder="truediv",
+             custom=True, aliases=("divide",), ufuncs=("divide",), dunder="truediv",
              aten=("div.Tensor", "div.Scalar")),
     Spelling("where", "x where condition is true, else y (numpy.where with three arguments).",
-             Op.WHERE, arity=3, custom=True, functions=("where",)),    # aten: torch's dtypes
+             Op.WHERE, custom=True, functions=("where",)),    # aten: torch's dtypes
     Spelling("gelu", "GELU: x * Phi(x) with the erf form, or the tanh approximation "
              "(approximate=\"tanh\").", Op.GELU, custom=True, aten=("gelu.default",),
              torch="direct"),
@@ -208,9 +216,9 @@ SPELLINGS: tuple = (
     Spelling("hardtanh", "Clamp to [min_val, max_val].", Op.HARDTANH, custom=True,
              aten=("hardtanh.default",), torch="direct"),
     Spelling("copysign", "|x| with the sign bit of y (of -0.0 and NaN too).", Op.COPYSIGN,
-             arity=2, custom=True, ufuncs=("copysign",),
+             custom=True, ufuncs=("copysign",),
              aten=("copysign.Tensor", "copysign.Scalar")),
-    Spelling("matmul", "numpy.matmul (1-D operands, batch broadcasting).", Op.MATMUL, arity=2,
+    Spelling("matmul", "numpy.matmul (1-D operands, batch broadcasting).", Op.MATMUL,
              custom=True, ufuncs=("matmul",), functions=("matmul",), dunder="matmul",
              dtypes=NUMERIC),
 
@@ -265,8 +273,8 @@ SPELLINGS: tuple = (
     _r("argmax", Op.ARGMAX, aten=("argmax.default",)),
     _r("argmin", Op.ARGMIN, aten=("argmin.default",)),
     Spelling("var", "Variance over axis (None: all), divided by n - ddof (numpy.var).",
-             custom=True, functions=("var",), method="var", dtypes=NUMERIC),
-    Spelling("std", "Standard deviation: sqrt(var(...)) (numpy.std).", custom=True,
+             arity=1, custom=True, functions=("var",), method="var", dtypes=NUMERIC),
+    Spelling("std", "Standard deviation: sqrt(var(...)) (numpy.std).", arity=1, custom=True,
              functions=("std",), method="std", dtypes=NUMERIC),
 )
 

@@ -30,7 +30,7 @@ import torch
 import jitcore as jc
 from jitcore.ir import build
 from jitcore.ir.errors import ShapeError
-from jitcore.ir.ops import COMPARE, INDEX_REDUCE, LOGICAL_BINARY
+from jitcore.ir.ops import info
 from jitcore.ir.sizes import Size, shape_text
 from jitcore.spellings import SPELLINGS, Spelling
 from jitcore.tracer import Tracer, wrap
@@ -157,11 +157,12 @@ def style_of(row: Spelling) -> str:
     """How a row's ATen overloads are lowered: its own `torch` style, else by its kind."""
     if row.torch is not None:
         return row.torch
+    record = info(row.op) if row.op is not None else None     # None: a decomposition
     if row.reduction:
-        return "index_reduce" if row.op in INDEX_REDUCE else "reduce"
+        return "index_reduce" if record.index_reduction else "reduce"
     if row.arity == 1:
         return "unary"
-    return "compare" if row.op in COMPARE | LOGICAL_BINARY else "binary"
+    return "compare" if record and (record.compare or record.logical) else "binary"
 
 
 def aten_overload(name: str):
