@@ -18,23 +18,12 @@ from jitcore.ir.errors import (CompileError, DTypeError, JitcoreError, ShapeErro
 from .api import Graph, JitFunction, compile, jit
 from .compiler import cache_info
 from .conv_ops import batch_norm, conv1d, conv2d
-from .ops import (abs, add, amax, amin, argmax, argmin, astype, bitwise_and, bitwise_not,
-                  bitwise_or, bitwise_xor, broadcast_to, ceil, cos, div,
-                  divide, equal, erf, exp, expand_dims, floor, floor_divide, gelu, greater,
-                  greater_equal,
-                  hardsigmoid, hardswish, hardtanh, invert, layer_norm, leaky_relu, left_shift,
-                  less, less_equal,
-                  log, log_softmax, logical_and, logical_not, logical_or, matmul, max, maximum,
-                  mean, min, minimum, mod, mul, multiply, neg, negative, not_equal, pow, power,
-                  prod, remainder,
-                  reciprocal, relu, relu6, reshape, right_shift, rsqrt, sigmoid, silu, sin,
-                  softmax, sqrt, squeeze, sub, subtract, sum, tanh, transpose, where)
+from . import math_ops  # noqa: F401 -- implements the spelling table's numpy math rows
 from .join_ops import arange, clip, concatenate, cumsum, pad, split, stack, take
-from .math_ops import (arccos, arccosh, arcsin, arcsinh, arctan, arctan2, arctanh, cbrt,
-                       conj, copysign, cosh, deg2rad, exp2, expm1, fmax, fmin, hypot,
-                       isfinite, isinf, isnan, log1p, log2, log10, logaddexp, nan_to_num,
-                       norm, positive, rad2deg, real, rint, sign, signbit, sinh, square, std,
-                       trunc, var)
+from .math_ops import norm
+from .ops import (astype, broadcast_to, expand_dims, layer_norm, log_softmax, reshape,
+                  softmax, squeeze, transpose)
+from .spellings import SPELLINGS as _SPELLINGS, implementation as _implementation
 from .pool_ops import adaptive_avg_pool2d, avg_pool2d, max_pool2d
 from . import eager  # noqa: F401 -- ops on plain arrays run jitted
 from .futures import Future, fork, wait
@@ -46,6 +35,9 @@ from . import threadpool_control
 from .version import VERSION as __version__
 
 bool = bool_  # noqa: A001 -- jc.bool, as numpy's np.bool
+# every op of the spelling table under each of its names: jc.exp, jc.add, jc.divide,
+# jc.arctan2, jc.sum, jc.amax, ... (jitcore/spellings.py lists them)
+globals().update({name: _implementation(row.name) for row in _SPELLINGS for name in row.names})
 threadpool_control.install()      # threadpoolctl sees the intra-op pool (when it is used)
 
 __all__ = [n for n in dir() if not n.startswith("_")]

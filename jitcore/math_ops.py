@@ -1,8 +1,10 @@
-"""numpy's other elementwise math and statistics (`jc.log1p`, `jc.arctan2`, `jc.var`, ...).
+"""numpy's other elementwise math and statistics (`jc.arctan2`, `jc.sign`, `jc.var`, ...):
+the custom rows of the spelling table (jitcore/spellings.py) that are not one IR op.
 
-The transcendental ones are kernels of the vector math (IR primitives ATAN, CBRT, EXPM1,
-LOG1P, LOG2, LOG10, EXP2, SINH, COSH: `jitcore/llvm/vecmath.py`) or decompositions into
-them and the primitives of `jitcore.ops`, chosen for accuracy rather than brevity:
+The ufuncs that are one kernel of the vector math (arctan, cbrt, expm1, log1p, log2, log10,
+exp2, sinh, cosh: `jitcore/llvm/vecmath.py`) are generated in `jitcore.ops` from their
+rows. The functions here are decompositions into them and the other ops of `jitcore.ops`,
+chosen for accuracy rather than brevity:
 arcsinh/arccosh/arctanh go through log1p where the naive formulas cancel, hypot scales.
 Each evaluates one transcendental per element (the branches select its argument, not its
 result), in the input's precision (float32 in float32 vectors), except hypot and logaddexp,
@@ -20,11 +22,11 @@ import numpy as np
 from jitcore.ir import build
 from jitcore.ir import dtypes as dt
 from jitcore.ir.errors import DTypeError, ShapeError, TraceError
-from jitcore.ir.ops import Op
 from jitcore.ir.shapes import normalize_axes
 
 from . import ops
 from .ops import op
+from .spellings import implements
 from .tracer import Tracer, node_of, wrap
 
 # max error in ulp against a long double reference, (float32, float64), measured over wide
@@ -87,17 +89,8 @@ def _where(cond, x, y):
     return ops.where(cond, x, y)
 
 
-def _copysign(mag: Tracer, sign: Tracer) -> Tracer:
-    return wrap(build.elementwise(Op.COPYSIGN, mag.node, sign.node))
-
-
-def _atan(x: Tracer) -> Tracer:
-    return wrap(build.elementwise(Op.ATAN, x.node))
-
-
-def _log1p(x: Tracer) -> Tracer:
-    """log(1 + x), the vector math's kernel (the rounding of 1 + x corrected)."""
-    return wrap(build.elementwise(Op.LOG1P, x.node))
+# the vector math's kernels and the sign copy, as jitcore.ops records them
+_copysign, _atan, _log1p = ops.copysign, ops.arctan, ops.log1p
 
 
 # ---- decompositions (in the input's float dtype, or float64: see _in_float) -----------------
@@ -184,82 +177,37 @@ def _logaddexp(x, y):
 
 # ---- the public ops ------------------------------------------------------------------------
 
-def _float_op(name: str, fn, doc: str, wide: bool = False):
+def _float_op(name: str, fn, wide: bool = False):
+    """The jc function of the row `name`: fn run in numpy's float result dtype."""
     wrapped = _in_float(fn, wide)
 
     def f(*xs):
         return wrapped(*xs)
-    f.__name__, f.__doc__ = name, doc
-    return op(f)
+    f.__qualname__ = name
+    return implements(name)(op(f))
 
 
-arcsinh = _float_op("arcsinh", _arcsinh, "Inverse hyperbolic sine.")
-arccosh = _float_op("arccosh", _arccosh, "Inverse hyperbolic cosine (NaN below 1).")
-arctanh = _float_op("arctanh", _arctanh, "Inverse hyperbolic tangent (+-inf at +-1).")
-arcsin = _float_op("arcsin", _arcsin, "Inverse sine (NaN outside [-1, 1]).")
-arccos = _float_op("arccos", _arccos, "Inverse cosine (NaN outside [-1, 1]).")
-arctan2 = _float_op("arctan2", _arctan2, "atan(y / x) in the quadrant of (x, y), numpy's "
-                    "signed zeros and infinities.")
-hypot = _float_op("hypot", _hypot, "sqrt(x**2 + y**2) without overflow; inf if either is.",
-                  wide=True)
+arcsinh = _float_op("arcsinh", _arcsinh)
+arccosh = _float_op("arccosh", _arccosh)
+arctanh = _float_op("arctanh", _arctanh)
+arcsin = _float_op("arcsin", _arcsin)
+arccos = _float_op("arccos", _arccos)
+arctan2 = _float_op("arctan2", _arctan2)
+hypot = _float_op("hypot", _hypot, wide=True)
 # float32 logaddexp in float64: m + log1p(...) cancels where the result is near 0
-logaddexp = _float_op("logaddexp", _logaddexp, "log(exp(x) + exp(y)) without overflow.",
-                      wide=True)
+logaddexp = _float_op("logaddexp", _logaddexp, wide=True)
 
 
-@op
-def arctan(x):
-    """Inverse tangent (vector math: fdlibm's reduction and polynomial)."""
-    return _atan(_float_tensor(x))
-
-
-def _unary_kernel(opcode: Op, name: str, doc: str):
-    """A ufunc that is one vector-math kernel (ints converted to numpy's float first)."""
-    def f(x):
-        return wrap(build.elementwise(opcode, _float_tensor(x).node))
-    f.__name__, f.__doc__ = name, doc
-    return op(f)
-
-
-log2 = _unary_kernel(Op.LOG2, "log2", "Base-2 logarithm (vector math: the log kernel's "
-                     "pieces times 1/ln 2 in two parts).")
-log10 = _unary_kernel(Op.LOG10, "log10", "Base-10 logarithm (vector math: as log2).")
-cbrt = _unary_kernel(Op.CBRT, "cbrt", "Cube root, negative for negative x (vector math: "
-                     "exponent split, Newton steps).")
-
-
-log1p = _unary_kernel(Op.LOG1P, "log1p", "log(1 + x), accurate for small x (vector math: log "
-                      "of the rounded 1 + x, corrected by its rounding error).")
-expm1 = _unary_kernel(Op.EXPM1, "expm1", "exp(x) - 1, accurate for small x (vector math: "
-                      "exp's reduction, 2^k*p + (2^k - 1)).")
-
-
-sinh = _unary_kernel(Op.SINH, "sinh", "Hyperbolic sine (vector math: one exp reduction; "
-                     "expm1's form below 1, exp(|x|)/2 - 1/(2 exp(|x|)) above).")
-cosh = _unary_kernel(Op.COSH, "cosh", "Hyperbolic cosine (vector math: h + 1/(4h), h = "
-                     "exp(|x|)/2 scaled without overflow).")
-exp2 = _unary_kernel(Op.EXP2, "exp2", "2**x (vector math: 2^round(x) * exp((x - round(x)) * "
-                     "ln2), the product kept in two parts).")
-
-
-@op
-def copysign(x, y):
-    """|x| with the sign bit of y (of -0.0 and NaN too)."""
-    a, s = _float_tensor(x), _float_tensor(y)
-    common = dt.promote(a.node.dtype, s.node.dtype)
-    return _copysign(ops.astype(a, common), ops.astype(s, common))
-
-
+@implements("deg2rad")
 @op
 def deg2rad(x):
-    """Degrees to radians: x * (pi / 180), as numpy computes it."""
     t = _float_tensor(x)
     return t * (math.pi / 180.0)
 
 
+@implements("rad2deg")
 @op
 def rad2deg(x):
-    """Radians to degrees: x * (180 / pi), as numpy computes it."""
     t = _float_tensor(x)
     return t * (180.0 / math.pi)
 
@@ -271,9 +219,9 @@ def _numeric(x, name: str) -> Tracer:
     return t
 
 
+@implements("square")
 @op
 def square(x):
-    """x * x (integers wrap as numpy)."""
     t = _node(x)
     if t.node.dtype == dt.bool_:
         raise DTypeError("square: numpy squares bools as int8, which jitcore does not have; "
@@ -281,9 +229,9 @@ def square(x):
     return t * t
 
 
+@implements("sign")
 @op
 def sign(x):
-    """-1, 0 or 1 by the sign of x (NaN stays NaN; -0.0 gives 0.0)."""
     t = _numeric(x, "sign")
     one, zero = _c(1, t), _c(0, t)
     if t.node.dtype.kind == "u":
@@ -292,32 +240,32 @@ def sign(x):
     return _where(t == t, r, t) if t.node.dtype.is_float else r
 
 
+@implements("signbit")
 @op
 def signbit(x):
-    """True where the sign bit is set (-0.0 and -nan included)."""
     t = _node(x)
     if t.node.dtype.is_float:
         return _signbit(t)
     return t < _c(0, t) if t.node.dtype.kind == "i" else t != t
 
 
+@implements("isnan")
 @op
 def isnan(x):
-    """True where x is NaN (never for integers)."""
     t = _node(x)
     return t != t
 
 
+@implements("isinf")
 @op
 def isinf(x):
-    """True where x is +-inf."""
     t = _node(x)
     return ops.abs(t) == math.inf if t.node.dtype.is_float else t != t
 
 
+@implements("isfinite")
 @op
 def isfinite(x):
-    """True where x is neither NaN nor +-inf."""
     t = _node(x)
     return ops.abs(t) < math.inf if t.node.dtype.is_float else t == t
 
@@ -332,27 +280,26 @@ def _fminmax(name, pick):
         if not common.is_float:
             return m
         return _where(c != c, a, _where(a != a, c, m))
-    f.__name__ = name
-    f.__doc__ = f"Elementwise {name[1:]}imum that ignores NaN (NaN only if both are)."
-    return op(f)
+    f.__qualname__ = name
+    return implements(name)(op(f))
 
 
 fmax = _fminmax("fmax", ops.maximum)
 fmin = _fminmax("fmin", ops.minimum)
 
 
+@implements("trunc")
 @op
 def trunc(x):
-    """Round toward zero (integers unchanged)."""
     t = _node(x)
     if not t.node.dtype.is_float:
         return t
     return _copysign(ops.floor(ops.abs(t)), t)
 
 
+@implements("rint")
 @op
 def rint(x):
-    """Round to the nearest integer, halves to even (numpy.rint)."""
     t = _float_tensor(x)                     # numpy: rint of integers is a float
     if not _node(x).node.dtype.is_float:
         return t
@@ -363,30 +310,30 @@ def rint(x):
     return _copysign(r, t)
 
 
+@implements("positive")
 @op
 def positive(x):
-    """+x."""
     return _numeric(x, "positive")
 
 
+@implements("conj")
 @op
 def conj(x):
-    """The complex conjugate: x itself for real dtypes (not bool: numpy gives int8)."""
     t = _node(x)
     if t.node.dtype == dt.bool_:
         raise DTypeError("conj: numpy conjugates bools as int8, which jitcore does not have")
     return t
 
 
+@implements("real")
 @op
 def real(x):
-    """The real part: x itself for real dtypes."""
     return _node(x)
 
 
+@implements("nan_to_num")
 @op
 def nan_to_num(x, copy=True, nan=0.0, posinf=None, neginf=None):
-    """NaN -> nan, +inf -> posinf (default: the dtype's max), -inf -> neginf (its min)."""
     t = _node(x)
     if not t.node.dtype.is_float:
         return t
@@ -403,9 +350,9 @@ def _count(shape: tuple, axes: tuple) -> int:
     return math.prod(shape[a] for a in axes)
 
 
+@implements("var")
 @op
 def var(x, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
-    """Variance over axis (None: all), divided by n - ddof (numpy.var)."""
     if out is not None:
         raise TraceError("var: out= is not supported")
     t = _node(x)
@@ -419,9 +366,9 @@ def var(x, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
     return s / float(max(n - ddof, 0))
 
 
+@implements("std")
 @op
 def std(x, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
-    """Standard deviation: sqrt(var(...)) (numpy.std)."""
     return ops.sqrt(var(x, axis, dtype, out, ddof, keepdims))
 
 

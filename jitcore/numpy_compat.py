@@ -1,6 +1,7 @@
 """numpy functions applied to Tracers: `np.exp(x)`, `np.maximum(x, 0)`, `np.sum(x, axis=1)`...
 
-Each numpy ufunc or function maps to the `jitcore.ops` function with numpy's meaning.
+Each numpy ufunc or function maps to the jc function with numpy's meaning: the op's row of
+the spelling table (jitcore/spellings.py) names the numpy spellings it answers to.
 Anything unmapped raises a TraceError that names it, instead of silently computing eagerly.
 """
 from __future__ import annotations
@@ -11,48 +12,30 @@ from jitcore.ir.errors import TraceError
 
 from . import join_ops, ops
 from . import math_ops as m
+from .spellings import SPELLINGS, implementation
 
-UFUNCS = {
-    np.exp: ops.exp, np.log: ops.log, np.sqrt: ops.sqrt, np.absolute: ops.abs,
-    np.negative: ops.neg, np.tanh: ops.tanh, np.sin: ops.sin, np.cos: ops.cos,
-    np.floor: ops.floor, np.ceil: ops.ceil, np.reciprocal: ops.reciprocal,
-    np.logical_not: ops.logical_not, np.add: ops.add, np.subtract: ops.sub,
-    np.multiply: ops.mul, np.true_divide: ops.div, np.power: ops.pow,
-    np.floor_divide: ops.floor_divide, np.remainder: ops.remainder,
-    np.maximum: ops.maximum, np.minimum: ops.minimum, np.equal: ops.equal,
-    np.not_equal: ops.not_equal, np.less: ops.less, np.less_equal: ops.less_equal,
-    np.greater: ops.greater, np.greater_equal: ops.greater_equal,
-    np.logical_and: ops.logical_and, np.logical_or: ops.logical_or, np.matmul: ops.matmul,
-    np.bitwise_and: ops.bitwise_and, np.bitwise_or: ops.bitwise_or,
-    np.bitwise_xor: ops.bitwise_xor, np.invert: ops.invert, np.left_shift: ops.left_shift,
-    np.right_shift: ops.right_shift,
-    np.positive: lambda x: x,
-}
-# numpy's other elementwise math (jitcore/math_ops.py)
-UFUNCS.update({
-    np.square: m.square, np.log1p: m.log1p, np.expm1: m.expm1, np.exp2: m.exp2,
-    np.log2: m.log2, np.log10: m.log10, np.sign: m.sign, np.arctan: m.arctan,
-    np.arcsin: m.arcsin, np.arccos: m.arccos, np.arctan2: m.arctan2, np.sinh: m.sinh,
-    np.cosh: m.cosh, np.arcsinh: m.arcsinh, np.arccosh: m.arccosh, np.arctanh: m.arctanh,
-    np.hypot: m.hypot, np.isnan: m.isnan, np.isinf: m.isinf, np.isfinite: m.isfinite,
-    np.positive: m.positive, np.fmax: m.fmax, np.fmin: m.fmin, np.logaddexp: m.logaddexp,
-    np.copysign: m.copysign, np.cbrt: m.cbrt, np.trunc: m.trunc, np.rint: m.rint,
-    np.deg2rad: m.deg2rad, np.rad2deg: m.rad2deg, np.radians: m.deg2rad,
-    np.degrees: m.rad2deg, np.signbit: m.signbit, np.conjugate: m.conj,
-})
-REDUCING_UFUNCS = {np.add: ops.sum, np.multiply: ops.prod, np.maximum: ops.max,
-                   np.minimum: ops.min}
 
-FUNCTIONS = {
-    np.sum: ops.sum, np.prod: ops.prod, np.max: ops.max, np.min: ops.min, np.amax: ops.max,
-    np.amin: ops.min, np.mean: ops.mean, np.argmax: ops.argmax, np.argmin: ops.argmin,
-    np.reshape: ops.reshape, np.transpose: ops.transpose, np.broadcast_to: ops.broadcast_to,
-    np.expand_dims: ops.expand_dims, np.squeeze: ops.squeeze, np.where: ops.where,
-    np.matmul: ops.matmul, np.dot: ops.matmul,
-}
+def _from_spellings() -> tuple:
+    """{numpy ufunc: jc function}, {ufunc: reduction} (ufunc.reduce) and {numpy function:
+    jc function}, from the rows of the spelling table."""
+    tables = ({}, {}, {})
+    for row in SPELLINGS:
+        fn = implementation(row.name)
+        for table, names in zip(tables, (row.ufuncs, row.reduces, row.functions)):
+            for name in names:
+                spelled = getattr(np, name)
+                if spelled in table:
+                    raise ValueError(f"np.{name} is spelled by two rows of the spelling table")
+                table[spelled] = fn
+    return tables
+
+
+UFUNCS, REDUCING_UFUNCS, FUNCTIONS = _from_spellings()
+# numpy functions that are not one op's spelling: views, np.dot (checked below), norm
 FUNCTIONS.update({
-    np.var: m.var, np.std: m.std, np.linalg.norm: m.norm, np.nan_to_num: m.nan_to_num,
-    np.real: m.real, np.fix: m.trunc,
+    np.reshape: ops.reshape, np.transpose: ops.transpose, np.broadcast_to: ops.broadcast_to,
+    np.expand_dims: ops.expand_dims, np.squeeze: ops.squeeze, np.dot: ops.matmul,
+    np.linalg.norm: m.norm,
 })
 
 

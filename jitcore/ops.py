@@ -1,5 +1,10 @@
 """The op namespace (`jc.exp`, `jc.sum`, ...), with numpy's names and semantics.
 
+The functions that record one elementwise op or reduction are generated from their rows of
+the spelling table (jitcore/spellings.py: names, aliases, docs); the rows marked custom that
+record one op with logic of their own (true division, where, gelu, ...) are written here and
+registered with `@implements`. Views, contractions and row-wise composites follow.
+
 Inside a jitted function these record IR nodes on Tracers. Called on plain arrays they run
 eagerly: the op is jitted once per signature and executed. Jitting is done by the layers above
 this one, so `jitcore.eager` installs the runner here (`set_eager_runner`) when jitcore is
@@ -15,9 +20,10 @@ import numpy as np
 from jitcore.ir import build
 from jitcore.ir import dtypes as dt
 from jitcore.ir.errors import ShapeError, TraceError
-from jitcore.ir.ops import COMPARE, Op
+from jitcore.ir.ops import COMPARE, INDEX_REDUCE, Op
 from jitcore.ir.shapes import as_shape, infer_reshape, normalize_axes, normalize_axis
 
+from .spellings import SPELLINGS, Spelling, implements
 from .tracer import Tracer, node_of, wrap
 
 
@@ -90,13 +96,6 @@ def _elementwise(opcode: Op, *xs, arg=None):
     return wrap(build.elementwise(opcode, *_tensors(*xs), arg=arg))
 
 
-def _unary_op(opcode: Op, doc: str):
-    def f(x):
-        return _elementwise(opcode, x)
-    f.__name__, f.__doc__ = opcode.name.lower(), doc
-    return op(f)
-
-
 def _fits(value: int, dtype: dt.DType) -> bool:
     info = np.iinfo(dtype.np)
     return info.min <= value <= info.max
@@ -119,120 +118,30 @@ def _widen_for_comparison(a, b_):
     return _tensors(a, b_)
 
 
-def _binary_op(opcode: Op, name: str, doc: str):
-    def f(a, b_):
-        if opcode in COMPARE:
+# ---- the ops generated from the spelling table (jitcore/spellings.py) -----------------------
+
+def _generated_unary(row: Spelling):
+    opcode = row.op
+
+    def f(x):
+        return _elementwise(opcode, x)
+    return f
+
+
+def _generated_binary(row: Spelling):
+    opcode = row.op
+    if opcode in COMPARE:
+        def f(a, b_):
             return wrap(build.elementwise(opcode, *_widen_for_comparison(a, b_)))
-        return _elementwise(opcode, a, b_)
-    f.__name__, f.__doc__ = name, doc
-    return op(f)
+    else:
+        def f(a, b_):
+            return _elementwise(opcode, a, b_)
+    return f
 
 
-exp = _unary_op(Op.EXP, "e**x, elementwise.")
-log = _unary_op(Op.LOG, "Natural logarithm, elementwise.")
-sqrt = _unary_op(Op.SQRT, "Square root, elementwise.")
-rsqrt = _unary_op(Op.RSQRT, "1 / sqrt(x), elementwise.")
-abs = _unary_op(Op.ABS, "Absolute value, elementwise.")        # noqa: A001 (numpy's name)
-neg = _unary_op(Op.NEG, "-x, elementwise.")
-negative = neg
-tanh = _unary_op(Op.TANH, "Hyperbolic tangent, elementwise.")
-sigmoid = _unary_op(Op.SIGMOID, "1 / (1 + exp(-x)), elementwise.")
-relu = _unary_op(Op.RELU, "max(x, 0), elementwise (NaN stays NaN).")
-erf = _unary_op(Op.ERF, "The error function, elementwise.")
-sin = _unary_op(Op.SIN, "Sine, elementwise.")
-cos = _unary_op(Op.COS, "Cosine, elementwise.")
-floor = _unary_op(Op.FLOOR, "Round towards -inf, elementwise.")
-ceil = _unary_op(Op.CEIL, "Round towards +inf, elementwise.")
-reciprocal = _unary_op(Op.RECIPROCAL, "1 / x, elementwise (float dtypes).")
-logical_not = _unary_op(Op.LOGICAL_NOT, "Logical not, elementwise (result bool).")
-silu = _unary_op(Op.SILU, "x * sigmoid(x), elementwise.")
-hardswish = _unary_op(Op.HARDSWISH, "x * relu6(x + 3) / 6, elementwise.")
-hardsigmoid = _unary_op(Op.HARDSIGMOID, "relu6(x + 3) / 6, elementwise.")
-relu6 = _unary_op(Op.RELU6, "min(max(x, 0), 6), elementwise.")
+def _generated_reduction(row: Spelling):
+    name, opcode = row.name, row.op
 
-add = _binary_op(Op.ADD, "add", "a + b with numpy broadcasting and promotion.")
-sub = _binary_op(Op.SUB, "sub", "a - b.")
-subtract = sub
-mul = _binary_op(Op.MUL, "mul", "a * b.")
-multiply = mul
-
-
-@op
-def div(a, b_):
-    """a / b (true division: integers give float64, as numpy)."""
-    return wrap(build.elementwise(Op.DIV, *float_operands(a, b_, float_of=lambda d: dt.float64)))
-
-
-divide = div
-floor_divide = _binary_op(Op.FLOORDIV, "floor_divide", "a // b, rounded toward -inf as numpy "
-                          "(integer division by zero gives 0, never a trap).")
-remainder = _binary_op(Op.MOD, "remainder", "a % b with the sign of b, as numpy (integer "
-                       "remainder by zero gives 0).")
-mod = remainder
-pow = _binary_op(Op.POW, "pow", "a ** b.")                      # noqa: A001 (numpy's name)
-power = pow
-maximum = _binary_op(Op.MAXIMUM, "maximum", "Elementwise maximum; NaN propagates.")
-minimum = _binary_op(Op.MINIMUM, "minimum", "Elementwise minimum; NaN propagates.")
-equal = _binary_op(Op.EQ, "equal", "a == b (bool).")
-not_equal = _binary_op(Op.NE, "not_equal", "a != b (bool).")
-less = _binary_op(Op.LT, "less", "a < b (bool).")
-less_equal = _binary_op(Op.LE, "less_equal", "a <= b (bool).")
-greater = _binary_op(Op.GT, "greater", "a > b (bool).")
-greater_equal = _binary_op(Op.GE, "greater_equal", "a >= b (bool).")
-logical_and = _binary_op(Op.LOGICAL_AND, "logical_and", "Logical and (bool).")
-logical_or = _binary_op(Op.LOGICAL_OR, "logical_or", "Logical or (bool).")
-bitwise_and = _binary_op(Op.BITWISE_AND, "bitwise_and", "a & b on integer or bool dtypes.")
-bitwise_or = _binary_op(Op.BITWISE_OR, "bitwise_or", "a | b on integer or bool dtypes.")
-bitwise_xor = _binary_op(Op.BITWISE_XOR, "bitwise_xor", "a ^ b on integer or bool dtypes.")
-invert = _unary_op(Op.BITWISE_NOT, "~x: bitwise not of integers, logical not of bools.")
-bitwise_not = invert
-left_shift = _binary_op(Op.LEFT_SHIFT, "left_shift", "a << b on integers, wrapping as numpy; "
-                        "a count below 0 or of at least the bit width gives 0.")
-right_shift = _binary_op(Op.RIGHT_SHIFT, "right_shift", "a >> b on integers (arithmetic for "
-                         "signed dtypes); a count below 0 or of at least the bit width gives "
-                         "-1 for negative signed values, else 0 (numpy's rule).")
-
-
-@op
-def where(condition, x, y):
-    """x where condition is true, else y (numpy.where with three arguments)."""
-    # a Python scalar is weak next to the other branch, converted without numpy's range
-    # error (np.where(c, uint8_array, 300) wraps)
-    a, b_ = _tensors(x, y, check=False)
-    return wrap(build.elementwise(Op.WHERE, node_of(condition), a, b_))
-
-
-@op
-def gelu(x, approximate: str = "none"):
-    """GELU: x * Phi(x) with the erf form, or the tanh approximation (approximate="tanh")."""
-    if approximate not in ("none", "tanh"):
-        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
-    return _elementwise(Op.GELU, x, arg=approximate)
-
-
-@op
-def leaky_relu(x, negative_slope: float = 0.01):
-    """x if x > 0 else negative_slope * x."""
-    return _elementwise(Op.LEAKY_RELU, x, arg=float(negative_slope))
-
-
-@op
-def hardtanh(x, min_val: float = -1.0, max_val: float = 1.0):
-    """Clamp to [min_val, max_val]."""
-    if min_val > max_val:
-        raise ValueError(f"hardtanh: min_val {min_val} > max_val {max_val}")
-    return _elementwise(Op.HARDTANH, x, arg=(float(min_val), float(max_val)))
-
-
-@op
-def astype(x, dtype):
-    """Convert to another dtype (as numpy's astype, unsafe casting)."""
-    return wrap(build.cast(node_of(x), dt.as_dtype(dtype)))
-
-
-# ---- reductions ------------------------------------------------------------------------------
-
-def _reduction(opcode: Op, name: str):
     def f(x, axis=None, keepdims=False, **kw):
         unsupported = set(kw) - {"dtype"}
         if unsupported:
@@ -242,14 +151,12 @@ def _reduction(opcode: Op, name: str):
         if want is not None:
             node = build.cast(node, want)
         axes = normalize_axes(axis, node.ndim, name)
-        if opcode in (Op.ARGMAX, Op.ARGMIN):
+        if opcode in INDEX_REDUCE:
             return _arg_reduction(opcode, node, axis, keepdims)
         out = build.reduce(opcode, node, axes, keepdims)
         # sum(dtype=int32) accumulates in int64 here; wrapping back gives numpy's int32 result
         return wrap(build.cast(out, want) if want is not None else out)
-    f.__name__ = name
-    f.__doc__ = f"numpy.{name} over `axis` (None: all axes), optionally keeping reduced axes."
-    return op(f)
+    return f
 
 
 def _arg_reduction(opcode, node, axis, keepdims):
@@ -261,14 +168,76 @@ def _arg_reduction(opcode, node, axis, keepdims):
     return wrap(build.reduce(opcode, node, (ax,), keepdims))
 
 
-sum = _reduction(Op.SUM, "sum")                                  # noqa: A001
-prod = _reduction(Op.PROD, "prod")
-max = _reduction(Op.MAX, "max")                                  # noqa: A001
-min = _reduction(Op.MIN, "min")                                  # noqa: A001
-mean = _reduction(Op.MEAN, "mean")
-argmax = _reduction(Op.ARGMAX, "argmax")
-argmin = _reduction(Op.ARGMIN, "argmin")
-amax, amin = max, min
+def _generate(row: Spelling):
+    make = _generated_reduction if row.reduction else \
+        (_generated_unary if row.arity == 1 else _generated_binary)
+    f = make(row)
+    f.__name__ = f.__qualname__ = row.name
+    f.__doc__ = row.doc
+    return implements(row.name)(op(f))
+
+
+# jc.exp, jc.add, jc.sum, ... and their aliases (jc.negative, jc.amax, ...): one function per
+# row of the table that records its op as it is
+for _row in SPELLINGS:
+    if not _row.custom:
+        globals().update(dict.fromkeys(_row.names, _generate(_row)))
+
+
+# ---- ops with logic of their own (rows marked custom; their docs are in the table) -----------
+
+@implements("div")
+@op
+def div(a, b_):
+    # true division: integers give float64, and a weak Python int next to an integer tensor
+    # becomes that float directly (numpy 2)
+    return wrap(build.elementwise(Op.DIV, *float_operands(a, b_, float_of=lambda d: dt.float64)))
+
+
+@implements("where")
+@op
+def where(condition, x, y):
+    # a Python scalar is weak next to the other branch, converted without numpy's range
+    # error (np.where(c, uint8_array, 300) wraps)
+    a, b_ = _tensors(x, y, check=False)
+    return wrap(build.elementwise(Op.WHERE, node_of(condition), a, b_))
+
+
+@implements("gelu")
+@op
+def gelu(x, approximate: str = "none"):
+    if approximate not in ("none", "tanh"):
+        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    return _elementwise(Op.GELU, x, arg=approximate)
+
+
+@implements("leaky_relu")
+@op
+def leaky_relu(x, negative_slope: float = 0.01):
+    return _elementwise(Op.LEAKY_RELU, x, arg=float(negative_slope))
+
+
+@implements("hardtanh")
+@op
+def hardtanh(x, min_val: float = -1.0, max_val: float = 1.0):
+    if min_val > max_val:
+        raise ValueError(f"hardtanh: min_val {min_val} > max_val {max_val}")
+    return _elementwise(Op.HARDTANH, x, arg=(float(min_val), float(max_val)))
+
+
+@implements("copysign")
+@op
+def copysign(x, y):
+    # both made float first (numpy's float result of each), then promoted together
+    a, s = (build.cast(n, dt.float_result(n.dtype)) for n in (node_of(x), node_of(y)))
+    common = dt.promote(a.dtype, s.dtype)
+    return wrap(build.elementwise(Op.COPYSIGN, build.cast(a, common), build.cast(s, common)))
+
+
+@op
+def astype(x, dtype):
+    """Convert to another dtype (as numpy's astype, unsafe casting)."""
+    return wrap(build.cast(node_of(x), dt.as_dtype(dtype)))
 
 
 # ---- views -----------------------------------------------------------------------------------
@@ -329,9 +298,9 @@ def getitem(x: Tracer, index) -> Tracer:
 
 # ---- contractions and row-wise composites ----------------------------------------------------
 
+@implements("matmul")
 @op
 def matmul(a, b_):
-    """numpy.matmul (1-D operands, batch broadcasting)."""
     na, nb = _tensors(a, b_)
     return wrap(build.matmul(na, nb))
 
@@ -370,3 +339,8 @@ def layer_norm(x, weight=None, bias=None, eps: float = 1e-5):
             raise ShapeError(f"layer_norm: weight/bias must have shape ({node.shape[-1]},), "
                              f"got {p.shape}")
     return wrap(build.node(Op.LAYER_NORM, node, *params, arg=float(eps)))
+
+
+for _row in SPELLINGS:                  # the custom rows' aliases of this module (jc.divide)
+    if _row.custom and _row.name in globals():
+        globals().update(dict.fromkeys(_row.aliases, globals()[_row.name]))

@@ -1,5 +1,7 @@
 """The operators and methods of traced tensors (`x + y`, `x.sum(axis=1)`, `x.T`, `x[i]`) and
 numpy's protocols on them (`np.exp(x)`), attached to `Tracer` when this module is imported.
+The operators and methods that spell one op are made from its row of the spelling table
+(jitcore/spellings.py); the rest (views, indexing, astype, clip, ...) are written here.
 
 They live apart from the Tracer class, as JAX keeps its array methods apart from its tracers:
 each one records an op of `jitcore.ops`, which is built on `jitcore.tracer`, so defining them
@@ -10,10 +12,13 @@ from __future__ import annotations
 
 from jitcore.ir import build
 from jitcore.ir import dtypes as dt
+from jitcore.ir.ops import BITWISE_BINARY, COMPARE
 
-from . import join_ops, math_ops, ops
+from . import join_ops, ops
 from .numpy_compat import apply_function, apply_ufunc
+from .spellings import SPELLINGS, Spelling, implementation
 from .tracer import Tracer, WeakScalar, is_weak
+
 
 class TensorMethods:
     """What a traced tensor answers besides its static facts; copied onto Tracer below."""
@@ -23,27 +28,6 @@ class TensorMethods:
 
     def __array_function__(self, func, types, args, kwargs):
         return apply_function(func, args, kwargs)
-
-    def sum(self, axis=None, keepdims=False, dtype=None):
-        return ops.sum(self, axis, keepdims=keepdims, dtype=dtype)
-
-    def mean(self, axis=None, keepdims=False):
-        return ops.mean(self, axis, keepdims=keepdims)
-
-    def prod(self, axis=None, keepdims=False):
-        return ops.prod(self, axis, keepdims=keepdims)
-
-    def max(self, axis=None, keepdims=False):
-        return ops.max(self, axis, keepdims=keepdims)
-
-    def min(self, axis=None, keepdims=False):
-        return ops.min(self, axis, keepdims=keepdims)
-
-    def argmax(self, axis=None, keepdims=False):
-        return ops.argmax(self, axis, keepdims=keepdims)
-
-    def argmin(self, axis=None, keepdims=False):
-        return ops.argmin(self, axis, keepdims=keepdims)
 
     def reshape(self, *shape):
         return ops.reshape(self, shape[0] if len(shape) == 1 else shape)
@@ -83,8 +67,7 @@ for _name, _member in vars(TensorMethods).items():
 
 _PYTYPE = {"b": bool, "u": int, "i": int, "f": float}
 # Python's arithmetic on bools gives ints (True + True == 2); its & | ^ give bools
-_BOOL_KEEPING = frozenset({"bitwise_and", "bitwise_or", "bitwise_xor", "equal", "not_equal",
-                           "less", "less_equal", "greater", "greater_equal"})
+_BOOL_KEEPING = COMPARE | BITWISE_BINARY
 
 
 def _as_python_result(x: Tracer) -> Tracer:
@@ -98,58 +81,55 @@ def _python_bool_as_int(x):
     return x
 
 
-def _binary(name, reflected=False):
-    fn = getattr(ops, name)
+def _binary(row: Spelling, reflected: bool):
+    fn = implementation(row.name)
+    bool_keeping = row.op in _BOOL_KEEPING
 
     def method(self, other):
         x, y = (other, self) if reflected else (self, other)
         if self.weak is None or not is_weak(other):
             return fn(x, y)
         # both Python scalars (at least one a scalar argument): Python's operator rules
-        if name not in _BOOL_KEEPING:
+        if not bool_keeping:
             x, y = _python_bool_as_int(x), _python_bool_as_int(y)
         return _as_python_result(fn(x, y))
-    method.__name__ = f"__{'r' if reflected else ''}{name}__"
+    method.__name__ = f"__{'r' if reflected else ''}{row.dunder}__"
     return method
 
 
-def _unary(name):
-    fn = getattr(ops, name)
+def _unary(row: Spelling):
+    fn = implementation(row.name)
 
     def method(self):
         if self.weak is None:
             return fn(self)
         return _as_python_result(fn(_python_bool_as_int(self)))
-    method.__name__ = f"__{name}__"
+    method.__name__ = f"__{row.dunder}__"
     return method
 
 
-# & | ^ ~ are numpy's bitwise ufuncs (on bools they are the logical ops), never logical_and
-for _dunder, _fn in [("add", "add"), ("sub", "sub"), ("mul", "mul"), ("truediv", "div"),
-                     ("floordiv", "floor_divide"), ("mod", "remainder"), ("pow", "pow"),
-                     ("matmul", "matmul"), ("and", "bitwise_and"), ("or", "bitwise_or"),
-                     ("xor", "bitwise_xor"), ("lshift", "left_shift"),
-                     ("rshift", "right_shift")]:
-    setattr(Tracer, f"__{_dunder}__", _binary(_fn))
-    setattr(Tracer, f"__r{_dunder}__", _binary(_fn, reflected=True))
-for _dunder, _fn in [("eq", "equal"), ("ne", "not_equal"), ("lt", "less"), ("le", "less_equal"),
-                     ("gt", "greater"), ("ge", "greater_equal")]:
-    setattr(Tracer, f"__{_dunder}__", _binary(_fn))
-Tracer.__neg__ = _unary("neg")
+def _method(row: Spelling):
+    fn = implementation(row.name)
+
+    def method(self, *args, **kwargs):
+        return fn(self, *args, **kwargs)
+    method.__name__ = row.method
+    method.__doc__ = f"jc.{row.name}(self, ...): {row.doc}"
+    return method
+
+
+# the operators and methods of the spelling table: x + y, 2 ** x, ~x, x.sum(axis=1), ...
+for _row in SPELLINGS:
+    if _row.dunder is not None and _row.arity == 1:
+        setattr(Tracer, f"__{_row.dunder}__", _unary(_row))
+    elif _row.dunder is not None:
+        setattr(Tracer, f"__{_row.dunder}__", _binary(_row, reflected=False))
+        if _row.reflected:
+            setattr(Tracer, f"__r{_row.dunder}__", _binary(_row, reflected=True))
+    if _row.method is not None:
+        setattr(Tracer, _row.method, _method(_row))
+# +x is x itself, for bools too (jc.positive, numpy's ufunc, rejects bools); the complex
+# conjugate and real part of a real tensor are the tensor
 Tracer.__pos__ = lambda self: self
-Tracer.__abs__ = _unary("abs")
-Tracer.__invert__ = _unary("invert")
-
-
-# ---- numpy's statistics methods (jitcore/math_ops.py) ----------------------------------------
-def _var(self, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
-    return math_ops.var(self, axis, dtype, out, ddof, keepdims)
-
-
-def _std(self, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
-    return math_ops.std(self, axis, dtype, out, ddof, keepdims)
-
-
-Tracer.var, Tracer.std = _var, _std
 Tracer.conj = Tracer.conjugate = lambda self: self
 Tracer.real = property(lambda self: self)

@@ -31,9 +31,9 @@ FRONT_LAYERS = [
       "jitcore.cache"}),
     ("target selection", {"jitcore.targetinfo"}),
     ("tracing and the op namespace",
-     {"jitcore.tracer", "jitcore.indexing", "jitcore.ops", "jitcore.join_ops",
-      "jitcore.math_ops", "jitcore.pool_ops", "jitcore.conv_ops", "jitcore.numpy_compat",
-      "jitcore.tensor_methods"}),
+     {"jitcore.spellings", "jitcore.tracer", "jitcore.indexing", "jitcore.ops",
+      "jitcore.join_ops", "jitcore.math_ops", "jitcore.pool_ops", "jitcore.conv_ops",
+      "jitcore.numpy_compat", "jitcore.tensor_methods"}),
     ("compile driver, caches and the thread pools",
      {"jitcore.explain", "jitcore.dump", "jitcore.parallel", "jitcore.compiler",
       "jitcore.threadpool_control"}),
@@ -446,3 +446,62 @@ def test_the_kind_checks_catch_a_string_and_a_second_registration():
     with pytest.raises(ValueError, match="registered twice"):
         register(KindEntry(Kind.POOL, object))
     assert KINDS[Kind.POOL].emitter is not object
+
+
+# ---- op spellings live in one place (issue 28) -----------------------------------------------
+# An elementwise op with a row in the spelling table (jitcore/spellings.py) is recorded only by
+# its jc function in jitcore.ops (generated from the row, or the row's custom function); every
+# other front module spells it through that function (ops.exp, x + y, np.exp). Exceptions,
+# each with its reason:
+SPELLING_EXCEPTIONS = {
+    "jitcore.spellings": None,          # the table names each row's op
+    "jitcore.ops": None,                # where the jc functions record them
+    # a run-time size's value is summed in the tracer, which the op namespace is built on
+    "jitcore.tracer": {"ADD", "SUB"},
+}
+
+
+def spelled_elementwise_ops() -> dict:
+    """{NAME of an elementwise op: the jc function of its row}."""
+    from jitcore.ir.ops import ELEMENTWISE
+    from jitcore.spellings import SPELLINGS
+    return {row.op.name: row.name for row in SPELLINGS if row.op in ELEMENTWISE}
+
+
+def ops_named(source: str) -> list:
+    """(line, NAME) for every `Op.NAME` in a module's source."""
+    return [(node.lineno, node.attr) for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+            and node.value.id == "Op"]
+
+
+def spelling_violations(sources: dict) -> list:
+    """Messages for front modules (name -> source) that record a spelled elementwise op
+    themselves instead of calling its jc function."""
+    spelled, bad = spelled_elementwise_ops(), []
+    for module, source in sorted(sources.items()):
+        if package_of(module) != "front":
+            continue
+        allowed = SPELLING_EXCEPTIONS.get(module, set())
+        for line, name in ops_named(source):
+            if name in spelled and allowed is not None and name not in allowed:
+                bad.append(f"{module} line {line}: Op.{name} has a row in jitcore/spellings.py;"
+                           f" call its jc function (jc.{spelled[name]}) instead")
+    return bad
+
+
+def test_op_spellings_live_in_one_place():
+    sources = {m: p.read_text() for m, p in module_files().items()}
+    bad = spelling_violations(sources)
+    assert not bad, "\n".join(bad)
+
+
+def test_the_spelling_rule_catches_a_planted_violation():
+    planted = "def clip(x):\n    return wrap(build.elementwise(Op.MAXIMUM, x.node, x.node))\n"
+    assert spelling_violations({"jitcore.join_ops": planted}) == [
+        "jitcore.join_ops line 2: Op.MAXIMUM has a row in jitcore/spellings.py; call its jc "
+        "function (jc.maximum) instead"]
+    assert not spelling_violations({"jitcore.ops": planted})
+    assert spelling_violations({"jitcore.tracer": planted.replace("MAXIMUM", "MUL")})
+    # ops that are not spelled elementwise ops (views, reductions, leaves) are free to build
+    assert not spelling_violations({"jitcore.join_ops": planted.replace("MAXIMUM", "CUMSUM")})

@@ -1,5 +1,10 @@
 """ATen -> jitcore: one small function per core ATen op, in the table LOWERINGS.
 
+The elementwise ATen ops whose semantics are a jitcore op's are named in that op's row of
+the spelling table (jitcore/spellings.py) and lowered here by the row's style; the rest are
+written by hand below, each where torch's semantics differ (alpha, rounding modes, torch's
+dtype rules for where and clamp, reductions over dims).
+
 Each lowering takes the node's arguments with its tensor arguments already jitcore Tracers
 (Python scalars, lists and None stay as they are) and returns a Tracer, or a tuple of them for
 ops with several results (native_layer_norm, split_with_sizes). `out` is the node's result as
@@ -25,7 +30,9 @@ import torch
 import jitcore as jc
 from jitcore.ir import build
 from jitcore.ir.errors import ShapeError
+from jitcore.ir.ops import info
 from jitcore.ir.sizes import Size, shape_text
+from jitcore.spellings import SPELLINGS, Spelling
 from jitcore.tracer import Tracer, wrap
 
 aten = torch.ops.aten
@@ -95,7 +102,16 @@ def _axes(dims, ndim):
     return tuple(_axis(d, ndim) for d in dims)
 
 
-# ---- elementwise -------------------------------------------------------------------------------
+# ---- elementwise and reductions: generated from the spelling table -------------------------------
+# A row of jitcore/spellings.py names the ATen overloads whose semantics are its op's; the
+# lowering of each is made here by the row's style. torch computes an op in its result dtype,
+# so the operands are converted to it first (comparisons: to the dtype they promote to).
+def _unary(jc_fn):
+    def fn(out, x):
+        return as_dtype(jc_fn(as_dtype(x, np_dtype(out))), np_dtype(out))
+    return fn
+
+
 def _binary(jc_fn, compute_in_result=True):
     """A binary op computed, as torch does, in the result dtype (comparisons: in the dtype
     their operands promote to)."""
@@ -109,42 +125,65 @@ def _binary(jc_fn, compute_in_result=True):
     return fn
 
 
-for _targets, _fn, _in_result in [
-        ((aten.mul.Tensor, aten.mul.Scalar), jc.mul, True),
-        ((aten.div.Tensor, aten.div.Scalar), jc.div, True),
-        ((aten.pow.Tensor_Scalar, aten.pow.Tensor_Tensor, aten.pow.Scalar), jc.pow, True),
-        ((aten.maximum.default,), jc.maximum, True),
-        ((aten.minimum.default,), jc.minimum, True),
-        ((aten.remainder.Tensor, aten.remainder.Scalar), jc.remainder, True),
-        ((aten.floor_divide.default,), jc.floor_divide, True),
-        ((aten.eq.Tensor, aten.eq.Scalar), jc.equal, False),
-        ((aten.ne.Tensor, aten.ne.Scalar), jc.not_equal, False),
-        ((aten.lt.Tensor, aten.lt.Scalar), jc.less, False),
-        ((aten.le.Tensor, aten.le.Scalar), jc.less_equal, False),
-        ((aten.gt.Tensor, aten.gt.Scalar), jc.greater, False),
-        ((aten.ge.Tensor, aten.ge.Scalar), jc.greater_equal, False),
-        ((aten.logical_and.default,), jc.logical_and, False),
-        ((aten.logical_or.default,), jc.logical_or, False),
-        ((aten.bitwise_and.Tensor, aten.bitwise_and.Scalar), jc.bitwise_and, True),
-        ((aten.bitwise_or.Tensor, aten.bitwise_or.Scalar), jc.bitwise_or, True),
-        ((aten.bitwise_xor.Tensor, aten.bitwise_xor.Scalar), jc.bitwise_xor, True),
-        ((aten.atan2.default,), jc.arctan2, True), ((aten.hypot.default,), jc.hypot, True),
-        ((aten.logaddexp.default,), jc.logaddexp, True),
-        ((aten.copysign.Tensor, aten.copysign.Scalar), jc.copysign, True),
-        ((aten.fmax.default,), jc.fmax, True), ((aten.fmin.default,), jc.fmin, True),
-        # torch's shifts by a count < 0 or >= the width give 0 (-1: >> of a negative), as jc's
-        ((aten.bitwise_left_shift.Tensor, aten.bitwise_left_shift.Tensor_Scalar,
-          aten.__lshift__.Scalar, aten.__lshift__.Tensor), jc.left_shift, True),
-        ((aten.bitwise_right_shift.Tensor, aten.bitwise_right_shift.Tensor_Scalar,
-          aten.__rshift__.Scalar, aten.__rshift__.Tensor), jc.right_shift, True)]:
-    lower(*_targets)(_binary(_fn, _in_result))
+def _reduce(jc_fn):
+    """sum/mean/prod/amax/amin over `dims` (None or []: all), in torch's result dtype; their
+    .default overloads (all axes) too."""
+    def fn(out, x, dims=None, keepdim=False, dtype=None):
+        want = np_dtype(out)
+        x = as_dtype(x, want) if want.kind == "f" or dtype is not None else x
+        return as_dtype(jc_fn(x, axis=_axes(dims, x.ndim), keepdims=keepdim), want)
+    return fn
 
 
+def _index_reduce(jc_fn):
+    """argmax/argmin over one dim (None: the flattened tensor), torch's int64 indices."""
+    def fn(out, x, dim=None, keepdim=False):
+        return as_dtype(jc_fn(x, axis=dim, keepdims=keepdim), np.int64)
+    return fn
+
+
+STYLES = {
+    "unary": _unary,
+    "binary": _binary,
+    "compare": lambda jc_fn: _binary(jc_fn, compute_in_result=False),
+    "predicate": lambda jc_fn: lambda out, x: jc_fn(x),        # bool of the input as it is
+    "direct": lambda jc_fn: lambda out, *args, **kw: jc_fn(*args, **kw),   # same arguments
+    "reduce": _reduce,
+    "index_reduce": _index_reduce,
+}
+
+
+def style_of(row: Spelling) -> str:
+    """How a row's ATen overloads are lowered: its own `torch` style, else by its kind."""
+    if row.torch is not None:
+        return row.torch
+    record = info(row.op) if row.op is not None else None     # None: a decomposition
+    if row.reduction:
+        return "index_reduce" if record.index_reduction else "reduce"
+    if row.arity == 1:
+        return "unary"
+    return "compare" if record and (record.compare or record.logical) else "binary"
+
+
+def aten_overload(name: str):
+    """torch.ops.aten.<op>.<overload> for "op.overload"."""
+    packet, overload = name.split(".")
+    return getattr(getattr(aten, packet), overload)
+
+
+for _row in SPELLINGS:
+    if _row.aten:
+        lower(*map(aten_overload, _row.aten))(STYLES[style_of(_row)](getattr(jc, _row.name)))
+
+
+# ---- elementwise, by hand where torch's semantics differ from the jitcore op's ------------------
 @lower(aten.logical_xor.default)
 def _logical_xor(out, a, b):
+    # no jitcore op: != of the operands as bools
     return jc.not_equal(as_dtype(a, np.bool_), as_dtype(b, np.bool_))
 
 
+# add and sub take torch's `alpha` (b scaled first)
 @lower(aten.add.Tensor, aten.add.Scalar)
 def _add(out, a, b, alpha=1):
     dtype = np_dtype(out)
@@ -162,6 +201,8 @@ def _div_mode_check(node):
     return None if mode in (None, "floor") else f"rounding_mode={mode!r}"
 
 
+# torch's division with a rounding mode: floor is floor_divide; "trunc" (C's integer division)
+# has no jitcore op and runs in torch
 @lower(aten.div.Tensor_mode, aten.div.Scalar_mode, check=_div_mode_check)
 def _div_mode(out, a, b, rounding_mode=None):
     dtype = np_dtype(out)
@@ -171,59 +212,15 @@ def _div_mode(out, a, b, rounding_mode=None):
     return jc.div(a, b)
 
 
-def _unary(jc_fn):
-    def fn(out, x):
-        return as_dtype(jc_fn(as_dtype(x, np_dtype(out))), np_dtype(out))
-    return fn
-
-
-for _target, _name in [
-        (aten.exp.default, "exp"), (aten.log.default, "log"), (aten.sqrt.default, "sqrt"),
-        (aten.rsqrt.default, "rsqrt"), (aten.abs.default, "abs"), (aten.neg.default, "neg"),
-        (aten.tanh.default, "tanh"), (aten.sigmoid.default, "sigmoid"),
-        (aten.relu.default, "relu"), (aten.erf.default, "erf"), (aten.sin.default, "sin"),
-        (aten.cos.default, "cos"), (aten.floor.default, "floor"), (aten.ceil.default, "ceil"),
-        (aten.reciprocal.default, "reciprocal"), (aten.silu.default, "silu"),
-        (aten.hardswish.default, "hardswish"), (aten.hardsigmoid.default, "hardsigmoid"),
-        (aten.bitwise_not.default, "invert"),
-        # ufuncs of the tracing issue: compiled once jitcore has them
-        (aten.log1p.default, "log1p"), (aten.expm1.default, "expm1"), (aten.sign.default, "sign"),
-        (aten.log2.default, "log2"), (aten.exp2.default, "exp2"), (aten.tan.default, "tan"),
-        (aten.atan.default, "arctan"), (aten.trunc.default, "trunc"),
-        (aten.round.default, "rint"),               # torch rounds halves to even, as rint
-        (aten.log10.default, "log10"), (aten.sinh.default, "sinh"),
-        (aten.cosh.default, "cosh"), (aten.asin.default, "arcsin"),
-        (aten.acos.default, "arccos"), (aten.asinh.default, "arcsinh"),
-        (aten.acosh.default, "arccosh"), (aten.atanh.default, "arctanh")]:
+# ATen ops waiting for their jitcore op: until jc.<name> exists they run in torch (explain()
+# says "needs jc.<name>"); give the op a row in the spelling table instead once it exists
+for _target, _name in [(aten.tan.default, "tan")]:
     lower(_target, needs=(_name,))(
         lambda out, x, _n=_name: _unary(getattr(jc, _n))(out, x))
 
 
-for _target, _fn in [(aten.isnan.default, jc.isnan), (aten.isinf.default, jc.isinf),
-                     (aten.signbit.default, jc.signbit)]:
-    lower(_target)(lambda out, x, _fn=_fn: _fn(x))          # predicates: bool of the input
-
-
-@lower(aten.logical_not.default)
-def _logical_not(out, x):
-    return jc.logical_not(x)
-
-
-@lower(aten.gelu.default)
-def _gelu(out, x, approximate="none"):
-    return jc.gelu(x, approximate=approximate)
-
-
-@lower(aten.leaky_relu.default)
-def _leaky_relu(out, x, negative_slope=0.01):
-    return jc.leaky_relu(x, negative_slope)
-
-
-@lower(aten.hardtanh.default)
-def _hardtanh(out, x, min_val=-1.0, max_val=1.0):
-    return jc.hardtanh(x, min_val, max_val)
-
-
+# clamp: either bound may be None, both converted to torch's result dtype (numpy's clip
+# promotes them instead)
 @lower(aten.clamp.default, aten.clamp.Tensor)
 def _clamp(out, x, min=None, max=None):             # noqa: A002 (torch's names)
     dtype = np_dtype(out)
@@ -235,6 +232,7 @@ def _clamp(out, x, min=None, max=None):             # noqa: A002 (torch's names)
     return x
 
 
+# where: the branches in torch's result dtype (jc.where promotes them by numpy's rules)
 @lower(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar)
 def _where(out, cond, a, b):
     dtype = np_dtype(out)
@@ -356,30 +354,7 @@ def _addmm(out, bias, a, b, beta=1, alpha=1):
 
 
 # ---- reductions and row-wise composites --------------------------------------------------------
-def _reduce(jc_fn):
-    def fn(out, x, dims=None, keepdim=False, dtype=None):
-        want = np_dtype(out)
-        x = as_dtype(x, want) if want.kind == "f" or dtype is not None else x
-        return as_dtype(jc_fn(x, axis=_axes(dims, x.ndim), keepdims=keepdim), want)
-    return fn
-
-
-lower(aten.sum.dim_IntList)(_reduce(jc.sum))
-lower(aten.mean.dim)(_reduce(jc.mean))
-lower(aten.amax.default)(_reduce(jc.max))
-lower(aten.amin.default)(_reduce(jc.min))
-
-
-lower(aten.prod.dim_int)(_reduce(jc.prod))
-
-
-lower(aten.sum.default)(lambda out, x, dtype=None: _reduce(jc.sum)(out, x, dtype=dtype))
-lower(aten.mean.default)(lambda out, x, dtype=None: _reduce(jc.mean)(out, x, dtype=dtype))
-lower(aten.prod.default)(lambda out, x, dtype=None: _reduce(jc.prod)(out, x, dtype=dtype))
-lower(aten.max.default)(lambda out, x: jc.max(x))
-lower(aten.min.default)(lambda out, x: jc.min(x))
-
-
+# (sum, mean, prod, amax, amin, argmax, argmin: from the spelling table, above)
 def _value_and_index(reduce_fn, arg_fn):
     """max.dim / min.dim: the values and their int64 indices along `dim`."""
     def fn(out, x, dim, keepdim=False):
@@ -397,16 +372,6 @@ lower(aten.min.dim)(_value_and_index(jc.min, jc.argmin))
 def _any(out, x, dims=None, keepdim=False):
     flag = jc.not_equal(x, 0) if x.dtype != np.bool_ else x
     return jc.max(flag, axis=_axes(dims, x.ndim), keepdims=keepdim)
-
-
-def _arg(jc_fn):
-    def fn(out, x, dim=None, keepdim=False):
-        return as_dtype(jc_fn(x, axis=dim, keepdims=keepdim), np.int64)
-    return fn
-
-
-lower(aten.argmax.default)(_arg(jc.argmax))
-lower(aten.argmin.default)(_arg(jc.argmin))
 
 
 @lower(aten.var.correction)
