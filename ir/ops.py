@@ -362,29 +362,15 @@ def ops_where(pred) -> frozenset:
 # ---- groups computed from the records (kept for the code that imports them) ---------------
 
 ELEMENTWISE = ops_where(lambda r: r.elementwise)
-UNARY = ops_where(lambda r: r.unary)
-UNARY_PRIMITIVE = ops_where(lambda r: r.unary and not r.composite)
-UNARY_COMPOSITE = ops_where(lambda r: r.unary and r.composite)
-# unary ops whose result is always floating point (ints are converted first)
-FLOAT_UNARY = ops_where(lambda r: r.unary and r.typing is Typing.FLOAT)
-BINARY = ops_where(lambda r: r.binary)
-ARITH_BINARY = ops_where(lambda r: r.binary and r.typing in (Typing.SAME, Typing.NUMERIC,
-                                                               Typing.TRUE_DIVIDE))
 COMPARE = ops_where(lambda r: r.compare)
-LOGICAL_BINARY = ops_where(lambda r: r.binary and r.logical)
-# integer and bool sources only (numpy's bitwise ufuncs); shifts take integers only
+# integer and bool sources only (numpy's bitwise ufuncs)
 BITWISE_BINARY = ops_where(lambda r: r.binary and r.typing is Typing.INTEGRAL)
-SHIFT = ops_where(lambda r: r.binary and r.typing is Typing.INT)
-BITWISE = ops_where(lambda r: r.bitwise)
-# float sources only
-FLOAT_BINARY = ops_where(lambda r: r.binary and r.typing is Typing.FLOAT)
 REDUCE = ops_where(lambda r: r.reduction)
 INDEX_REDUCE = ops_where(lambda r: r.index_reduction)
 VIEW = ops_where(lambda r: r.view)
 COMPOSITE = ops_where(lambda r: r.composite)
 LEAF = ops_where(lambda r: r.leaf)
 TASK_BOUNDARY = ops_where(lambda r: r.task_boundary)
-AXIS_OPS = ops_where(lambda r: r.axis_op)
 # ops whose evaluation costs tens of instructions (vector math), for fusion decisions
 TRANSCENDENTAL = ops_where(lambda r: r.expensive)
 # the binary op that combines two partial results of a reduction

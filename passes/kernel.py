@@ -104,7 +104,7 @@ class Extent(Const):
 
 @dataclass(frozen=True, eq=False)
 class Compute:
-    """An elementwise primitive (an `ir.ops.Op` of UNARY_PRIMITIVE, BINARY or WHERE)."""
+    """An elementwise primitive (an `ir.ops.Op` whose record is elementwise and not composite)."""
     op: Op
     dtype: DType
     src: tuple

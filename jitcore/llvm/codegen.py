@@ -26,7 +26,7 @@ from .streaming import store_fence, store_nontemporal, streamed_slots
 
 
 BLOCK_TRIPS = 16       # trips of a float sum's main loop per pairwise block (pairwise.py)
-CHEAP_BODY = 6         # a loop body costing at most this (see _compute_cost) may be unrolled;
+CHEAP_BODY = 6         # a loop body costing at most this (see compute_cost) may be unrolled;
                        # a costlier body is throughput-bound and unrolling would only bloat it
 
 
@@ -37,7 +37,7 @@ def _may_run(lo, hi, step: int) -> bool:
 
 
 
-def _compute_cost(value) -> int:
+def compute_cost(value) -> int:
     """A rough instruction count of one evaluation of an expression."""
     return sum(info(n.op).cost for n in walk([value]) if isinstance(n, Compute))
 
@@ -364,8 +364,8 @@ class KernelEmitter:
 
     def cheap_body(self) -> bool:
         """Whether every store's expression of the kernel (or row part) at hand costs at
-        most CHEAP_BODY (_compute_cost)."""
-        return all(_compute_cost(st.value) <= CHEAP_BODY for st in self.kernel.stores)
+        most CHEAP_BODY (compute_cost)."""
+        return all(compute_cost(st.value) <= CHEAP_BODY for st in self.kernel.stores)
 
 
     def masked(self, mask, fn):

@@ -12,7 +12,7 @@ from jitcore.passes.kernel import Kernel, Kind, Load
 
 from . import irutil as u
 from .argreduce import ArgReduction
-from .codegen import CHEAP_BODY, KernelEmitter, _compute_cost
+from .codegen import CHEAP_BODY, KernelEmitter, compute_cost
 from .opemit import cast, emit
 from .pairwise import PairwiseAccumulators
 from .registry import KindEntry, register
@@ -79,7 +79,7 @@ class ReductionEmitter(ArgReduction, KernelEmitter):
         red, st = k.reduction, k.stores[0]
         # a block of several vectors per pass over the reduced rows: each row is then read
         # in runs of VERTICAL_BLOCK vectors, not one (column sums, the matmul's N axis)
-        width = VERTICAL_BLOCK if _compute_cost(st.value) <= CHEAP_BODY else 1
+        width = VERTICAL_BLOCK if compute_cost(st.value) <= CHEAP_BODY else 1
         if red.op in INDEX_REDUCE:
             identity = _reduce_identity(red.op, st.value.dtype)
             return self.arg_setup(identity).arg_vertical(width, first)
@@ -157,7 +157,7 @@ class ReductionEmitter(ArgReduction, KernelEmitter):
         red, st = k.reduction, k.stores[0]
         reduce_loops = [lp for lp in k.loops if lp.kind == "reduce"]
         # several vector accumulators hide the latency of the combine op (4 cycles for fadd)
-        n_acc = ACCUMULATORS if _compute_cost(st.value) <= CHEAP_BODY else 1
+        n_acc = ACCUMULATORS if compute_cost(st.value) <= CHEAP_BODY else 1
         if red.op in INDEX_REDUCE:
             return self.arg_setup(_reduce_identity(red.op, st.value.dtype)).arg_horizontal(n_acc)
         lanes = k.lanes
