@@ -35,7 +35,7 @@ class Op(Enum):
     NEG = auto(); ABS = auto(); EXP = auto(); LOG = auto(); SQRT = auto(); TANH = auto()
     ERF = auto(); SIN = auto(); COS = auto(); FLOOR = auto(); CEIL = auto()
     LOGICAL_NOT = auto(); CAST = auto(); BITWISE_NOT = auto(); ATAN = auto()
-    # numpy's math with kernels of their own in the vector math (jitcore.math_ops uses them)
+    # numpy's math with kernels of their own in the vector math (jitcore.ops.math uses them)
     CBRT = auto(); EXPM1 = auto(); LOG1P = auto(); LOG2 = auto(); LOG10 = auto()
     EXP2 = auto(); SINH = auto(); COSH = auto()
     # unary composites (decomposed into primitives by passes.decompose)

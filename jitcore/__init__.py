@@ -17,14 +17,13 @@ from jitcore.ir.errors import (CompileError, DTypeError, JitcoreError, ShapeErro
 
 from .api import Graph, JitFunction, compile, jit
 from .compiler import cache_info
-from .conv_ops import batch_norm, conv1d, conv2d
-from . import math_ops  # noqa: F401 -- implements the spelling table's numpy math rows
-from .join_ops import arange, clip, concatenate, cumsum, pad, split, stack, take
-from .math_ops import norm
-from .ops import (astype, broadcast_to, expand_dims, layer_norm, log_softmax, reshape,
-                  softmax, squeeze, transpose)
-from .spellings import SPELLINGS as _SPELLINGS, implementation as _implementation
-from .pool_ops import adaptive_avg_pool2d, avg_pool2d, max_pool2d
+from .ops.conv import batch_norm, conv1d, conv2d
+from .ops.core import (astype, broadcast_to, expand_dims, layer_norm, log_softmax, reshape,
+                       softmax, squeeze, transpose)
+from .ops.join import arange, clip, concatenate, cumsum, pad, split, stack, take
+from .ops.math import norm  # and implements the spelling table's numpy math rows
+from .ops.pool import adaptive_avg_pool2d, avg_pool2d, max_pool2d
+from .ops.spellings import SPELLINGS as _SPELLINGS, implementation as _implementation
 from . import eager  # noqa: F401 -- ops on plain arrays run jitted
 from .futures import Future, fork, wait
 from .parallel import (get_num_interop_threads, get_num_threads, parallel_info,
@@ -36,7 +35,7 @@ from .version import VERSION as __version__
 
 bool = bool_  # noqa: A001 -- jc.bool, as numpy's np.bool
 # every op of the spelling table under each of its names: jc.exp, jc.add, jc.divide,
-# jc.arctan2, jc.sum, jc.amax, ... (jitcore/spellings.py lists them)
+# jc.arctan2, jc.sum, jc.amax, ... (jitcore/ops/spellings.py lists them)
 globals().update({name: _implementation(row.name) for row in _SPELLINGS for name in row.names})
 threadpool_control.install()      # threadpoolctl sees the intra-op pool (when it is used)
 

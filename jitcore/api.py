@@ -33,9 +33,9 @@ from .call.plan import MISMATCH, SCALAR_TYPES, CallPlan, ScalarArgs, output_spec
 from .call.shape_classes import class_key, shape_classes
 from .call.signature import describe, signature_of, to_array
 from .compiler import compile_graph
+from .ops import tensor_methods  # noqa: F401 -- gives Tracer its operators before any trace
+from .ops.tracer import TRACE, Tracer, WeakScalar, node_of
 from .targetinfo import select_target
-from . import tensor_methods  # noqa: F401 -- gives Tracer its operators before any trace
-from .tracer import TRACE, Tracer, WeakScalar, node_of
 
 _PLANS_LOCK = threading.Lock()            # guards every JitFunction's plan table
 renew_in_child(sys.modules[__name__], "_PLANS_LOCK")

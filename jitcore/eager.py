@@ -1,8 +1,8 @@
 """Eager calls: `jc.exp(array)` outside a jitted function jits the op for that signature.
 
 This module sits above the public API (it jits); importing it installs `run_eagerly` as the
-op namespace's runner (`jitcore.ops.set_eager_runner`). A call whose arguments are all
-ndarrays (no keywords) also registers its jitted op in `jitcore.ops.EAGER_ARRAY_CALLS`, so the
+op namespace's runner (`jitcore.ops.core.set_eager_runner`). A call whose arguments are all
+ndarrays (no keywords) also registers its jitted op in `jitcore.ops.core.EAGER_ARRAY_CALLS`, so the
 op's next such calls skip the key building here and go straight to the jitted function, whose
 native fast path checks dtypes, shapes and strides (one compile per signature)."""
 from __future__ import annotations
@@ -14,9 +14,9 @@ import numpy as np
 
 from jitcore.runtime.forksafe import renew_in_child
 
-from . import ops
 from .api import jit
 from .cache.lru import LRU
+from .ops import core
 
 _CACHE = LRU()                         # key -> the jitted op
 _LOCK = threading.Lock()
@@ -57,8 +57,8 @@ def run_eagerly(public, fn, args: tuple, kwargs: dict):
             with _LOCK:
                 _CACHE.put(key, jitted)
     if not kwargs and all(type(a) is np.ndarray for a in args):
-        ops.EAGER_ARRAY_CALLS[public, len(args)] = jitted      # the op's next calls go direct
+        core.EAGER_ARRAY_CALLS[public, len(args)] = jitted      # the op's next calls go direct
     return jitted(*[args[p] for p in positions])
 
 
-ops.set_eager_runner(run_eagerly)
+core.set_eager_runner(run_eagerly)

@@ -23,8 +23,8 @@ from jitcore.ir.ops import Op
 from jitcore.runtime.forksafe import renew_in_child
 
 from .api import JitFunction
+from .ops.tracer import TRACE, Tracer, node_of
 from .parallel import pool, start_interop
-from .tracer import TRACE, Tracer, node_of
 
 _TASK = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 _PENDING: dict = {}              # token -> Future whose body has not run yet

@@ -30,10 +30,7 @@ FRONT_LAYERS = [
      {"jitcore.version", "jitcore.config", "jitcore.source_layout", "jitcore.log",
       "jitcore.cache"}),
     ("target selection", {"jitcore.targetinfo"}),
-    ("tracing and the op namespace",
-     {"jitcore.spellings", "jitcore.tracer", "jitcore.indexing", "jitcore.ops",
-      "jitcore.join_ops", "jitcore.math_ops", "jitcore.pool_ops", "jitcore.conv_ops",
-      "jitcore.numpy_compat", "jitcore.tensor_methods"}),
+    ("tracing and the op namespace", {"jitcore.ops"}),
     ("compile driver, caches and the thread pools",
      {"jitcore.explain", "jitcore.dump", "jitcore.parallel", "jitcore.compiler",
       "jitcore.threadpool_control"}),
@@ -184,7 +181,7 @@ def test_the_checks_catch_a_cycle_and_a_broken_rule(graph):
     assert find_cycle(broken) is not None
     assert "jitcore.ir may import only ['jitcore.ir']" in "\n".join(rule_violations(broken))
     broken = {m: dict(deps) for m, deps in graph.items()}
-    broken["jitcore.tracer"]["jitcore.compiler"] = (1, "compile_graph")   # upward in the front
+    broken["jitcore.ops.tracer"]["jitcore.compiler"] = (1, "compile_graph")   # upward in the front
     assert any("may not import the layer above" in v for v in rule_violations(broken))
 
 
@@ -449,22 +446,22 @@ def test_the_kind_checks_catch_a_string_and_a_second_registration():
 
 
 # ---- op spellings live in one place (issue 28) -----------------------------------------------
-# An elementwise op with a row in the spelling table (jitcore/spellings.py) is recorded only by
-# its jc function in jitcore.ops (generated from the row, or the row's custom function); every
-# other front module spells it through that function (ops.exp, x + y, np.exp). Exceptions,
-# each with its reason:
+# An elementwise op with a row in the spelling table (jitcore/ops/spellings.py) is recorded only
+# by its jc function in jitcore.ops.core (generated from the row, or the row's custom function);
+# every other front module spells it through that function (core.exp, x + y, np.exp).
+# Exceptions, each with its reason:
 SPELLING_EXCEPTIONS = {
-    "jitcore.spellings": None,          # the table names each row's op
-    "jitcore.ops": None,                # where the jc functions record them
+    "jitcore.ops.spellings": None,      # the table names each row's op
+    "jitcore.ops.core": None,           # where the jc functions record them
     # a run-time size's value is summed in the tracer, which the op namespace is built on
-    "jitcore.tracer": {"ADD", "SUB"},
+    "jitcore.ops.tracer": {"ADD", "SUB"},
 }
 
 
 def spelled_elementwise_ops() -> dict:
     """{NAME of an elementwise op: the jc function of its row}."""
     from jitcore.ir.ops import ELEMENTWISE
-    from jitcore.spellings import SPELLINGS
+    from jitcore.ops.spellings import SPELLINGS
     return {row.op.name: row.name for row in SPELLINGS if row.op in ELEMENTWISE}
 
 
@@ -485,8 +482,9 @@ def spelling_violations(sources: dict) -> list:
         allowed = SPELLING_EXCEPTIONS.get(module, set())
         for line, name in ops_named(source):
             if name in spelled and allowed is not None and name not in allowed:
-                bad.append(f"{module} line {line}: Op.{name} has a row in jitcore/spellings.py;"
-                           f" call its jc function (jc.{spelled[name]}) instead")
+                bad.append(f"{module} line {line}: Op.{name} has a row in "
+                           f"jitcore/ops/spellings.py; call its jc function (jc.{spelled[name]}) "
+                           "instead")
     return bad
 
 
@@ -498,10 +496,10 @@ def test_op_spellings_live_in_one_place():
 
 def test_the_spelling_rule_catches_a_planted_violation():
     planted = "def clip(x):\n    return wrap(build.elementwise(Op.MAXIMUM, x.node, x.node))\n"
-    assert spelling_violations({"jitcore.join_ops": planted}) == [
-        "jitcore.join_ops line 2: Op.MAXIMUM has a row in jitcore/spellings.py; call its jc "
-        "function (jc.maximum) instead"]
-    assert not spelling_violations({"jitcore.ops": planted})
-    assert spelling_violations({"jitcore.tracer": planted.replace("MAXIMUM", "MUL")})
+    assert spelling_violations({"jitcore.ops.join": planted}) == [
+        "jitcore.ops.join line 2: Op.MAXIMUM has a row in jitcore/ops/spellings.py; call its "
+        "jc function (jc.maximum) instead"]
+    assert not spelling_violations({"jitcore.ops.core": planted})
+    assert spelling_violations({"jitcore.ops.tracer": planted.replace("MAXIMUM", "MUL")})
     # ops that are not spelled elementwise ops (views, reductions, leaves) are free to build
-    assert not spelling_violations({"jitcore.join_ops": planted.replace("MAXIMUM", "CUMSUM")})
+    assert not spelling_violations({"jitcore.ops.join": planted.replace("MAXIMUM", "CUMSUM")})

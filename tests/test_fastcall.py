@@ -12,7 +12,7 @@ import pytest
 
 import jitcore as jc
 from helpers import ALL_DTYPES, F32, F64, I32, assert_close, f64, make, rng_for
-from jitcore import ops
+from jitcore.ops import core
 from jitcore.call.choice import NATIVE_EMPTY_OK
 from jitcore.call.plan import MISMATCH
 
@@ -197,7 +197,7 @@ def test_eager_unary_under_changing_dtypes_shapes_and_strides(name):
             got = op(x)
             assert_close(got, _unary_ref(name, x), getattr(np, name)(x).dtype)
             assert got.shape == x.shape
-    assert ops.EAGER_ARRAY_CALLS.get((op, 1)) is not None
+    assert core.EAGER_ARRAY_CALLS.get((op, 1)) is not None
 
 
 def test_eager_binary_ops_and_their_slow_cases():

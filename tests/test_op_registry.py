@@ -18,7 +18,7 @@ from jitcore.ir.errors import DTypeError
 from jitcore.ir.ops import OP_INFO, OpKind, Op, Typing, info
 from jitcore.llvm.opemit import EMITTERS
 from jitcore.passes.decompose import RULES
-from jitcore.tracer import node_of, wrap
+from jitcore.ops.tracer import node_of, wrap
 
 ELEMENTWISE = [op for op in Op if info(op).elementwise]
 PRIMITIVES = [op for op in ELEMENTWISE if not info(op).composite]

@@ -46,7 +46,7 @@ UNARY = ["neg", "abs", "tanh", "sigmoid", "relu", "sin", "cos", "exp_neg_abs", "
          "recip_abs1", "pow_abs1", "gelu_tanh", "hardtanh", "relu6", "hardswish",
          "hardsigmoid", "leaky_relu", "softmax", "log_softmax", "layer_norm", "pow2", "pow3",
          "pow_abs1_2_5", "pow_abs1_m0_5", "pow_abs1_0_5", "pow_abs1_m2",
-         # numpy's other math (jitcore/math_ops.py), on domains where they are smooth
+         # numpy's other math (jitcore/ops/math.py), on domains where they are smooth
          "arctan", "log1p_of_abs", "expm1_neg_abs", "cbrt", "arcsinh", "sinh_tanh", "square",
          # sizes read in Python (run-time sizes under dynamic=True): as a value, in a branch
          "size_scale", "size_branch"]

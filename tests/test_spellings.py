@@ -1,4 +1,4 @@
-"""Every row of the spelling table (jitcore/spellings.py), every spelling of it: the jc
+"""Every row of the spelling table (jitcore/ops/spellings.py), every spelling of it: the jc
 function and its aliases, numpy's ufuncs and functions, the Python operator (and its
 reflection) and the Tracer method build the same graph, recording the row's op, for each
 dtype the row admits, and the value is numpy's (a float64 reference for float results).
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import jitcore as jc
-from jitcore.spellings import ALL, BY_NAME, SPELLINGS, implementation
+from jitcore.ops.spellings import ALL, BY_NAME, SPELLINGS, implementation
 
 ELEMENTWISE = [r for r in SPELLINGS if not r.reduction]
 REDUCTIONS = [r for r in SPELLINGS if r.reduction]

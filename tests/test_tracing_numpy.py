@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 
 import jitcore as jc
-from jitcore import config, numpy_compat
-from jitcore.math_ops import ULP_BOUNDS
+from jitcore import config
+from jitcore.ops import numpy_dispatch
+from jitcore.ops.math import ULP_BOUNDS
 from jitcore.runtime.settings import ThreadSettings
 
 from helpers import ALL_DTYPES, BOOL, F32, F64, assert_close
@@ -493,8 +494,8 @@ def test_readme_lists_the_numpy_surface_of_the_code():
     text = (ROOT / "README.md").read_text()
     m = re.search(r"<!-- numpy-surface:begin -->\n(.*?)\n<!-- numpy-surface:end -->", text, re.S)
     assert m, "README: the generated numpy surface block is missing"
-    assert m.group(1) == numpy_compat.supported_text(), \
-        "README's numpy list is stale: paste jitcore.numpy_compat.supported_text()"
+    assert m.group(1) == numpy_dispatch.supported_text(), \
+        "README's numpy list is stale: paste jitcore.ops.numpy_dispatch.supported_text()"
 
 
 # ---- 5. errors that say what to do ----------------------------------------------------------

@@ -1,7 +1,7 @@
 """ATen -> jitcore: one small function per core ATen op, in the table LOWERINGS.
 
 The elementwise ATen ops whose semantics are a jitcore op's are named in that op's row of
-the spelling table (jitcore/spellings.py) and lowered here by the row's style; the rest are
+the spelling table (jitcore/ops/spellings.py) and lowered here by the row's style; the rest are
 written by hand below, each where torch's semantics differ (alpha, rounding modes, torch's
 dtype rules for where and clamp, reductions over dims).
 
@@ -32,8 +32,8 @@ from jitcore.ir import build
 from jitcore.ir.errors import ShapeError
 from jitcore.ir.ops import info
 from jitcore.ir.sizes import Size, shape_text
-from jitcore.spellings import SPELLINGS, Spelling
-from jitcore.tracer import Tracer, wrap
+from jitcore.ops.spellings import SPELLINGS, Spelling
+from jitcore.ops.tracer import Tracer, wrap
 
 aten = torch.ops.aten
 
@@ -103,7 +103,7 @@ def _axes(dims, ndim):
 
 
 # ---- elementwise and reductions: generated from the spelling table -------------------------------
-# A row of jitcore/spellings.py names the ATen overloads whose semantics are its op's; the
+# A row of jitcore/ops/spellings.py names the ATen overloads whose semantics are its op's; the
 # lowering of each is made here by the row's style. torch computes an op in its result dtype,
 # so the operands are converted to it first (comparisons: to the dtype they promote to).
 def _unary(jc_fn):

@@ -18,7 +18,7 @@ from jitcore.ir import build
 from jitcore.ir.errors import JitcoreError, TraceError
 from jitcore.ir.graph import Graph as IRGraph
 from jitcore.ir.sizes import Size, SizeValueNeeded
-from jitcore.tracer import Tracer, node_of
+from jitcore.ops.tracer import Tracer, node_of
 
 from .lowering import LOWERINGS, bind_symbols, bound_symbols, extent_of, fit_to
 

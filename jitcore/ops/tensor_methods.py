@@ -1,12 +1,12 @@
 """The operators and methods of traced tensors (`x + y`, `x.sum(axis=1)`, `x.T`, `x[i]`) and
 numpy's protocols on them (`np.exp(x)`), attached to `Tracer` when this module is imported.
 The operators and methods that spell one op are made from its row of the spelling table
-(jitcore/spellings.py); the rest (views, indexing, astype, clip, ...) are written here.
+(jitcore/ops/spellings.py); the rest (views, indexing, astype, clip, ...) are written here.
 
 They live apart from the Tracer class, as JAX keeps its array methods apart from its tracers:
-each one records an op of `jitcore.ops`, which is built on `jitcore.tracer`, so defining them
-there would make the two modules import each other. `jitcore.api` imports this module before
-it traces anything.
+each one records an op of `jitcore.ops.core`, which is built on `jitcore.ops.tracer`, so
+defining them there would make the two modules import each other. `jitcore.api` imports this
+module before it traces anything.
 """
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from jitcore.ir import build
 from jitcore.ir import dtypes as dt
 from jitcore.ir.ops import BITWISE_BINARY, COMPARE
 
-from . import join_ops, ops
-from .numpy_compat import apply_function, apply_ufunc
+from . import core, join
+from .numpy_dispatch import apply_function, apply_ufunc
 from .spellings import SPELLINGS, Spelling, implementation
 from .tracer import Tracer, WeakScalar, is_weak
 
@@ -30,33 +30,33 @@ class TensorMethods:
         return apply_function(func, args, kwargs)
 
     def reshape(self, *shape):
-        return ops.reshape(self, shape[0] if len(shape) == 1 else shape)
+        return core.reshape(self, shape[0] if len(shape) == 1 else shape)
 
     def transpose(self, *axes):
-        return ops.transpose(self, (axes[0] if len(axes) == 1 else axes) or None)
+        return core.transpose(self, (axes[0] if len(axes) == 1 else axes) or None)
 
     @property
     def T(self):
-        return ops.transpose(self)
+        return core.transpose(self)
 
     def astype(self, dtype):
-        return ops.astype(self, dtype)
+        return core.astype(self, dtype)
 
     def broadcast_to(self, shape):
-        return ops.broadcast_to(self, shape)
+        return core.broadcast_to(self, shape)
 
     def __getitem__(self, index):
-        return ops.getitem(self, index)
+        return core.getitem(self, index)
 
-    # indexing and joining (jitcore/join_ops.py)
+    # indexing and joining (jitcore/ops/join.py)
     def clip(self, min=None, max=None, **kwargs):   # noqa: A002 -- numpy's names
-        return join_ops.clip(self, min, max, **kwargs)
+        return join.clip(self, min, max, **kwargs)
 
     def cumsum(self, axis=None, dtype=None):
-        return join_ops.cumsum(self, axis, dtype=dtype)
+        return join.cumsum(self, axis, dtype=dtype)
 
     def take(self, indices, axis=None):
-        return join_ops.take(self, indices, axis)
+        return join.take(self, indices, axis)
 
 
 for _name, _member in vars(TensorMethods).items():

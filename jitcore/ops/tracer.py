@@ -1,10 +1,11 @@
 """Tracer values: what a jitted function sees instead of arrays while it is traced.
 
 A Tracer wraps one IR node. Its operators, methods, indexing and numpy's protocols
-(`__array_ufunc__`, `__array_function__`) record ops through `jitcore.ops`; they are attached
-by `jitcore.tensor_methods` (the op namespace is built on this module, so it cannot be imported
-here), and `np.exp(x)`, `x.sum(axis=1)` and `jc.exp(x)` build the same graph. Anything that would need
-a tensor's *value* at trace time (if/while on it, float(x), np.asarray(x)) raises TraceError.
+(`__array_ufunc__`, `__array_function__`) record ops through `jitcore.ops.core`; they are
+attached by `jitcore.ops.tensor_methods` (the op namespace is built on this module, so it
+cannot be imported here), and `np.exp(x)`, `x.sum(axis=1)` and `jc.exp(x)` build the same
+graph. Anything that would need a tensor's *value* at trace time (if/while on it, float(x),
+np.asarray(x)) raises TraceError.
 """
 from __future__ import annotations
 

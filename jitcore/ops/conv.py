@@ -14,7 +14,7 @@ from jitcore.ir.conv import ConvAttrs
 from jitcore.ir.errors import ShapeError
 from jitcore.ir.ops import Op
 
-from .ops import op
+from .core import op
 from .tracer import node_of, wrap
 
 

@@ -24,7 +24,7 @@ from jitcore.ir.ops import Op
 from jitcore.ir.shapes import normalize_axis
 from jitcore.ir.sizes import Size
 
-from .ops import _tensors, maximum, minimum, op
+from .core import _tensors, maximum, minimum, op
 from .tracer import Tracer, node_of, wrap
 
 

@@ -1,7 +1,7 @@
 """numpy functions applied to Tracers: `np.exp(x)`, `np.maximum(x, 0)`, `np.sum(x, axis=1)`...
 
 Each numpy ufunc or function maps to the jc function with numpy's meaning: the op's row of
-the spelling table (jitcore/spellings.py) names the numpy spellings it answers to.
+the spelling table (jitcore/ops/spellings.py) names the numpy spellings it answers to.
 Anything unmapped raises a TraceError that names it, instead of silently computing eagerly.
 """
 from __future__ import annotations
@@ -10,8 +10,8 @@ import numpy as np
 
 from jitcore.ir.errors import TraceError
 
-from . import join_ops, ops
-from . import math_ops as m
+from . import core, join
+from . import math as m
 from .spellings import SPELLINGS, implementation
 
 
@@ -33,8 +33,8 @@ def _from_spellings() -> tuple:
 UFUNCS, REDUCING_UFUNCS, FUNCTIONS = _from_spellings()
 # numpy functions that are not one op's spelling: views, np.dot (checked below), norm
 FUNCTIONS.update({
-    np.reshape: ops.reshape, np.transpose: ops.transpose, np.broadcast_to: ops.broadcast_to,
-    np.expand_dims: ops.expand_dims, np.squeeze: ops.squeeze, np.dot: ops.matmul,
+    np.reshape: core.reshape, np.transpose: core.transpose, np.broadcast_to: core.broadcast_to,
+    np.expand_dims: core.expand_dims, np.squeeze: core.squeeze, np.dot: core.matmul,
     np.linalg.norm: m.norm,
 })
 
@@ -63,11 +63,11 @@ def _unsupported(what: str) -> TraceError:
                       + "; ".join(f"{kind}: {', '.join(names)}"
                                   for kind, names in supported().items()))
 
-# indexing and joining (jitcore/join_ops.py)
+# indexing and joining (jitcore/ops/join.py)
 FUNCTIONS.update({
-    np.take: join_ops.take, np.concatenate: join_ops.concatenate, np.stack: join_ops.stack,
-    np.split: join_ops.split, np.pad: join_ops.pad, np.clip: join_ops.clip,
-    np.cumsum: join_ops.cumsum,
+    np.take: join.take, np.concatenate: join.concatenate, np.stack: join.stack,
+    np.split: join.split, np.pad: join.pad, np.clip: join.clip,
+    np.cumsum: join.cumsum,
 })
 
 

@@ -1,9 +1,9 @@
 """numpy's other elementwise math and statistics (`jc.arctan2`, `jc.sign`, `jc.var`, ...):
-the custom rows of the spelling table (jitcore/spellings.py) that are not one IR op.
+the custom rows of the spelling table (jitcore/ops/spellings.py) that are not one IR op.
 
 The ufuncs that are one kernel of the vector math (arctan, cbrt, expm1, log1p, log2, log10,
-exp2, sinh, cosh: `jitcore/llvm/vecmath.py`) are generated in `jitcore.ops` from their
-rows. The functions here are decompositions into them and the other ops of `jitcore.ops`,
+exp2, sinh, cosh: `jitcore/llvm/vecmath.py`) are generated in `jitcore.ops.core` from their
+rows. The functions here are decompositions into them and the other ops of `jitcore.ops.core`,
 chosen for accuracy rather than brevity:
 arcsinh/arccosh/arctanh go through log1p where the naive formulas cancel, hypot scales.
 Each evaluates one transcendental per element (the branches select its argument, not its
@@ -24,8 +24,8 @@ from jitcore.ir import dtypes as dt
 from jitcore.ir.errors import DTypeError, ShapeError, TraceError
 from jitcore.ir.shapes import normalize_axes
 
-from . import ops
-from .ops import op
+from . import core
+from .core import op
 from .spellings import implements
 from .tracer import Tracer, node_of, wrap
 
@@ -68,14 +68,14 @@ def _in_float(fn, wide: bool):
     scalars weak, made float), or, with `wide`, in float64 with float32 results rounded
     once (for the cheap ones whose float32 form would lose accuracy)."""
     def apply(*xs):
-        nodes = ops.float_operands(*xs, float_of=dt.float_result) if len(xs) > 1 \
+        nodes = core.float_operands(*xs, float_of=dt.float_result) if len(xs) > 1 \
             else [node_of(xs[0])]
         common = nodes[0].dtype
         for n in nodes[1:]:
             common = dt.promote(common, n.dtype)
         result = dt.float_result(common)
         work = [wrap(build.cast(n, dt.float64 if wide else result)) for n in nodes]
-        return ops.astype(fn(*work), result)
+        return core.astype(fn(*work), result)
     apply.__name__ = fn.__name__
     return apply
 
@@ -86,11 +86,11 @@ def _c(value, like: Tracer) -> Tracer:
 
 
 def _where(cond, x, y):
-    return ops.where(cond, x, y)
+    return core.where(cond, x, y)
 
 
-# the vector math's kernels and the sign copy, as jitcore.ops records them
-_copysign, _atan, _log1p = ops.copysign, ops.arctan, ops.log1p
+# the vector math's kernels and the sign copy, as jitcore.ops.core records them
+_copysign, _atan, _log1p = core.copysign, core.arctan, core.log1p
 
 
 # ---- decompositions (in the input's float dtype, or float64: see _in_float) -----------------
@@ -106,9 +106,9 @@ def _arcsinh(x):
     """log1p of one argument per element: |x| < 2: a + a^2/(1 + sqrt(1 + a^2)) (no
     cancellation); below 2^28: 2a + 1/(sqrt(a^2 + 1) + a) - 1 (exact subtraction);
     beyond: a - 1, plus ln 2. One sqrt, one division and one log1p."""
-    a = ops.abs(x)
+    a = core.abs(x)
     a2 = a * a
-    q = ops.sqrt(1.0 + a2)
+    q = core.sqrt(1.0 + a2)
     small = a < 2.0
     d = _where(small, a2, _c(1.0, a)) / _where(small, 1.0 + q, q + a)
     s = _where(small, a + d, _where(a < _BIG, (2.0 * a + d) - 1.0, a - 1.0))
@@ -120,7 +120,7 @@ def _arccosh(x):
     """log1p of one argument per element: x < 2: t + sqrt(2t + t^2) with t = x - 1; below
     2^28: 2x - 1/(x + sqrt(x^2 - 1)) - 1; beyond: x - 1, plus ln 2. NaN below 1."""
     t = x - 1.0
-    q = ops.sqrt(t * (t + 2.0))                     # sqrt(x^2 - 1) without cancellation
+    q = core.sqrt(t * (t + 2.0))                     # sqrt(x^2 - 1) without cancellation
     mid = (2.0 * x - 1.0 / (x + q)) - 1.0
     s = _where(x < 2.0, t + q, _where(x < _BIG, mid, t))
     r = _log1p(s) + _where(x < _BIG, _c(0.0, x), _c(_LN2, x))
@@ -130,19 +130,19 @@ def _arccosh(x):
 def _arctanh(x):
     """0.5 * log1p(2a/(1 - a)), with 2a + a*(2a/(1 - a)) below 0.5 (the same value, summed
     so that the small term comes last). One division and one log1p."""
-    a = ops.abs(x)
+    a = core.abs(x)
     d = (2.0 * a) / (1.0 - a)
     s = _where(a < 0.5, 2.0 * a + a * d, d)
     return _copysign(0.5 * _log1p(s), x)
 
 
 def _arcsin(x):
-    a = ops.abs(x)
-    return _copysign(_atan(a / ops.sqrt((1.0 - a) * (1.0 + a))), x)
+    a = core.abs(x)
+    return _copysign(_atan(a / core.sqrt((1.0 - a) * (1.0 + a))), x)
 
 
 def _arccos(x):
-    return 2.0 * _atan(ops.sqrt((1.0 - x) / (1.0 + x)))
+    return 2.0 * _atan(core.sqrt((1.0 - x) / (1.0 + x)))
 
 
 def _signbit(x: Tracer) -> Tracer:
@@ -150,8 +150,8 @@ def _signbit(x: Tracer) -> Tracer:
 
 
 def _arctan2(y, x):
-    ax, ay = ops.abs(x), ops.abs(y)
-    lo, hi = ops.minimum(ax, ay), ops.maximum(ax, ay)
+    ax, ay = core.abs(x), core.abs(y)
+    lo, hi = core.minimum(ax, ay), core.maximum(ax, ay)
     t = lo / hi
     t = _where(hi == 0.0, _c(0.0, t), _where(lo == math.inf, _c(1.0, t), t))
     r = _atan(t)
@@ -161,17 +161,17 @@ def _arctan2(y, x):
 
 
 def _hypot(x, y):
-    ax, ay = ops.abs(x), ops.abs(y)
-    lo, hi = ops.minimum(ax, ay), ops.maximum(ax, ay)
+    ax, ay = core.abs(x), core.abs(y)
+    lo, hi = core.minimum(ax, ay), core.maximum(ax, ay)
     r = lo / hi
-    h = hi * ops.sqrt(1.0 + r * r)
+    h = hi * core.sqrt(1.0 + r * r)
     h = _where(hi == 0.0, hi, h)
     return _where((ax == math.inf) | (ay == math.inf), _c(math.inf, h), h)
 
 
 def _logaddexp(x, y):
-    m = ops.maximum(x, y)
-    r = m + _log1p(ops.exp(-ops.abs(x - y)))
+    m = core.maximum(x, y)
+    r = m + _log1p(core.exp(-core.abs(x - y)))
     return _where(x == y, x + _LN2, r)             # equal infinities: x - y is NaN
 
 
@@ -260,22 +260,22 @@ def isnan(x):
 @op
 def isinf(x):
     t = _node(x)
-    return ops.abs(t) == math.inf if t.node.dtype.is_float else t != t
+    return core.abs(t) == math.inf if t.node.dtype.is_float else t != t
 
 
 @implements("isfinite")
 @op
 def isfinite(x):
     t = _node(x)
-    return ops.abs(t) < math.inf if t.node.dtype.is_float else t == t
+    return core.abs(t) < math.inf if t.node.dtype.is_float else t == t
 
 
 def _fminmax(name, pick):
     def f(x, y):
-        a, c = ops._tensors(x, y)
+        a, c = core._tensors(x, y)
         a, c = wrap(a), wrap(c)
         common = dt.promote(a.node.dtype, c.node.dtype)
-        a, c = ops.astype(a, common), ops.astype(c, common)
+        a, c = core.astype(a, common), core.astype(c, common)
         m = pick(a, c)
         if not common.is_float:
             return m
@@ -284,8 +284,8 @@ def _fminmax(name, pick):
     return implements(name)(op(f))
 
 
-fmax = _fminmax("fmax", ops.maximum)
-fmin = _fminmax("fmin", ops.minimum)
+fmax = _fminmax("fmax", core.maximum)
+fmin = _fminmax("fmin", core.minimum)
 
 
 @implements("trunc")
@@ -294,7 +294,7 @@ def trunc(x):
     t = _node(x)
     if not t.node.dtype.is_float:
         return t
-    return _copysign(ops.floor(ops.abs(t)), t)
+    return _copysign(core.floor(core.abs(t)), t)
 
 
 @implements("rint")
@@ -304,7 +304,7 @@ def rint(x):
     if not _node(x).node.dtype.is_float:
         return t
     big = 2.0 ** (52 if t.node.dtype == dt.float64 else 23)
-    a = ops.abs(t)
+    a = core.abs(t)
     # adding 2**mant pushes the fraction out with the FPU's round-half-even
     r = _where(a < big, (a + big) - big, a)
     return _copysign(r, t)
@@ -358,18 +358,18 @@ def var(x, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
     t = _node(x)
     want = dt.as_dtype(dtype) if dtype is not None else \
         (t.node.dtype if t.node.dtype.is_float else dt.float64)
-    t = ops.astype(t, want)
+    t = core.astype(t, want)
     axes = normalize_axes(axis, t.node.ndim, "var")
     n = _count(t.node.shape, axes)
-    d = t - ops.mean(t, axes, keepdims=True)
-    s = ops.sum(d * d, axes, keepdims=keepdims)
+    d = t - core.mean(t, axes, keepdims=True)
+    s = core.sum(d * d, axes, keepdims=keepdims)
     return s / float(max(n - ddof, 0))
 
 
 @implements("std")
 @op
 def std(x, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
-    return ops.sqrt(var(x, axis, dtype, out, ddof, keepdims))
+    return core.sqrt(var(x, axis, dtype, out, ddof, keepdims))
 
 
 @op
@@ -378,12 +378,12 @@ def norm(x, ord=None, axis=None, keepdims=False):  # noqa: A002 (numpy's name)
     the Frobenius norm (ord None/'fro') and the 1/inf matrix norms over two axes."""
     t = _node(x)
     if not t.node.dtype.is_float:
-        t = ops.astype(t, dt.float64)                # numpy: integers in float64
+        t = core.astype(t, dt.float64)                # numpy: integers in float64
     nd = t.node.ndim
     if axis is None:
         if ord is None or (ord == "fro" and nd == 2):
-            r = ops.sqrt(ops.sum(t * t))
-            return ops.reshape(r, (1,) * nd) if keepdims else r
+            r = core.sqrt(core.sum(t * t))
+            return core.reshape(r, (1,) * nd) if keepdims else r
         axes = tuple(range(nd))
     else:
         axes = normalize_axes(axis, nd, "norm") if isinstance(axis, (tuple, list)) else \
@@ -396,38 +396,38 @@ def norm(x, ord=None, axis=None, keepdims=False):  # noqa: A002 (numpy's name)
 
 
 def _vector_norm(t, ord, axes, keepdims):  # noqa: A002
-    a = ops.abs(t)
+    a = core.abs(t)
     if ord is None or ord == 2:
-        return ops.sqrt(ops.sum(t * t, axes, keepdims=keepdims))
+        return core.sqrt(core.sum(t * t, axes, keepdims=keepdims))
     if ord == math.inf:
-        return ops.max(a, axes, keepdims=keepdims)
+        return core.max(a, axes, keepdims=keepdims)
     if ord == -math.inf:
-        return ops.min(a, axes, keepdims=keepdims)
+        return core.min(a, axes, keepdims=keepdims)
     if ord == 0:
-        return ops.sum(ops.astype(t != 0.0, t.node.dtype), axes, keepdims=keepdims)
+        return core.sum(core.astype(t != 0.0, t.node.dtype), axes, keepdims=keepdims)
     if ord == 1:
-        return ops.sum(a, axes, keepdims=keepdims)
+        return core.sum(a, axes, keepdims=keepdims)
     if isinstance(ord, str):
         raise ShapeError(f"norm: ord {ord!r} is a matrix norm; a vector norm takes a number")
     p = float(ord)
-    return ops.pow(ops.sum(ops.pow(a, p), axes, keepdims=keepdims), 1.0 / p)
+    return core.pow(core.sum(core.pow(a, p), axes, keepdims=keepdims), 1.0 / p)
 
 
 def _matrix_norm(t, ord, axes, keepdims):  # noqa: A002
     r_ax, c_ax = axes
-    a = ops.abs(t)
+    a = core.abs(t)
     if ord is None or ord == "fro":
-        return ops.sqrt(ops.sum(t * t, axes, keepdims=keepdims))
+        return core.sqrt(core.sum(t * t, axes, keepdims=keepdims))
     if ord in (1, -1):                 # max/min over columns of the column sums
-        s = ops.sum(a, (r_ax,), keepdims=True)
-        pick = ops.max if ord == 1 else ops.min
+        s = core.sum(a, (r_ax,), keepdims=True)
+        pick = core.max if ord == 1 else core.min
     elif ord in (math.inf, -math.inf):
-        s = ops.sum(a, (c_ax,), keepdims=True)
-        pick = ops.max if ord == math.inf else ops.min
+        s = core.sum(a, (c_ax,), keepdims=True)
+        pick = core.max if ord == math.inf else core.min
     else:
         raise TraceError(f"norm: the matrix norm ord={ord!r} needs singular values, which "
                          "jitcore does not compute; supported: None, 'fro', 1, -1, inf, -inf")
     r = pick(s, axes, keepdims=True)
     if keepdims:
         return r
-    return ops.reshape(r, tuple(d for i, d in enumerate(t.node.shape) if i not in axes))
+    return core.reshape(r, tuple(d for i, d in enumerate(t.node.shape) if i not in axes))

@@ -17,7 +17,7 @@ from jitcore.ir.errors import DTypeError, ShapeError
 from jitcore.ir.ops import Op
 from jitcore.ir.pooling import Pool2d
 
-from .ops import op
+from .core import op
 from .tracer import node_of, wrap
 
 

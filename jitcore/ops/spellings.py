@@ -2,11 +2,11 @@
 answers to (the jc function and its aliases, numpy's ufuncs and functions, the Python
 operator, the Tracer method, the ATen overloads whose semantics are the op's) and its doc.
 
-Everything else is generated from the rows: `jitcore.ops` makes the jc function of each
-row that records its op directly (`custom=False`), `jitcore.numpy_compat` the ufunc and
-function dispatch, `jitcore.tensor_methods` the operators and methods, and
+Everything else is generated from the rows: `jitcore.ops.core` makes the jc function of each
+row that records its op directly (`custom=False`), `jitcore.ops.numpy_dispatch` the ufunc and
+function dispatch, `jitcore.ops.tensor_methods` the operators and methods, and
 `jitcore.torch.lowering` the ATen lowerings. A row whose spelling needs logic of its own
-(true division's promotion, where, the decompositions of jitcore.math_ops) is `custom`: its
+(true division's promotion, where, the decompositions of jitcore.ops.math) is `custom`: its
 function is written by hand and registered here with `@implements(name)`.
 
 Adding an elementwise op: its record in ir/ops.py, its emitter in jitcore/llvm/opemit.py,
@@ -34,7 +34,7 @@ class Spelling:
     """One op's spellings. `op` is the IR op the jc function records (None for a
     decomposition into several); without `custom`, the function is generated from it and
     its record (ir/ops.py: arity, reduction or elementwise)."""
-    name: str                       # jc.<name> (and jitcore.ops.<name> or math_ops.<name>)
+    name: str                       # jc.<name> (and jitcore.ops.core.<name> or .math.<name>)
     doc: str
     op: Op | None = None
     arity: int | None = None        # tensor operands: the op's record's (a reduction: 1);
@@ -84,7 +84,7 @@ def _r(name, op, ufunc=None, **kw) -> Spelling:
 
 
 def _m(name, doc, arity=1, **kw) -> Spelling:
-    """A custom spelling of jitcore.math_ops (a decomposition, or a function with logic)."""
+    """A custom spelling of jitcore.ops.math (a decomposition, or a function with logic)."""
     return Spelling(name, doc, kw.pop("op", None), arity=arity, custom=True,
                     ufuncs=kw.pop("ufuncs", (name,)), **kw)
 
@@ -92,7 +92,7 @@ def _m(name, doc, arity=1, **kw) -> Spelling:
 _SHIFT_NOTE = "a count below 0 or of at least the bit width gives"
 
 SPELLINGS: tuple = (
-    # ---- unary ops recorded as they are (jitcore.ops) ------------------------------------
+    # ---- unary ops recorded as they are (jitcore.ops.core) --------------------------------
     _e("exp", Op.EXP, "e**x, elementwise.", ufuncs=("exp",), aten=("exp.default",)),
     _e("log", Op.LOG, "Natural logarithm, elementwise.", ufuncs=("log",),
        aten=("log.default",)),
@@ -147,7 +147,7 @@ SPELLINGS: tuple = (
     _e("exp2", Op.EXP2, "2**x (vector math: 2^round(x) * exp((x - round(x)) * ln2), the "
        "product kept in two parts).", ufuncs=("exp2",), aten=("exp2.default",)),
 
-    # ---- binary ops recorded as they are (jitcore.ops) -----------------------------------
+    # ---- binary ops recorded as they are (jitcore.ops.core) -------------------------------
     _e("add", Op.ADD, "a + b with numpy broadcasting and promotion.", ufuncs=("add",),
        dunder="add"),                       # aten.add: alpha, lowered by hand
     _e("sub", Op.SUB, "a - b.", aliases=("subtract",), ufuncs=("subtract",), dunder="sub",
@@ -202,7 +202,7 @@ SPELLINGS: tuple = (
        aten=("bitwise_right_shift.Tensor", "bitwise_right_shift.Tensor_Scalar",
              "__rshift__.Scalar", "__rshift__.Tensor"), dtypes=INTS),
 
-    # ---- ops with logic of their own in jitcore.ops --------------------------------------
+    # ---- ops with logic of their own in jitcore.ops.core ----------------------------------
     Spelling("div", "a / b (true division: integers give float64, as numpy).", Op.DIV,
              custom=True, aliases=("divide",), ufuncs=("divide",), dunder="truediv",
              aten=("div.Tensor", "div.Scalar")),
@@ -222,7 +222,7 @@ SPELLINGS: tuple = (
              custom=True, ufuncs=("matmul",), functions=("matmul",), dunder="matmul",
              dtypes=NUMERIC),
 
-    # ---- numpy's other math: decompositions in jitcore.math_ops --------------------------
+    # ---- numpy's other math: decompositions in jitcore.ops.math --------------------------
     _m("arcsinh", "Inverse hyperbolic sine.", aten=("asinh.default",)),
     _m("arccosh", "Inverse hyperbolic cosine (NaN below 1).", aten=("acosh.default",)),
     _m("arctanh", "Inverse hyperbolic tangent (+-inf at +-1).", aten=("atanh.default",)),
@@ -262,7 +262,7 @@ SPELLINGS: tuple = (
     _m("nan_to_num", "NaN -> nan, +inf -> posinf (default: the dtype's max), -inf -> neginf "
        "(its min).", ufuncs=(), functions=("nan_to_num",)),
 
-    # ---- reductions (jitcore.ops; keepdims keeps the reduced axes with size 1) ------------
+    # ---- reductions (jitcore.ops.core; keepdims keeps the reduced axes with size 1) -------
     _r("sum", Op.SUM, "add", aten=("sum.dim_IntList", "sum.default")),
     _r("prod", Op.PROD, "multiply", aten=("prod.dim_int", "prod.default")),
     _r("max", Op.MAX, "maximum", aliases=("amax",), functions=("amax",),
@@ -280,13 +280,13 @@ SPELLINGS: tuple = (
 
 BY_NAME = {s.name: s for s in SPELLINGS}
 
-# name -> the function of each custom row, and of each generated one once jitcore.ops made it
+# name -> the function of each custom row, and of each generated one once jitcore.ops.core made it
 _IMPLEMENTATIONS: dict = {}
 
 
 def implements(name: str) -> Callable:
     """Register fn as the jc function of the row `name` (a custom row's hand-written
-    function; jitcore.ops registers the generated ones). Sets its name and docstring."""
+    function; jitcore.ops.core registers the generated ones). Sets its name and docstring."""
     row = BY_NAME[name]
 
     def register(fn):
@@ -300,10 +300,10 @@ def implements(name: str) -> Callable:
 
 def implementation(name: str) -> Callable:
     """The jc function of a row (the modules that implement rows must be imported first:
-    jitcore.ops and jitcore.math_ops)."""
+    jitcore.ops.core and jitcore.ops.math)."""
     fn = _IMPLEMENTATIONS.get(name)
     if fn is None:
         raise LookupError(f"spelling {name!r} has no implementation: a custom row needs "
-                          "@implements(name) on its function in jitcore.ops or math_ops")
+                          "@implements(name) on its function in jitcore.ops.core or .math")
     return fn
 

@@ -1,7 +1,7 @@
 """The op namespace (`jc.exp`, `jc.sum`, ...), with numpy's names and semantics.
 
 The functions that record one elementwise op or reduction are generated from their rows of
-the spelling table (jitcore/spellings.py: names, aliases, docs); the rows marked custom that
+the spelling table (jitcore/ops/spellings.py: names, aliases, docs); the rows marked custom that
 record one op with logic of their own (true division, where, gelu, ...) are written here and
 registered with `@implements`. Views, contractions and row-wise composites follow.
 
@@ -56,7 +56,7 @@ def op(fn):
                 any(isinstance(v, Tracer) for v in kwargs.values()):
             return fn(*args, **kwargs)
         if _eager_runner is None:
-            raise RuntimeError(f"jitcore.ops.{fn.__name__} on plain arrays needs the eager "
+            raise RuntimeError(f"{fn.__module__}.{fn.__name__} on plain arrays needs the eager "
                                "runner: import jitcore first")
         return _eager_runner(wrapper, fn, args, kwargs)
     return wrapper
@@ -118,7 +118,7 @@ def _widen_for_comparison(a, b_):
     return _tensors(a, b_)
 
 
-# ---- the ops generated from the spelling table (jitcore/spellings.py) -----------------------
+# ---- the ops generated from the spelling table (jitcore/ops/spellings.py) --------------------
 
 def _generated_unary(row: Spelling):
     opcode = row.op
