@@ -240,3 +240,14 @@ def test_multiprocessing_pools(method, tmp_path):
             print("ok")
     """, tmp_path=tmp_path)
     assert "ok" in out
+
+
+def test_llvmlite_string_escapes_are_ready_before_threads_compile():
+    """llvmlite fills its string-escape table on first use without a lock (threads compiling
+    at once read a missing entry: KeyError 108); importing jitcore fills it first."""
+    out = run_script(code="""
+        import jitcore, llvmlite.ir.values as values
+        table = values._escape_string.__defaults__[0]
+        print(len(table))
+    """)
+    assert int(out.split()[-1]) == 256

@@ -12,6 +12,12 @@ I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 F32, F64 = ir.FloatType(), ir.DoubleType()
 I8P = I8.as_pointer()
 
+# llvmlite (0.50) fills the table its string escaping reads on first use, unlocked: a thread
+# that escapes a string while another fills it reads a missing entry (KeyError: 108, seen with
+# eight threads compiling at once). Filled here, at import, before any thread compiles.
+if hasattr(ir.values, "_escape_string"):
+    ir.values._escape_string(b"")
+
 _SCALAR = {"bool": I1, "uint8": I8, "int32": I32, "int64": I64, "float32": F32, "float64": F64}
 
 
