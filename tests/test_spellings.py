@@ -168,6 +168,36 @@ def test_every_reduction_spelling(row, dtype):
             np.testing.assert_array_equal(got, want)
 
 
+def _numpy_positional_calls(row):
+    """(text, args after the array) in numpy's positional order for the row's reduction."""
+    wide = {"dtype": np.float64, "out": None, "keepdims": True, "axis": 1}
+    for k in range(1, len(row.numpy_params) + 1):
+        params = row.numpy_params[:k]
+        yield ", ".join(params), tuple(wide[p] for p in params)
+
+
+@pytest.mark.parametrize("row", [pytest.param(r, id=r.name) for r in REDUCTIONS])
+def test_reductions_take_numpys_positional_order(row):
+    """x.sum(1, np.float64) is a float64 sum over axis 1 (not keepdims=np.float64), for every
+    reduction row, through its method, its numpy functions and its ufunc.reduce: the result's
+    dtype, shape and values are numpy's; out= is refused."""
+    x = np.random.default_rng(0).uniform(-2, 2, (3, 5)).astype(np.float32)
+    spelled = {f"x.{row.method}": lambda a, *p: getattr(a, row.method)(*p)}
+    spelled.update({f"np.{f}": getattr(np, f) for f in row.functions})
+    spelled.update({f"np.{u}.reduce": getattr(np, u).reduce for u in row.reduces})
+    for params, args in _numpy_positional_calls(row):
+        for name, f in spelled.items():
+            if name.endswith(".reduce") and "dtype" not in row.numpy_params:
+                continue                     # maximum.reduce's order is (axis, dtype, ...)
+            got = np.asarray(jc.jit(lambda a, _f=f: _f(a, *args))(x))
+            want = np.asarray(f(x, *args))
+            assert (got.dtype, got.shape) == (want.dtype, want.shape), f"{name}(x, {params})"
+            np.testing.assert_allclose(got, want, **TOLERANCE[np.dtype(np.float32)],
+                                       err_msg=f"{name}(x, {params})")
+    with pytest.raises(jc.TraceError, match="out="):
+        jc.jit(lambda a: getattr(a, row.method)(axis=1, out=np.empty(3)))(x)
+
+
 def test_every_row_has_a_reference_and_one_function_per_name():
     """A row numpy cannot spell needs a REFERENCE here; aliases are the same function; the
     doc is the row's."""

@@ -15,12 +15,36 @@ from . import math as m
 from .spellings import SPELLINGS, implementation
 
 
+def in_numpy_order(fn, row):
+    """fn (a jc reduction: x, axis, keepdims, dtype=) called with numpy's positional order for
+    the row (`x.sum(1, np.float64)` is a float64 sum over axis 1, as in numpy; jc.sum(x, 1,
+    True) keeps dims). `out=` is refused: a traced value has no buffer to write."""
+    params = row.numpy_params
+    if not params:
+        return fn
+
+    def numpy_spelled(x, *args, **kwargs):
+        if len(args) > len(params):
+            raise TraceError(f"{row.name}: takes at most {len(params)} arguments after the "
+                             f"array in numpy's order {params}, got {len(args)}")
+        for name, value in zip(params, args):
+            if name in kwargs:
+                raise TraceError(f"{row.name}: got {name!r} twice")
+            kwargs[name] = value
+        if kwargs.pop("out", None) is not None:
+            raise TraceError(f"{row.name}: out= is not supported on traced tensors")
+        return fn(x, **kwargs)
+    numpy_spelled.__name__ = fn.__name__
+    numpy_spelled.__doc__ = fn.__doc__
+    return numpy_spelled
+
+
 def _from_spellings() -> tuple:
     """{numpy ufunc: jc function}, {ufunc: reduction} (ufunc.reduce) and {numpy function:
     jc function}, from the rows of the spelling table."""
     tables = ({}, {}, {})
     for row in SPELLINGS:
-        fn = implementation(row.name)
+        fn = in_numpy_order(implementation(row.name), row)
         for table, names in zip(tables, (row.ufuncs, row.reduces, row.functions)):
             for name in names:
                 spelled = getattr(np, name)
@@ -78,10 +102,10 @@ def apply_ufunc(ufunc, method, inputs, kwargs):
     if method == "__call__" and ufunc in UFUNCS and not extra:
         return UFUNCS[ufunc](*inputs)
     if method == "reduce" and ufunc in REDUCING_UFUNCS:
-        axis = extra.pop("axis", 0)
-        keepdims = extra.pop("keepdims", False)
-        if not extra:
-            return REDUCING_UFUNCS[ufunc](inputs[0], axis, keepdims=keepdims)
+        # numpy passes reduce's arguments by name (axis, dtype, keepdims, initial, where);
+        # the reduction refuses the ones it does not support, by name
+        extra.setdefault("axis", 0)
+        return REDUCING_UFUNCS[ufunc](inputs[0], **extra)
     if method == "__call__" and ufunc in UFUNCS:
         raise TraceError(f"np.{ufunc.__name__}(...) with {sorted(extra)} is not supported on "
                          "traced tensors (only positional operands)")

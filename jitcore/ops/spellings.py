@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from jitcore.ir.ops import Op, info
+from jitcore.ir.ops import Op, Typing, info
 
 # dtype groups (numpy names) for Spelling.dtypes
 FLOATS = ("float32", "float64")
@@ -65,6 +65,20 @@ class Spelling:
     def reduction(self) -> bool:
         """numpy's reduction signature (x, axis, keepdims, dtype) and ufunc.reduce."""
         return self.op is not None and info(self.op).reduction
+
+    @property
+    def numpy_params(self) -> tuple:
+        """A reduction's positional parameters after the array in numpy's own spellings
+        (`x.sum(1, np.float64)`, `np.max(x, 0, None, True)`, `np.add.reduce(x, 0)`); jc's
+        own function is (x, axis, keepdims, dtype=)."""
+        if not self.reduction:
+            return ()
+        record = info(self.op)
+        if record.index_reduction:
+            return ("axis", "out")
+        if record.typing is Typing.SAME:          # max, min: no dtype parameter
+            return ("axis", "out", "keepdims")
+        return ("axis", "dtype", "out", "keepdims")
 
     @property
     def names(self) -> tuple:

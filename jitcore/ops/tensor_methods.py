@@ -15,7 +15,7 @@ from jitcore.ir import dtypes as dt
 from jitcore.ir.ops import BITWISE_BINARY, COMPARE
 
 from . import core, join
-from .numpy_dispatch import apply_function, apply_ufunc
+from .numpy_dispatch import apply_function, apply_ufunc, in_numpy_order
 from .spellings import SPELLINGS, Spelling, implementation
 from .tracer import Tracer, WeakScalar, is_weak
 
@@ -109,7 +109,7 @@ def _unary(row: Spelling):
 
 
 def _method(row: Spelling):
-    fn = implementation(row.name)
+    fn = in_numpy_order(implementation(row.name), row)      # x.sum(axis, dtype, out, ...)
 
     def method(self, *args, **kwargs):
         return fn(self, *args, **kwargs)
