@@ -86,6 +86,21 @@ def _strip_views(node: Node) -> Node:
     return node
 
 
+def _strided_view(node: Node) -> bool:
+    """Whether `node` reads an array in memory through strides alone: its views map every
+    index affinely to the indices of an input, a constant array or a node with a buffer.
+    A reshape merging axes that a permute separated (MobileViT's folding of patches) maps
+    through floordiv/mod: a conv2d cannot read such an operand, so it gets a buffer."""
+    variables = [Var(f"v{k}", d) for k, d in enumerate(node.shape)]
+    idx = tuple(lin(v) for v in variables)
+    while node.op in VIEWS_THROUGH:
+        idx = view_index(node, idx)
+        node = node.src[0]
+    if info(node.op).leaf and not _array_leaf(node):
+        return False                # a scalar constant or an extent: not in memory
+    return all(i.coeff(v) is not None for i in idx for v in variables)
+
+
 def _non_unit(shape) -> list:
     return [d for d in shape if d != 1]
 
@@ -145,6 +160,8 @@ def materialized_nodes(graph: Graph) -> tuple:
                 base = _strip_views(s)
                 if base.op not in LEAF:
                     chosen.add(id(base))
+                if n.op == Op.CONV2D and not _strided_view(s):
+                    chosen.add(id(s))       # the conv reads a contiguous copy of the view
         if n.op in REDUCE or n.op == Op.CUMSUM:
             chosen.add(id(n))
         if n.op == Op.CONCAT and not _written_by_outer_concat(n, nodes, graph):
