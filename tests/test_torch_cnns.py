@@ -8,7 +8,8 @@ stays in torch (`fallbacks` would list it, with explain()'s reason).
 
 Also every argument form of aten.convolution: lists shorter than the spatial rank, "same" and
 "valid" padding, 1-d and depthwise 1-d, grouped and dilated, transposed (1-d and 2-d, strides,
-output_padding, groups, padding larger than the kernel's reach).
+output_padding, groups, padding larger than the kernel's reach); and F.interpolate's nearest
+and bilinear resizing.
 """
 from __future__ import annotations
 
@@ -95,19 +96,23 @@ def regnet():
 
 
 def mobilevit():
-    # 64x64: the feature maps (8, 4, 2) divide into 2x2 patches (else bilinear resizing)
-    cfg = transformers.MobileViTConfig(image_size=64, hidden_sizes=[16, 16, 16],
+    # 48x48: the 6x6 map divides into 2x2 patches, the 3x3 one is resized (bilinear) to 4x4
+    # and back, as MobileViT does
+    cfg = transformers.MobileViTConfig(image_size=48, hidden_sizes=[16, 16, 16],
                                        neck_hidden_sizes=[8, 8, 8, 8, 8, 8, 16],
                                        num_attention_heads=2, expand_ratio=2.0)
-    return transformers.MobileViTModel(cfg), _image(64)
+    return transformers.MobileViTModel(cfg), _image(48)
 
 
 def segformer():
+    """The encoder and the semantic-segmentation head (its maps resized bilinearly)."""
     cfg = transformers.SegformerConfig(num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1],
                                        hidden_sizes=[8, 16], patch_sizes=[7, 3],
                                        strides=[4, 2], num_attention_heads=[1, 2],
-                                       mlp_ratios=[2, 2], drop_path_rate=0.0)
-    return transformers.SegformerModel(cfg), _image()
+                                       mlp_ratios=[2, 2], drop_path_rate=0.0,
+                                       decoder_hidden_size=16, num_labels=3)
+    model = transformers.SegformerForSemanticSegmentation(cfg)
+    return Hidden(model, "logits"), _image()
 
 
 def poolformer():
@@ -211,6 +216,15 @@ class Convolution(torch.nn.Module):
         return torch.ops.aten.convolution(x, self.weight, self.bias, *self.args)
 
 
+class Resize(torch.nn.Module):
+    def __init__(self, **options):
+        super().__init__()
+        self.options = options
+
+    def forward(self, x):
+        return torch.nn.functional.interpolate(x, **self.options)
+
+
 nn = torch.nn
 FORMS = {
     "one_element_lists": lambda: Convolution((6, 4, 3, 3), [2], [1], [1], False, [0], 1),
@@ -227,6 +241,13 @@ FORMS = {
     "transposed_cropped": lambda: nn.ConvTranspose2d(4, 3, 3, padding=2),
     "transposed_1d": lambda: nn.ConvTranspose1d(4, 6, 5, stride=3, padding=2,
                                                 output_padding=2, groups=2),
+    # F.interpolate, as decode heads and MobileViT resize maps (jitcore/torch/resize.py)
+    "resize_bilinear": lambda: Resize(size=(13, 5), mode="bilinear"),
+    "resize_bilinear_corners": lambda: Resize(size=(13, 5), mode="bilinear",
+                                              align_corners=True),
+    "resize_bilinear_factors": lambda: Resize(scale_factor=(1.7, 0.6), mode="bilinear"),
+    "resize_nearest": lambda: Resize(scale_factor=2.5, mode="nearest"),
+    "resize_nearest_size": lambda: Resize(size=(3, 11), mode="nearest"),
 }
 
 

@@ -35,7 +35,7 @@ from jitcore.ir.sizes import Size, shape_text
 from jitcore.ops.spellings import SPELLINGS, Spelling
 from jitcore.ops.tracer import Tracer, wrap
 
-from . import convolution
+from . import convolution, resize
 
 aten = torch.ops.aten
 
@@ -537,6 +537,27 @@ def _avg_pool2d(out, x, kernel_size, stride=(), padding=0, ceil_mode=False,
 @lower(aten._adaptive_avg_pool2d.default, needs=("adaptive_avg_pool2d",))
 def _adaptive_avg_pool2d(out, x, output_size):
     return jc.adaptive_avg_pool2d(x, tuple(output_size))
+
+
+# resizing (F.interpolate): constant source indices and weights, jitcore/torch/resize.py
+@lower(aten.upsample_nearest2d.vec, needs=("take",))
+def _upsample_nearest_vec(out, x, output_size, scale_factors):
+    return resize.nearest(x, shape_of(out)[2:], scale_factors)
+
+
+@lower(aten.upsample_nearest2d.default, needs=("take",))
+def _upsample_nearest(out, x, output_size, scales_h=None, scales_w=None):
+    return resize.nearest(x, shape_of(out)[2:], (scales_h, scales_w))
+
+
+@lower(aten.upsample_bilinear2d.vec, needs=("take",))
+def _upsample_bilinear_vec(out, x, output_size, align_corners, scale_factors):
+    return resize.bilinear(x, shape_of(out)[2:], align_corners, scale_factors)
+
+
+@lower(aten.upsample_bilinear2d.default, needs=("take",))
+def _upsample_bilinear(out, x, output_size, align_corners, scales_h=None, scales_w=None):
+    return resize.bilinear(x, shape_of(out)[2:], align_corners, (scales_h, scales_w))
 
 
 @lower(operator.getitem)
