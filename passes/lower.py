@@ -86,6 +86,27 @@ def _strip_views(node: Node) -> Node:
     return node
 
 
+def _strided_view(node: Node, input_strides: dict) -> bool:
+    """Whether `node` reads an array in memory through strides alone: through its views, its
+    offset in an input, a constant array or a node with a (contiguous) buffer is affine in
+    its indices. A reshape merging axes that a permute separated (MobileViT's folding of
+    patches) leaves floordiv/mod terms: a conv2d cannot read such an operand."""
+    variables = [Var(f"v{k}", d) for k, d in enumerate(node.shape)]
+    idx = tuple(lin(v) for v in variables)
+    while node.op in VIEWS_THROUGH:
+        idx = view_index(node, idx)
+        node = node.src[0]
+    if info(node.op).leaf and not _array_leaf(node):
+        return False                # a scalar constant or an extent: not in memory
+    strides = (input_strides.get(node.arg) if node.op == Op.INPUT else None) or \
+        contiguous_strides(node.shape)
+    at = lin(0)
+    for i, stride in zip(idx, strides):
+        if stride:
+            at = at + lin(i) * stride
+    return all(at.coeff(v) is not None for v in variables)
+
+
 def _non_unit(shape) -> list:
     return [d for d in shape if d != 1]
 
@@ -133,9 +154,10 @@ def _waits_on_a_task(node: Node, chosen: set) -> bool:
     return False
 
 
-def materialized_nodes(graph: Graph) -> tuple:
+def materialized_nodes(graph: Graph, input_strides: dict | None = None) -> tuple:
     """The nodes that get a buffer of their own, in topological order, and the fused GEMM
-    and pooling epilogues: id(node) -> the matmul or pooling its kernel computes."""
+    and pooling epilogues: id(node) -> the matmul or pooling its kernel computes.
+    `input_strides`: input name -> its strides in elements (default: contiguous)."""
     nodes = graph.nodes()
     chosen = {id(o) for o in graph.outputs}
     for n in nodes:
@@ -145,6 +167,8 @@ def materialized_nodes(graph: Graph) -> tuple:
                 base = _strip_views(s)
                 if base.op not in LEAF:
                     chosen.add(id(base))
+                if n.op == Op.CONV2D and not _strided_view(s, input_strides or {}):
+                    chosen.add(id(s))       # the conv reads a contiguous copy of the view
         if n.op in REDUCE or n.op == Op.CUMSUM:
             chosen.add(id(n))
         if n.op == Op.CONCAT and not _written_by_outer_concat(n, nodes, graph):
@@ -303,6 +327,7 @@ def offset(buf: Buffer, idx: tuple) -> Lin:
 class _Lowering:
     def __init__(self, graph: Graph, input_strides: dict):
         self.graph, self.buffers, self.read_buffer, self.consts = graph, [], {}, []
+        self.input_strides = input_strides
         for node in graph.inputs:
             strides = input_strides.get(node.arg) or contiguous_strides(node.shape)
             self.read_buffer[id(node)] = self._buffer(node.arg, "input", node, strides)
@@ -330,7 +355,7 @@ class _Lowering:
 
     def run(self) -> LoweredGraph:
         self.checks, self.status = [], None
-        mats, self.epilogues = materialized_nodes(self.graph)
+        mats, self.epilogues = materialized_nodes(self.graph, self.input_strides)
         out_ids = [id(o) for o in self.graph.outputs]
         write_buffer = {}
         for node in mats:                                  # outputs first: fixed slot order

@@ -515,3 +515,24 @@ def test_batch_norm_and_column_scale_fold_into_constant_matmul(dtype):
     want = (x64 @ w64) * rows
     assert_close(by_row(x), want, dtype, rtol=0, atol=2 * tol * mag * np.abs(rows)
                  + 8 * np.finfo(dtype).eps * np.abs(want), msg="row scale, not folded")
+
+
+@pytest.mark.parametrize("dtype", [F32, F64])
+def test_operand_views_that_strides_cannot_express_are_copied(dtype):
+    """A conv2d input that merges axes a transpose separated (MobileViT folds its patches
+    back so: reshape, transpose, reshape) is not a strided view of its array: the conv reads
+    a copy; its weight, a grouped regrouping of a constant, likewise. Values as torch's."""
+    rng = np.random.default_rng(17)
+    x, w = rand(rng, (1, 4, 6, 4), dtype), rand(rng, (2, 2, 2, 3, 3), dtype)
+
+    def fold(x, w):
+        p = jc.transpose(jc.reshape(x, (1, 4, 3, 2, 2, 2)), (0, 1, 2, 4, 3, 5))
+        w2 = jc.reshape(jc.transpose(w, (1, 0, 2, 3, 4)), (4, 2, 3, 3))
+        return jc.conv2d(jc.reshape(p, (1, 4, 6, 4)), w2, padding=1, groups=2)
+
+    xf = x.reshape(1, 4, 3, 2, 2, 2).transpose(0, 1, 2, 4, 3, 5).reshape(1, 4, 6, 4)
+    wf = w.transpose(1, 0, 2, 3, 4).reshape(4, 2, 3, 3)
+    ref, mag = ref_conv2d(xf, wf, padding=1, groups=2)
+    assert_conv_close(jc.jit(fold)(x, w), ref, mag, dtype, 18, "weight an input")
+    assert_conv_close(jc.jit(fold, constants=dict(w=w))(x), ref, mag, dtype, 18,
+                      "weight a constant")

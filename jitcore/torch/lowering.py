@@ -12,7 +12,7 @@ torch computed it at export time (a FakeTensor, or a tuple of them): shapes and 
 
 An entry names the jitcore ops it needs (`needs=("conv2d",)`): while one of them does not exist in
 this jitcore (`getattr(jc, name, None) is None`), the op counts as unsupported and runs in torch.
-An entry may also have a `check(node)`: arguments the lowering does not handle (a transposed
+An entry may also have a `check(node)`: arguments the lowering does not handle (a 3-d
 convolution, say) make that node unsupported.
 """
 from __future__ import annotations
@@ -34,6 +34,8 @@ from jitcore.ir.ops import info
 from jitcore.ir.sizes import Size, shape_text
 from jitcore.ops.spellings import SPELLINGS, Spelling
 from jitcore.ops.tracer import Tracer, wrap
+
+from . import convolution, resize
 
 aten = torch.ops.aten
 
@@ -409,6 +411,43 @@ def _layer_norm(out, x, normalized_shape, weight, bias, eps):
     return y, jc.reshape(mean, keep), jc.reshape(rstd, keep)
 
 
+@lower(aten.native_group_norm.default)
+def _group_norm(out, x, weight, bias, n, channels, spatial, groups, eps):
+    """Group norm over (C / groups) channels x the spatial axes, then the per-channel affine;
+    also torch's mean and 1/std per (N, groups) (usually unused: dead in the graph)."""
+    shape = x.shape
+    flat = jc.reshape(x, (shape[0], groups, math.prod(shape[1:]) // groups))
+    mean = jc.mean(flat, axis=-1, keepdims=True)
+    d = flat - mean
+    rstd = jc.rsqrt(jc.mean(d * d, axis=-1, keepdims=True) + eps)
+    y = jc.reshape(d * rstd, shape)
+    per_channel = (1, shape[1]) + (1,) * (len(shape) - 2)
+    if weight is not None:
+        y = y * jc.reshape(weight, per_channel)
+    if bias is not None:
+        y = y + jc.reshape(bias, per_channel)
+    return y, jc.reshape(mean, (shape[0], groups)), jc.reshape(rstd, (shape[0], groups))
+
+
+@lower(aten.linalg_vector_norm.default)
+def _vector_norm(out, x, ord=2, dim=None, keepdim=False, dtype=None):   # noqa: A002
+    """The p-norm over `dim` (None: all axes): 2 as sqrt(sum(x*x)), 1, inf, -inf, 0 and any
+    other p as torch defines them."""
+    x = as_dtype(x, np_dtype(out))
+    axes, a = _axes(dim, x.ndim), jc.abs(x)
+    if ord == 2:
+        return jc.sqrt(jc.sum(x * x, axis=axes, keepdims=keepdim))
+    if ord == 1:
+        return jc.sum(a, axis=axes, keepdims=keepdim)
+    if ord == math.inf:
+        return jc.max(a, axis=axes, keepdims=keepdim)
+    if ord == -math.inf:
+        return jc.min(a, axis=axes, keepdims=keepdim)
+    if ord == 0:
+        return jc.sum(as_dtype(jc.not_equal(x, 0), x.dtype), axis=axes, keepdims=keepdim)
+    return jc.power(jc.sum(jc.power(a, ord), axis=axes, keepdims=keepdim), 1.0 / ord)
+
+
 # ---- indexing ----------------------------------------------------------------------------------
 @lower(aten.embedding.default, needs=("take",))
 def _embedding(out, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
@@ -458,20 +497,13 @@ def _pad(out, x, pad, value=0):
 
 # ---- convolution, pooling, batch norm ----------------------------------------------------------
 def _conv_check(node):
-    transposed = node.args[6]
-    ndim = len(node.args[3])
-    if transposed:
-        return "transposed convolution"
-    return None if ndim in (1, 2) else f"{ndim}-d convolution"
+    return convolution.unsupported(node.args[1].meta["val"].dim())
 
 
-@lower(aten.convolution.default, needs=("conv2d", "conv1d"), check=_conv_check)
-def _convolution(out, x, weight, bias, stride, padding, dilation, transposed, output_padding,
-                 groups):
-    conv = jc.conv2d if len(stride) == 2 else jc.conv1d
-    unpack = (lambda v: tuple(v)) if len(stride) == 2 else (lambda v: v[0])
-    return conv(x, weight, bias, stride=unpack(stride), padding=unpack(padding),
-                dilation=unpack(dilation), groups=groups)
+# every argument form (short lists, transposed, 1-d): jitcore/torch/convolution.py
+@lower(aten.convolution.default, needs=("conv2d", "conv1d", "pad"), check=_conv_check)
+def _convolution(out, *args):
+    return convolution.convolution(*args)
 
 
 @lower(aten._native_batch_norm_legit_no_training.default, needs=("batch_norm",))
@@ -505,6 +537,27 @@ def _avg_pool2d(out, x, kernel_size, stride=(), padding=0, ceil_mode=False,
 @lower(aten._adaptive_avg_pool2d.default, needs=("adaptive_avg_pool2d",))
 def _adaptive_avg_pool2d(out, x, output_size):
     return jc.adaptive_avg_pool2d(x, tuple(output_size))
+
+
+# resizing (F.interpolate): constant source indices and weights, jitcore/torch/resize.py
+@lower(aten.upsample_nearest2d.vec, needs=("take",))
+def _upsample_nearest_vec(out, x, output_size, scale_factors):
+    return resize.nearest(x, shape_of(out)[2:], scale_factors)
+
+
+@lower(aten.upsample_nearest2d.default, needs=("take",))
+def _upsample_nearest(out, x, output_size, scales_h=None, scales_w=None):
+    return resize.nearest(x, shape_of(out)[2:], (scales_h, scales_w))
+
+
+@lower(aten.upsample_bilinear2d.vec, needs=("take",))
+def _upsample_bilinear_vec(out, x, output_size, align_corners, scale_factors):
+    return resize.bilinear(x, shape_of(out)[2:], align_corners, scale_factors)
+
+
+@lower(aten.upsample_bilinear2d.default, needs=("take",))
+def _upsample_bilinear(out, x, output_size, align_corners, scales_h=None, scales_w=None):
+    return resize.bilinear(x, shape_of(out)[2:], align_corners, (scales_h, scales_w))
 
 
 @lower(operator.getitem)
