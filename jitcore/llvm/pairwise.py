@@ -104,9 +104,9 @@ class PairwiseAccumulators:
     """A horizontal float sum's accumulators (vector `accs`, scalar `sacc`) pushed into
     binary counters of partial sums (PairwiseSum) and emptied at the end of every block
     (BLOCK_TRIPS trips of the innermost loop; when it is short, enough of its runs to make
-    about as many adds per accumulator). A block is 16 trips of `len(accs)` vectors (1024
-    float32 at 512 bits, 4 accumulators): a push, a short carry loop (resolved by LLVM
-    where the row length is a constant), costs little against the block's loads.
+    about as many adds per accumulator). A block is 16 trips of `len(accs)` vectors (in a
+    sum kernel 2 KB, 512 float32 at every width, see reduce.SUM_ACCUMULATOR_BYTES; in a row
+    kernel 4 vectors): a push, a short carry loop, costs little against the block's loads.
     `ke`: the reduction's emitter (reduce.py), read for its builder, lanes and combine op."""
 
     def __init__(self, ke, accs, sacc, vector_sum, identity):
