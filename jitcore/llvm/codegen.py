@@ -336,9 +336,10 @@ class KernelEmitter:
 
     def trips(self, lo, hi, step: int, name: str, trip, on_block=None):
         """trip(i) for i in range(lo, hi, step); with on_block, in blocks of BLOCK_TRIPS
-        trips, each followed by on_block() (the trips left over run after the blocks).
-        LLVM may unroll these loops only when the kernel's body is cheap: a costly one
-        (vector math) is throughput-bound, and unrolling copies its math per trip."""
+        trips, each followed by on_block() (the trips left over run after the blocks; the
+        blocks' loops stay rolled). LLVM may unroll the other loops only when the kernel's
+        body is cheap: a costly one (vector math) is throughput-bound, and unrolling copies
+        its math per trip."""
         unroll = self.cheap_body()
         if on_block is None:
             if _may_run(lo, hi, step):
@@ -350,11 +351,14 @@ class KernelEmitter:
         blocks_end = u.add(b, lo, u.mul(b, u.sdiv(b, u.sub(b, hi, lo), u.I64(span)),
                                         u.I64(span)))
         if _may_run(lo, blocks_end, span):
-            # (LLVM would unroll a few blocks, copying the whole inner loop each time)
+            # neither loop is unrolled by LLVM: unrolling the blocks copies the whole inner
+            # loop; unrolling a block's trips lets the scheduler interleave the accumulators'
+            # chains of adds, reading the block's cache lines out of address order (a 4096-wide
+            # row sum from memory ran at 0.77x the bandwidth of a max over the same rows)
             with u.for_range(self.b, lo, blocks_end, span, name=name + "b",
                              unroll=False) as i0:
                 with u.for_range(self.b, i0, u.add(b, i0, u.I64(span)), step, name=name,
-                                 unroll=unroll) as i:
+                                 unroll=False) as i:
                     trip(i)
                 on_block()
         if _may_run(blocks_end, hi, step):

@@ -2,10 +2,20 @@
 
 A reduction kernel adds its values into a few vector accumulators; over a long row each lane
 would add n / (lanes * accumulators) values in sequence, and a float32 sum's error grows
-with that count (float32 stops counting ones at 2**24). Instead, every block of a fixed
-number of vectors is pushed into a binary counter: level l holds the sum of 2**l blocks,
-and a push adds equal-sized sums together (carrying like binary addition), so each value
-goes through about log2(n / block) additions after its block, as in numpy's pairwise sum.
+with that count (float32 stops counting ones at 2**24). Instead, every block (BLOCK_TRIPS
+trips of the main loop) the accumulators are summed as a tree and pushed into a binary
+counter: level l holds the sum of 2**l blocks, and a push adds equal-sized sums together
+(carrying like binary addition), so each value goes through about log2(n / block) additions
+after its block, as in numpy's pairwise sum.
+
+The error bound has numpy's form. numpy adds 16 values in sequence per accumulator (blocks
+of 128, 8 accumulators), 3 levels to join them, then halves pairwise: for n = 2**k a value
+sees at most k + 11 roundings. Here each lane of each accumulator adds BLOCK_TRIPS = 16
+values in sequence (from 0: 15 roundings), log2(accumulators) levels join them, log2(blocks)
+levels of the counter and log2(lanes) of the final lane tree follow: with a block of
+16 * accumulators * lanes = 2**b elements, 15 + (k - b) + log2(accumulators * lanes)
+= k + 11 as well, at every vector width. (The fold adds a level per set bit of the block
+count when that is not a power of two, as numpy's uneven halves do.)
 
 The structure depends only on the row length and the loop shape, never on the thread
 count (one thread reduces a whole row), so results stay bitwise reproducible. Rows shorter
@@ -19,7 +29,6 @@ from . import irutil as u
 from .codegen import BLOCK_TRIPS
 
 LEVELS = 64          # a counter of 64 bits never overflows
-PAIRWISE_GROUP = 16  # blocks added in sequence before a push into the binary counter
 
 
 class PairwiseSum:
@@ -92,57 +101,37 @@ class PairwiseSum:
 
 
 class PairwiseAccumulators:
-    """A horizontal float sum's accumulators (vector `accs`, scalar `sacc`) emptied every
-    block (BLOCK_TRIPS trips of the innermost loop; when it is short, enough of its runs to
-    make about as many adds per accumulator) into a block accumulator, which is pushed into
-    a binary counter of partial sums (pairwise.py) every PAIRWISE_GROUP blocks. Pushing
-    every block would cost a mispredicted carry loop per block; a group costs one add.
+    """A horizontal float sum's accumulators (vector `accs`, scalar `sacc`) pushed into
+    binary counters of partial sums (PairwiseSum) and emptied at the end of every block
+    (BLOCK_TRIPS trips of the innermost loop; when it is short, enough of its runs to make
+    about as many adds per accumulator). A block is 16 trips of `len(accs)` vectors (in a
+    sum kernel 2 KB, 512 float32 at every width, see reduce.SUM_ACCUMULATOR_BYTES; in a row
+    kernel 4 vectors): a push, a short carry loop, costs little against the block's loads.
     `ke`: the reduction's emitter (reduce.py), read for its builder, lanes and combine op."""
 
     def __init__(self, ke, accs, sacc, vector_sum, identity):
         self.ke, self.accs, self.sacc, self.vector_sum = ke, accs, sacc, vector_sum
         self.identity = identity
-        b, vec = ke.b, ke.kernel.lanes > 1
+        b = ke.b
         self.vectors = PairwiseSum(b, accs[0].type.pointee, ke.combine, "vpairs") \
-            if vec else None
+            if ke.kernel.lanes > 1 else None
         self.scalars = PairwiseSum(b, sacc.type.pointee, ke.combine, "spairs")
-        self.vmid = u.alloca_once(b, accs[0].type.pointee, name="vblocks") if vec else None
-        self.smid = u.alloca_once(b, sacc.type.pointee, name="sblocks")
-        self.pending = u.alloca_once(b, u.I64, name="blocks")
-        b.store(u.I64(0), self.pending)
-        for counter, mid in ((self.vectors, self.vmid), (self.scalars, self.smid)):
+        for counter in (self.vectors, self.scalars):
             if counter is not None:
                 counter.reset()
-                self._zero(mid)
 
     def _zero(self, acc):
         self.ke.b.store(u.const(acc.type.pointee, self.identity), acc)
 
-    def _add_to(self, mid, value):
-        self.ke.b.store(self.ke.combine(self.ke.b.load(mid), value), mid)
-
     def block(self, vectors: bool = True, scalars: bool = True):
-        """End a block: add the accumulators into the block accumulators (and zero them);
-        every PAIRWISE_GROUP blocks, push those into the counters."""
-        b = self.ke.b
-        vectors = vectors and self.vectors is not None
-        scalars = scalars or self.vectors is None
-        if vectors:
-            self._add_to(self.vmid, self.vector_sum())
+        """End a block: push the accumulators' sums into the counters and zero them."""
+        if vectors and self.vectors is not None:
+            self.vectors.push(self.vector_sum())
             for acc in self.accs:
                 self._zero(acc)
-        if scalars:
-            self._add_to(self.smid, b.load(self.sacc))
+        if scalars or self.vectors is None:
+            self.scalars.push(self.ke.b.load(self.sacc))
             self._zero(self.sacc)
-        n = b.add(b.load(self.pending), u.I64(1))
-        b.store(n, self.pending)
-        with b.if_then(b.icmp_signed("==", n, u.I64(PAIRWISE_GROUP))):
-            for on, counter, mid in ((vectors, self.vectors, self.vmid),
-                                     (scalars, self.scalars, self.smid)):
-                if on:
-                    counter.push(b.load(mid))
-                    self._zero(mid)
-            b.store(u.I64(0), self.pending)
 
     def block_of_trips(self):
         """After BLOCK_TRIPS trips of the innermost loop: only its main loop's accumulators
@@ -150,11 +139,10 @@ class PairwiseAccumulators:
         self.block(scalars=False)
 
     def total_vector(self):
-        return self.vectors.fold(self.ke.combine(self.ke.b.load(self.vmid), self.vector_sum()))
+        return self.vectors.fold(self.vector_sum())
 
     def total_scalar(self):
-        return self.scalars.fold(self.ke.combine(self.ke.b.load(self.smid),
-                                                  self.ke.b.load(self.sacc)))
+        return self.scalars.fold(self.ke.b.load(self.sacc))
 
     def rows(self, last, row, n_acc: int):
         """The body of the outer reduce loops: one run of the innermost loop, then the end
