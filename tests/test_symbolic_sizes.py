@@ -199,7 +199,12 @@ def test_every_family_traced_with_run_time_sizes_compiles_in_bounded_time(name):
         assert time.perf_counter() - t0 < 30
         want = jc.jit(FAMILIES[name])(x)            # the static compile
         assert got.shape == want.shape
-        np.testing.assert_array_equal(got, want)
+        if got.dtype.kind == "f":
+            # a sum over run-time extents may add in another order than the static kernel
+            # (its accumulators and blocks are chosen without the extents): float32 rounding
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+        else:
+            np.testing.assert_array_equal(got, want)
         assert _placeholder_free(f.explain(x))
 
 
