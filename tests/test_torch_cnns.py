@@ -259,3 +259,17 @@ def test_convolution_argument_forms(name):
     compiled = jt.compile(model, x)
     assert compiled.fallbacks == [], compiled.explain()
     _check(compiled, model, (x,))
+
+
+@pytest.mark.parametrize("mode", ["nearest", "bilinear"])
+def test_resizing_integer_images_is_exact_or_left_to_torch(mode):
+    """uint8 images: nearest resizing is a gather (exact, in jitcore); torch rounds its
+    bilinear fixed-point blend its own way, so that node stays in torch and says why."""
+    x = torch.randint(0, 256, (1, 3, 5, 6)).to(torch.uint8)
+    model = Resize(size=(7, 9), mode=mode).eval()
+    compiled = jt.compile(model, x)
+    assert torch.equal(compiled(x), model(x))
+    if mode == "nearest":
+        assert compiled.fallbacks == [], compiled.explain()
+    else:
+        assert "bilinear resizing of torch.uint8" in compiled.explain()

@@ -550,12 +550,18 @@ def _upsample_nearest(out, x, output_size, scales_h=None, scales_w=None):
     return resize.nearest(x, shape_of(out)[2:], (scales_h, scales_w))
 
 
-@lower(aten.upsample_bilinear2d.vec, needs=("take",))
+def _bilinear_check(node):
+    """Integer images: torch rounds its fixed-point blend its own way; they stay in torch."""
+    dtype = node.args[0].meta["val"].dtype
+    return None if dtype.is_floating_point else f"bilinear resizing of {dtype}"
+
+
+@lower(aten.upsample_bilinear2d.vec, needs=("take",), check=_bilinear_check)
 def _upsample_bilinear_vec(out, x, output_size, align_corners, scale_factors):
     return resize.bilinear(x, shape_of(out)[2:], align_corners, scale_factors)
 
 
-@lower(aten.upsample_bilinear2d.default, needs=("take",))
+@lower(aten.upsample_bilinear2d.default, needs=("take",), check=_bilinear_check)
 def _upsample_bilinear(out, x, output_size, align_corners, scales_h=None, scales_w=None):
     return resize.bilinear(x, shape_of(out)[2:], align_corners, (scales_h, scales_w))
 
