@@ -200,7 +200,9 @@ class Conv:
     h, w of the input) and `w_vars` (o, ci, kh, kw); the kernel's loops are the output's
     (n, oc, oh, ow) and its store's value is the epilogue over `Acc` (bias already added).
     Computed in NCHW: vectors of output pixels along a row (or along the flattened plane),
-    a register tile of output channels x pixel vectors (see jitcore/llvm/conv.py)."""
+    a register tile of output channels x pixel vectors (see jitcore/llvm/conv.py), or with
+    constant weights where that wastes fewer lanes, vectors of output channels, a register
+    tile of pixels x channel vectors (jitcore/llvm/conv_channels.py)."""
     x: Load
     w: Load
     x_vars: tuple
@@ -209,6 +211,8 @@ class Conv:
     attrs: object        # jitcore.ir.conv.ConvAttrs
     dtype: DType
     prepacked: bool = False   # w's buffer holds the packed weights (jitcore/llvm/conv.py)
+    channel_vectors: bool = False   # computed with output channels along the vectors
+    #                                 (jitcore/llvm/conv_channels.py; weights prepacked for it)
 
     @property
     def taps(self) -> int:

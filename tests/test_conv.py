@@ -247,7 +247,7 @@ def test_every_post_op_fuses_into_one_conv_kernel(dtype):
     fn = jc.jit(f)
     kernels = fn.kernels(x, ws, b, r, cb)
     assert [k.kind for k in kernels] == ["conv"] * count, [str(k) for k in kernels]
-    assert all(k.layout == "NCHW" for k in kernels)
+    assert all(k.layout.startswith("NCHW") for k in kernels)
     got = fn(x, ws, b, r, cb)
     for i, name in enumerate(POST_OPS):
         ref, mag = ref_conv2d(x, ws[i], b, padding=1)
@@ -327,7 +327,8 @@ def test_one_and_two_threads_bit_for_bit(shape, wshape, kw):
 def test_input_channels_in_passes(dtype, monkeypatch):
     """With a tiny L1 the kernel sums 8 input channels per pass, keeping the partial sums of
     its channel blocks between passes (33 = 4 passes of 8 and one of 1): same results, one
-    and two threads alike, prepacked or not."""
+    and two threads alike, prepacked or not (constant weights may take the channel plan,
+    which sums taps, then all channels: within the bound, not the same bits)."""
     from jitcore.llvm import conv
     monkeypatch.setattr(conv, "L1_BYTES", 1024)
     rng = np.random.default_rng(15)
@@ -342,7 +343,6 @@ def test_input_channels_in_passes(dtype, monkeypatch):
     for got in results:
         assert_conv_close(got, np.maximum(ref, 0), mag, dtype, 33 * 9)
     np.testing.assert_array_equal(results[0], results[1])
-    np.testing.assert_array_equal(results[0], results[2])
 
 
 def test_channels_last_input_read_in_place():

@@ -77,6 +77,12 @@ class KernelEmitter:
                 raw = self.b.load(self.b.gep(self.bufs, [u.I64(0)]), name="dims")
                 self.dims = self.b.bitcast(raw, u.I64.as_pointer())
 
+    @property
+    def vector_var(self):
+        """The variable along which vector loads run: the kernel's vector loop's (an
+        epilogue's emitter may run along another)."""
+        return self.kernel.vector_var
+
     def extent(self, n: int):
         """An extent (or a stride) as an i64 value: a constant, or c times the product of
         the call's values of dynamic symbols (monomial), computed once at kernel entry."""
@@ -137,7 +143,7 @@ class KernelEmitter:
         to read instead of the node's offset (a gather's checked index)."""
         ptr = self.b.gep(self.base_ptr(node.buffer), [self.index(node.offset) if at is None
                                                        else at])
-        contiguous = lanes > 1 and node.offset.coeff(self.kernel.vector_var) == 1
+        contiguous = lanes > 1 and node.offset.coeff(self.vector_var) == 1
         if contiguous:
             vty = ir.VectorType(u.memory_type(node.dtype), lanes)
             vptr = self.b.bitcast(ptr, vty.as_pointer())
@@ -192,7 +198,7 @@ class KernelEmitter:
         """A checked load at a run-time index. An index the same for every lane (what
         legality vectorizes) gives one checked base and a vector load; one that changes along
         the vector loop (inside a GEMM epilogue, say) is checked and loaded lane by lane."""
-        if lanes > 1 and varies(node.index, self.kernel.vector_var):
+        if lanes > 1 and varies(node.index, self.vector_var):
             b, indices = self.b, memo[id(node.index)]
             out = ir.Constant(u.value_type(node.dtype, lanes), ir.Undefined)
             for lane in range(lanes):
@@ -217,7 +223,7 @@ class KernelEmitter:
         """Run `loop` (the vector loop) with the checked index of every gather that does not
         change along it computed once before it: LLVM cannot hoist the index load itself
         (the kernel's stores might alias the index array, as far as it knows)."""
-        var = self.kernel.vector_var
+        var = self.vector_var
         for g in walk([s.value for s in self.kernel.stores]):
             if isinstance(g, Gather) and not varies(g.index, var):
                 at = self.checked_index(g, self.value(g.index, 1, {}), offset=False)

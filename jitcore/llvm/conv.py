@@ -39,7 +39,9 @@ from jitcore.ir.ops import info
 from jitcore.passes.kernel import Buffer, Compute, Kernel, Kind, Load, walk
 from jitcore.passes.symbolic import lin
 
+from . import conv_channels
 from . import irutil as u
+from .conv_channels import ChannelConvEmitter, ChannelPlan
 from .epilogue import EpilogueEmitter
 from .gemm import cache_sizes, loads_per_slot
 from .registry import KindEntry, plan_items, register
@@ -51,6 +53,10 @@ MAX_PARTIAL_BYTES = 16 * 1024   # partial sums of one item's channel blocks betw
 L1_BYTES = cache_sizes()[1]
 MAX_TABLE = 4096        # tap x vector entries of the per-item offset/mask table
 SHORT_EPILOGUE = 3      # epilogue ops up to this are unrolled over the register tile
+# the pixel plan's loss where a stride-s row is read as s vectors and a shuffle, or gathered
+STRIDE_PENALTY = {"contiguous": 1.0, "deinterleave": 0.85, "gather": 0.5}
+CHANNEL_PLAN_COST = 1.1   # the channel plan's extra cost per product (its broadcasts, the
+                          # element-wise epilogue): it must save more lanes than this
 
 
 @dataclass(frozen=True)
@@ -119,7 +125,40 @@ def _choose_tile(cout_g: int, n_vec: int, regs: int) -> tuple:
     return best[1], best[2]
 
 
-def plan(kernel: Kernel, vector_bits: int, threads: int) -> ConvPlan:
+def plan(kernel: Kernel, vector_bits: int, threads: int):
+    """The kernel's plan: pixels along the vectors (ConvPlan), or output channels along them
+    (conv_channels.ChannelPlan) where `prepack` chose that."""
+    if kernel.conv.channel_vectors:
+        return conv_channels.plan(kernel, vector_bits, threads)
+    return pixel_plan(kernel, vector_bits, threads)
+
+
+def choose_plan(kernel: Kernel, vector_bits: int, threads: int):
+    """For constant weights about to be prepacked: the channel plan where it wastes fewer
+    lanes than the pixel plan by more than its extra cost, else the pixel plan."""
+    pixel = pixel_plan(kernel, vector_bits, threads)
+    if conv_channels.eligible(kernel):
+        channel = conv_channels.plan(kernel, vector_bits, threads)
+        if channel.efficiency > pixel_efficiency(kernel, pixel) * CHANNEL_PLAN_COST:
+            return channel
+    return pixel
+
+
+def pixel_efficiency(kernel: Kernel, p: ConvPlan) -> float:
+    """Useful products / computed ones of a pixel plan, less its strided reads' cost."""
+    c = kernel.conv
+    _, cout, oh, ow = _extents(c.out_vars)
+    cout_g = cout // c.attrs.groups
+    lanes_used = oh * ow / max(p.n_vec * p.lanes, 1) if p.flat else ow / (p.vpr * p.lanes)
+    tiles_used = p.n_vec / (p.n_tiles * p.nv)
+    rows_used = cout_g / (p.ocb * p.mr)
+    lane_step = 1 if p.flat else c.attrs.stride[1] * c.strides(c.x, c.x_vars)[3]
+    reads = "contiguous" if lane_step == 1 else \
+        "deinterleave" if lane_step <= MAX_DEINTERLEAVE else "gather"
+    return lanes_used * tiles_used * rows_used * STRIDE_PENALTY[reads]
+
+
+def pixel_plan(kernel: Kernel, vector_bits: int, threads: int) -> ConvPlan:
     c = kernel.conv
     n, o, oh, ow = _extents(c.out_vars)
     lanes = max(vector_bits // c.dtype.bits, 1)
@@ -164,7 +203,8 @@ def _channels_per_pass(kernel: Kernel, lanes: int, nv: int, flat: bool) -> int:
 # ---- weight prepacking --------------------------------------------------------------------
 
 def packed_weights(dense: np.ndarray, groups: int, mr: int) -> np.ndarray:
-    """OIHW weights -> [groups * blocks][KH * KW][C_in / groups][MR], zero rows past C_out."""
+    """OIHW weights -> [groups * blocks][KH * KW][C_in / groups][MR], zero rows past C_out
+    (MR: the pixel plan's channels per tile, or the channel plan's NR)."""
     o, cg, kh, kw = dense.shape
     cout_g = o // groups
     ocb = -(-cout_g // mr)
@@ -197,29 +237,23 @@ def prepack(lowered, vector_bits: int, threads: int) -> int:
         slot = c.w.buffer.slot
         if loads[slot] != 1:
             continue
-        p = plan(kernel, vector_bits, threads)
+        p = choose_plan(kernel, vector_bits, threads)
         index = const_bufs.index(c.w.buffer)
         dense = _dense_weights(lowered.consts[index].array, c.w, c.w_vars)
-        panels = packed_weights(dense, c.attrs.groups, p.mr)
+        width = p.nr if isinstance(p, ChannelPlan) else p.mr
+        panels = packed_weights(dense, c.attrs.groups, width)
         lowered.consts[index] = ConstArray.derived(panels, lowered.consts[index],
                                                    f"conv panels {p}")
         new = Buffer(c.w.buffer.name, "const", c.w.buffer.dtype, panels.shape, (1,), slot)
         lowered.buffers[slot] = new
         const_bufs[index] = new
-        kernel.conv = replace(c, w=Load(new, lin(0)), prepacked=True)
+        kernel.conv = replace(c, w=Load(new, lin(0)), prepacked=True,
+                              channel_vectors=isinstance(p, ChannelPlan))
         packed_bytes += panels.nbytes
     return packed_bytes
 
 
 # ---- code ---------------------------------------------------------------------------------
-
-def opaque(b: ir.IRBuilder, value: int):
-    """An i64 constant the optimizer cannot see through (an empty inline asm): loop bounds
-    made of it are not fully unrolled, which keeps compile time and code size small (the
-    tap and channel loops of a conv would otherwise be unrolled into thousands of FMAs)."""
-    fnty = ir.FunctionType(u.I64, [u.I64])
-    return b.call(ir.InlineAsm(fnty, "", "=r,0", side_effect=False), [u.I64(value)])
-
 
 def _vec_const(ty, values):
     return ir.Constant(ty, [ir.Constant(ty.element, v) for v in values])
@@ -286,8 +320,8 @@ class ConvEmitter(EpilogueEmitter):
                                           name="tap_mask")
         with b.goto_entry_block():    # the loop bounds, hidden from the full unroller
             self.n_kh, self.n_kw, self.n_ci, self.n_mr, self.n_cc = (
-                opaque(b, v) for v in (self.kh, self.kw, self.cin_g, p.mr, p.cc))
-            self.n_nv = opaque(b, p.nv)
+                u.opaque(b, v) for v in (self.kh, self.kw, self.cin_g, p.mr, p.cc))
+            self.n_nv = u.opaque(b, p.nv)
         per_image = p.n_tiles * p.chunks
         with u.for_range(b, self.start, self.stop, 1, name="item") as t:
             n = b.sdiv(t, u.I64(per_image))
@@ -565,8 +599,16 @@ class ConvEmitter(EpilogueEmitter):
 
 
 def report(kernel: Kernel) -> tuple:
-    """A convolution computes in NCHW (the report's layout)."""
-    return "NCHW", kernel.loop_nest
+    """A convolution computes in NCHW (the report's layout), with pixels or output channels
+    along the vectors."""
+    along = "output channels" if kernel.conv.channel_vectors else "pixels"
+    return f"NCHW, {along} along vectors", kernel.loop_nest
 
 
-register(KindEntry(Kind.CONV, ConvEmitter, plan=plan, work=plan_items, report=report))
+def emitter(module, kernel, name: str, masked_tail: bool, stream_bytes: int = 0, plan=None):
+    """The conv emitter of the plan's kind."""
+    cls = ChannelConvEmitter if isinstance(plan, ChannelPlan) else ConvEmitter
+    return cls(module, kernel, name, masked_tail, stream_bytes, plan)
+
+
+register(KindEntry(Kind.CONV, emitter, plan=plan, work=plan_items, report=report))

@@ -27,6 +27,12 @@ class EpilogueEmitter(KernelEmitter):
                                    for ld in self.kernel.loads()[2:]) \
             and self.epilogue_store.offset.coeff(var) == 1
 
+    @property
+    def vector_var(self):
+        """The epilogue's loads are vectors along its variable (the conv channel plan's
+        runs along output channels, not along the kernel's last loop)."""
+        return self.epilogue_var
+
     def lanes_masked(self, count, fn):
         """Run fn with the lane mask for `count` valid lanes set (None: all lanes): its vector
         loads and stores touch only those (LLVM's masked intrinsics, which every x86 target

@@ -343,3 +343,11 @@ def extent_value(b: ir.IRBuilder, n: int, symbol_value):
         s = symbol_value(k)
         v = s if v is None else b.mul(v, s)
     return v if c == 1 else b.mul(v, I64(c))
+
+
+def opaque(b: ir.IRBuilder, value: int):
+    """An i64 constant the optimizer cannot see through (an empty inline asm): loop bounds
+    made of it are not fully unrolled, which keeps compile time and code size small (the
+    tap and channel loops of a conv would otherwise be unrolled into thousands of FMAs)."""
+    fnty = ir.FunctionType(I64, [I64])
+    return b.call(ir.InlineAsm(fnty, "", "=r,0", side_effect=False), [I64(value)])

@@ -1,0 +1,308 @@
+"""Convolutions with output channels along the vectors: the conv kind's channel plan.
+
+The pixel plan (conv.py) puts output pixels along the vectors, which wastes lanes where a
+plane is small or its rows short (a 7x7 plane is 49 pixels: 4 vectors of 16 lanes, 77% used;
+a 7-wide row of a stride-2 conv fills 7 of 16) and reads strided inputs through shuffles. This
+plan is the GEMM micro-kernel with the roles turned: for a register tile of MR output pixels
+x NV vectors of output channels,
+
+    acc[r][h] += x[n, g*Cg_in + ci, ih_r, iw_r] (a broadcast)  *  w[tap][ci][h*lanes..]
+                 (NV vector loads of the prepacked weights)
+
+over taps and input channels, where pixel r's input address for a tap is computed once per
+tap (a pointer and a step per input channel; a pixel whose tap reads the padding points at a
+zero with step 0, so the inner loop has no masks and no branches). Channels fill the vectors
+(64, 128, ... 512 of them: no lane is wasted), pixels fill the tile's rows. Only constant
+weights take this plan: they are prepacked into [group x channel block][tap][C_in/g][NR]
+(conv.packed_weights with NR = NV * lanes).
+
+When one channel block's weights exceed an eighth of L2 (512 input channels x 3x3 taps), the
+taps run in blocks whose weights stay in L2 while every pixel tile of the work item uses
+them; the tiles' partial sums wait in a stack buffer between blocks. Every element's sum runs
+in one order (tap blocks, taps, input channels) whatever the thread count: results are
+bitwise identical for any number of threads.
+
+The epilogue (bias, folded batch norm, activations, residual adds) runs per output vector
+along channels; an NCHW output strides that axis, so it runs element by element (EpilogueEmitter's
+strided form): cheap beside the K = taps x C_in products of each output, which is why the
+plan is taken only where K is large (`MIN_PRODUCTS`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from llvmlite import ir
+
+from jitcore.passes.kernel import Kernel
+
+from . import irutil as u
+from .epilogue import EpilogueEmitter
+from .gemm import cache_sizes
+
+MAX_MR = 12              # pixels per register tile
+MIN_PRODUCTS = 256       # taps x C_in / groups per output at least (the epilogue's share)
+MAX_PARTIAL_BYTES = 32 * 1024   # partial sums of one work item's pixel tiles
+PANEL_SHARE = 4          # a tap block's weights take at most this share of L2
+
+
+@dataclass(frozen=True)
+class ChannelPlan:
+    lanes: int
+    mr: int               # output pixels per register tile
+    nv: int               # channel vectors per register tile
+    ocb: int              # channel blocks (of NR channels) per group
+    blocks: int           # groups * ocb
+    pixels: int           # output pixels per image (OH * OW)
+    tiles: int            # pixel tiles per image: ceil(pixels / MR)
+    group_tiles: int      # pixel tiles per work item
+    pixel_groups: int     # work items per image and channel block
+    taps_per_block: int   # taps whose weights stay in L2 while the item's tiles use them
+    k_blocks: int
+    batch: int
+    cout_g: int           # output channels per group
+
+    @property
+    def nr(self) -> int:
+        return self.nv * self.lanes
+
+    @property
+    def items(self) -> int:
+        return self.batch * self.blocks * self.pixel_groups
+
+    @property
+    def efficiency(self) -> float:
+        """Useful products / computed ones: channel rows past the group's channels and
+        pixel rows past the plane are computed and dropped."""
+        c_out = self.ocb * self.nr
+        used = self.pixels / (self.tiles * self.mr)
+        return used * self.cout_g / c_out
+
+
+def eligible(kernel: Kernel) -> bool:
+    """Static extents, and enough products per output that the epilogue is cheap."""
+    c = kernel.conv
+    extents = [v.extent for v in c.out_vars + c.x_vars + c.w_vars]
+    return all(isinstance(e, int) for e in extents) and c.taps * c.cin_group >= MIN_PRODUCTS \
+        and c.out_vars[2].extent * c.out_vars[3].extent > 0 and c.out_vars[1].extent > 0
+
+
+def plan(kernel: Kernel, vector_bits: int, threads: int) -> ChannelPlan:
+    c = kernel.conv
+    n, cout, oh, ow = (v.extent for v in c.out_vars)
+    size = c.dtype.itemsize
+    lanes = max(vector_bits // (8 * size), 1)
+    regs = 32 if vector_bits >= 512 else 16
+    cout_g = cout // c.attrs.groups
+    pixels = oh * ow
+    mr, nv = choose_tile(pixels, cout_g, lanes, regs)
+    nr = nv * lanes
+    ocb = -(-cout_g // nr)
+    blocks = c.attrs.groups * ocb
+    tiles = max(-(-pixels // mr), 1)
+    per_tap = c.cin_group * nr * size
+    taps_per_block = min(c.taps, max(1, cache_sizes()[2] // PANEL_SHARE // per_tap))
+    k_blocks = -(-c.taps // taps_per_block)
+    group_tiles = tiles
+    if k_blocks > 1:
+        group_tiles = max(1, min(tiles, MAX_PARTIAL_BYTES // (mr * nr * size)))
+    want = 4 * threads if threads > 1 else 1        # enough work items for the pool
+    if n * blocks * -(-tiles // group_tiles) < want:
+        group_tiles = max(1, min(group_tiles, -(-tiles * n * blocks // want)))
+    pixel_groups = -(-tiles // group_tiles)
+    return ChannelPlan(lanes, mr, nv, ocb, blocks, pixels, tiles, group_tiles, pixel_groups,
+                       taps_per_block, k_blocks, n, cout_g)
+
+
+def choose_tile(pixels: int, cout_g: int, lanes: int, regs: int) -> tuple:
+    """(MR, NV): the register tile (MR x NV accumulators, NV weight vectors and a broadcast
+    in the registers) with the least cost per useful product: pixel rows past the plane,
+    channel lanes past the group's channels, and the loads of a step (MR broadcasts and NV
+    vectors) per its MR x NV FMAs."""
+    best = None
+    for nv in range(1, (4 if regs == 32 else 2) + 1):
+        for mr in range(2, min(MAX_MR, (regs - nv - 1) // nv) + 1):
+            waste = -(-pixels // mr) * mr / pixels * \
+                -(-cout_g // (nv * lanes)) * nv * lanes / cout_g
+            cost = waste * (1 + 0.5 * (mr + nv) / (mr * nv))
+            if best is None or cost < best[0] - 1e-9:
+                best = (cost, mr, nv)
+    return best[1], best[2]
+
+
+class ChannelConvEmitter(EpilogueEmitter):
+    """Emits one conv kernel (Kind.CONV) with a ChannelPlan."""
+
+    def __init__(self, module, kernel, name: str, masked_tail: bool, stream_bytes: int = 0,
+                 plan=None):
+        super().__init__(module, kernel, name, masked_tail, stream_bytes, plan)
+        p = self.p = plan
+        c = self.c = kernel.conv
+        self.elem = u.value_type(c.dtype)
+        self.vty = ir.VectorType(self.elem, p.lanes)
+        self.setup_epilogue(c.out_vars[1], p.lanes)
+        self.xs = c.strides(c.x, c.x_vars)                       # n, c, h, w
+        _, _, self.h, self.w = (v.extent for v in c.x_vars)
+        _, self.cout, self.oh, self.ow = (v.extent for v in c.out_vars)
+        self.kw = c.w_vars[3].extent
+        self.cin_g = c.cin_group
+        self.cout_g = self.cout // c.attrs.groups
+
+    def body(self):
+        b, p = self.b, self.p
+        self.accs = [[u.alloca_once(b, self.vty, name=f"acc{r}_{h}") for h in range(p.nv)]
+                     for r in range(p.mr)]
+        self.ctile = u.alloca_once(b, ir.ArrayType(self.vty, p.mr * p.nv), name="ctile")
+        self.ctile.align = 64
+        self.zero = u.alloca_once(b, self.elem, name="zero")
+        with b.goto_entry_block():
+            b.store(ir.Constant(self.elem, 0), self.zero)
+        if p.k_blocks > 1:
+            self.partial = u.alloca_once(
+                b, ir.ArrayType(self.vty, p.group_tiles * p.mr * p.nv), name="partial")
+            self.partial.align = 64
+        with b.goto_entry_block():    # a loop bound hidden from the full unroller
+            self.n_ci = u.opaque(b, self.cin_g)
+        per_image = p.blocks * p.pixel_groups
+        with u.for_range(b, self.start, self.stop, 1, name="item") as t:
+            n = b.sdiv(t, u.I64(per_image))
+            rem = b.srem(t, u.I64(per_image))
+            blk, pg = b.sdiv(rem, u.I64(p.pixel_groups)), b.srem(rem, u.I64(p.pixel_groups))
+            self.item(n, blk, pg)
+
+    def item(self, n, blk, pg):
+        b, p, c = self.b, self.p, self.c
+        g = b.sdiv(blk, u.I64(p.ocb))
+        oc0 = b.mul(b.srem(blk, u.I64(p.ocb)), u.I64(p.nr))           # within the group
+        t_lo = b.mul(pg, u.I64(p.group_tiles))
+        t_hi = u.imin(b, b.add(t_lo, u.I64(p.group_tiles)), u.I64(p.tiles))
+        x_image = b.add(b.add(u.I64(c.x.offset.const), b.mul(n, u.I64(self.xs[0]))),
+                        b.mul(g, u.I64(self.cin_g * self.xs[1])))
+        w_block = b.mul(blk, u.I64(c.taps * self.cin_g * p.nr))
+        if p.k_blocks == 1:
+            with u.for_range(b, t_lo, t_hi, 1, name="tile", unroll=False) as t:
+                self.tile(n, g, oc0, t, x_image, w_block, u.I64(0), u.I64(c.taps), None)
+            return
+        with u.for_range(b, u.I64(0), u.I64(p.k_blocks), 1, name="kb", unroll=False) as kb:
+            tap_lo = b.mul(kb, u.I64(p.taps_per_block))
+            tap_hi = u.imin(b, b.add(tap_lo, u.I64(p.taps_per_block)), u.I64(c.taps))
+            with u.for_range(b, t_lo, t_hi, 1, name="tile", unroll=False) as t:
+                saved = b.gep(b.bitcast(self.partial, self.vty.as_pointer()),
+                              [b.mul(b.sub(t, t_lo), u.I64(p.mr * p.nv))])
+                self.tile(n, g, oc0, t, x_image, w_block, tap_lo, tap_hi, (kb, saved))
+
+    def pixel(self, t, r):
+        """(valid, oh, ow) of pixel r of tile t."""
+        b = self.b
+        q = b.add(b.mul(t, u.I64(self.p.mr)), u.I64(r))
+        valid = b.icmp_signed("<", q, u.I64(self.p.pixels))
+        return valid, b.sdiv(q, u.I64(self.ow)), b.srem(q, u.I64(self.ow))
+
+    def tile(self, n, g, oc0, t, x_image, w_block, tap_lo, tap_hi, blocked):
+        """One register tile: sums over taps tap_lo..tap_hi (from zero or the partial sums
+        of the earlier tap blocks), then the epilogue or the partial sums saved."""
+        b, p, c = self.b, self.p, self.c
+        pixels = [self.pixel(t, r) for r in range(p.mr)]
+        zero = u.const(self.vty, 0)
+        if blocked is None:
+            for row in self.accs:
+                for acc in row:
+                    b.store(zero, acc)
+        else:
+            kb, saved = blocked
+            with b.if_else(b.icmp_signed("==", kb, u.I64(0))) as (then, otherwise):
+                with then:
+                    for row in self.accs:
+                        for acc in row:
+                            b.store(zero, acc)
+                with otherwise:
+                    for r in range(p.mr):
+                        for h in range(p.nv):
+                            b.store(b.load(b.gep(saved, [u.I64(p.nv * r + h)]), align=64),
+                                    self.accs[r][h])
+        (sh, sw), (pt, _, pl, _), (dh, dw) = c.attrs.stride, c.attrs.padding, c.attrs.dilation
+        x_base, w_base = self.base_ptr(c.x.buffer), self.base_ptr(c.w.buffer)
+        step = u.I64(self.xs[1])
+        with u.for_range(b, tap_lo, tap_hi, 1, name="tap", unroll=False) as tap:
+            kh, kw = b.sdiv(tap, u.I64(self.kw)), b.srem(tap, u.I64(self.kw))
+            dy = b.sub(b.mul(kh, u.I64(dh)), u.I64(pt))
+            dx = b.sub(b.mul(kw, u.I64(dw)), u.I64(pl))
+            rows = []
+            for valid, oh, ow in pixels:
+                ih = b.add(b.mul(oh, u.I64(sh)), dy)
+                iw = b.add(b.mul(ow, u.I64(sw)), dx)
+                inside = b.and_(b.icmp_unsigned("<", ih, u.I64(self.h)),
+                                b.icmp_unsigned("<", iw, u.I64(self.w)))
+                ok = b.and_(valid, inside)
+                off = b.add(x_image, b.add(b.mul(ih, u.I64(self.xs[2])),
+                                           b.mul(iw, u.I64(self.xs[3]))))
+                ptr = b.select(ok, b.gep(x_base, [b.select(ok, off, u.I64(0))]), self.zero)
+                rows.append((ptr, b.select(ok, step, u.I64(0))))
+            w_tap = b.gep(w_base, [b.add(w_block, b.mul(tap, u.I64(self.cin_g * p.nr)))])
+            self.micro(rows, w_tap)
+        if blocked is None:
+            return self.store_tile(n, g, oc0, t)
+        kb, saved = blocked
+        last = b.icmp_signed("==", kb, u.I64(p.k_blocks - 1))
+        with b.if_else(last) as (then, otherwise):
+            with then:
+                self.store_tile(n, g, oc0, t)
+            with otherwise:
+                for r in range(p.mr):
+                    for h in range(p.nv):
+                        b.store(b.load(self.accs[r][h]),
+                                b.gep(saved, [u.I64(p.nv * r + h)]), align=64)
+
+    def micro(self, rows, w_tap):
+        """accs += over input channels ci: x(pixel r, ci) * w[tap][ci][NR]."""
+        b, p = self.b, self.p
+        vptr = self.vty.as_pointer()
+        with u.for_range(b, u.I64(0), self.n_ci, 1, name="ci") as ci:
+            wk = b.gep(w_tap, [b.mul(ci, u.I64(p.nr))])
+            # unaligned: a prepacked constant's array is only element-aligned
+            wv = [b.load(b.bitcast(b.gep(wk, [u.I64(h * p.lanes)]), vptr), align=1)
+                  for h in range(p.nv)]
+            for r, (ptr, step) in enumerate(rows):
+                a = u.splat(b, b.load(b.gep(ptr, [b.mul(ci, step)])), p.lanes)
+                for h in range(p.nv):
+                    acc = self.accs[r][h]
+                    b.store(u.intrinsic(b, "fmuladd", [a, wv[h], b.load(acc)]), acc)
+
+    def store_tile(self, n, g, oc0, t):
+        """The epilogue on the tile's valid pixels and channels, vector by vector along the
+        channels (element by element where the output strides them)."""
+        b, p = self.b, self.p
+        n_var, oc_var, oh_var, ow_var = self.c.out_vars
+        tile = b.bitcast(self.ctile, self.vty.as_pointer())
+        for r in range(p.mr):
+            for h in range(p.nv):
+                b.store(b.load(self.accs[r][h]), b.gep(tile, [u.I64(p.nv * r + h)]), align=64)
+        self.env[n_var] = n
+        oc_base = b.add(b.mul(g, u.I64(self.cout_g)), oc0)
+        left = b.sub(u.I64(self.cout_g), oc0)          # channels of the group from oc0
+        q0 = b.mul(t, u.I64(p.mr))
+        nrow = u.imin(b, u.I64(p.mr), b.sub(u.I64(p.pixels), q0))
+        with u.for_range(b, u.I64(0), nrow, 1, name="r", unroll=False) as r:
+            q = b.add(q0, r)
+            self.env[oh_var] = b.sdiv(q, u.I64(self.ow))
+            self.env[ow_var] = b.srem(q, u.I64(self.ow))
+            with u.for_range(b, u.I64(0), u.I64(p.nv), 1, name="h") as h:
+                first = b.mul(h, u.I64(p.lanes))
+                self.env[oc_var] = b.add(oc_base, first)
+                count = u.imin(b, u.I64(p.lanes), b.sub(left, first))
+                acc = b.load(b.gep(tile, [b.add(b.mul(r, u.I64(p.nv)), h)]), align=64)
+                self.finish(acc, count)
+
+    def finish(self, acc, count):
+        """The epilogue on one vector with `count` valid lanes (none: nothing)."""
+        b = self.b
+        if self.masked_tail:
+            with b.if_then(b.icmp_signed(">", count, u.I64(0))):
+                self.epilogue(acc, count)
+            return
+        whole = b.icmp_signed("==", count, u.I64(self.p.lanes))
+        with b.if_else(whole) as (then, otherwise):
+            with then:
+                self.epilogue(acc, None)
+            with otherwise:
+                with b.if_then(b.icmp_signed(">", count, u.I64(0))):
+                    self.epilogue(acc, count)

@@ -1,0 +1,195 @@
+"""The conv kind's channel plan (jitcore/llvm/conv_channels.py: output channels along the
+vectors, pixels in the register tile), taken for constant weights where it wastes fewer lanes
+than the pixel plan: small planes, strided convs, many input channels. Checked against the
+float64 reference of test_conv.py (same tolerance: gamma(K + 2) of the sum of |terms|) over a
+family of shapes, strides, paddings, dilations, groups, batches and channel counts that leave
+partial channel vectors and partial pixel tiles; fused epilogues (bias, residual, relu);
+tap blocks with partial sums (a tiny L2); 1 vs 2 threads bit for bit; the x86-64-v3 and v2
+levels (fewer lanes and registers, another tile); which plan each conv took is in
+`f.kernels()` (layout "NCHW, output channels along vectors").
+"""
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+import jitcore as jc
+from helpers import F32, F64, assert_close, pair, ref_conv2d, resolve_padding
+from test_conv import assert_conv_close, conv_tol, rand
+
+CHANNELS = "output channels along vectors"
+
+
+def out_hw(cfg):
+    x, w = cfg["x"], cfg["w"]
+    (sh, sw), (dh, dw) = pair(cfg["stride"]), pair(cfg["dilation"])
+    pt, pb, pl, pr = resolve_padding(cfg["padding"], w[2:], (dh, dw))
+    return ((x[2] + pt + pb - dh * (w[2] - 1) - 1) // sh + 1,
+            (x[3] + pl + pr - dw * (w[3] - 1) - 1) // sw + 1)
+
+
+def channel_configs(count: int, seed: int) -> list:
+    """Convs with K = C_in/groups x taps >= 256 on small planes (where the channel plan
+    wins), odd channel counts (partial vectors), and pixel counts that leave partial tiles."""
+    rng, out = random.Random(seed), []
+    while len(out) < count:
+        kernel = rng.choice([(1, 1), (3, 3), (3, 3), (5, 5), (2, 3)])
+        stride = rng.choice([1, 2, 2, 3, (1, 2)])
+        padding = rng.choice([0, 1, 2, (1, 0)])
+        dilation = rng.choice([1, 1, 2])
+        groups = rng.choice([1, 1, 1, 2, 4])
+        cin_g = rng.choice([32, 48, 64, 130]) if kernel != (1, 1) else rng.choice([256, 300])
+        cout_g = rng.choice([16, 24, 64, 70, 130])
+        h, w = rng.randint(1, 13), rng.randint(1, 13)
+        pads = resolve_padding(padding, kernel, pair(dilation))
+        dh, dw = pair(dilation)
+        if h + pads[0] + pads[1] < dh * (kernel[0] - 1) + 1 or \
+                w + pads[2] + pads[3] < dw * (kernel[1] - 1) + 1:
+            continue
+        out.append(dict(x=(rng.choice([1, 1, 3]), cin_g * groups, h, w),
+                        w=(cout_g * groups, cin_g) + kernel, stride=stride, padding=padding,
+                        dilation=dilation, groups=groups))
+    return out
+
+
+def _opts(cfg):
+    return {k: cfg[k] for k in ("stride", "padding", "dilation", "groups")}
+
+
+def check(cfg, dtype, seed=0, target=None, threads=None):
+    """conv + bias + residual, relu, with constant weights: against the reference; returns
+    (output, whether it took the channel plan)."""
+    rng = np.random.default_rng(seed)
+    x, w, b = rand(rng, cfg["x"], dtype), rand(rng, cfg["w"], dtype), rand(rng, cfg["w"][0], dtype)
+    r = rand(rng, (cfg["x"][0], cfg["w"][0]) + out_hw(cfg), dtype)
+    kw = {} if target is None else {"target": target}
+    if threads is not None:
+        kw["num_threads"] = threads
+    # (arrays the function closes over are constants: the weights are prepacked)
+    f = jc.jit(lambda x, r: jc.relu(jc.conv2d(x, w, b, **_opts(cfg)) + r), **kw)
+    got = f(x, r)
+    ref, mag = ref_conv2d(x, w, b, **_opts(cfg))
+    k = cfg["w"][1] * cfg["w"][2] * cfg["w"][3]
+    # relu(conv + r): the error bound of the conv, plus the rounding of the add
+    want = np.maximum(ref + r, 0)
+    bound_mag = mag + np.abs(r)
+    assert_conv_close(got, want, bound_mag, dtype, k + 1, msg=str(cfg))
+    layouts = [kern.layout for kern in f.kernels(x, r) if kern.layout]
+    return got, any(CHANNELS in lay for lay in layouts)
+
+
+@pytest.mark.parametrize("dtype", [F32, F64])
+@pytest.mark.parametrize("part", range(3))
+def test_channel_plan_family(dtype, part):
+    taken = 0
+    for cfg in channel_configs(8, seed=100 + part):
+        _, channel = check(cfg, dtype, seed=part)
+        taken += channel
+    assert taken >= 4, "the family is meant to exercise the channel plan"
+
+
+@pytest.mark.parametrize("shape, wshape, kw", [
+    ((1, 512, 7, 7), (512, 512, 3, 3), dict(padding=1)),            # ResNet's last stage
+    ((1, 256, 14, 14), (512, 256, 3, 3), dict(stride=2, padding=1)),
+    ((2, 256, 14, 14), (130, 256, 1, 1), dict(stride=2)),             # partial vectors
+    ((3, 64, 9, 11), (96, 64, 3, 3), dict(stride=2, padding=2, dilation=2)),
+])
+@pytest.mark.parametrize("dtype", [F32, F64])
+def test_model_shapes_take_the_channel_plan(shape, wshape, kw, dtype):
+    cfg = dict(x=shape, w=wshape, stride=kw.get("stride", 1), padding=kw.get("padding", 0),
+               dilation=kw.get("dilation", 1), groups=1)
+    _, channel = check(cfg, dtype)
+    assert channel
+
+
+def test_one_and_two_threads_bit_for_bit():
+    cfg = dict(x=(2, 96, 10, 10), w=(130, 96, 3, 3), stride=1, padding=1, dilation=1,
+               groups=1)
+    one, c1 = check(cfg, F32, threads=1)
+    two, c2 = check(cfg, F32, threads=2)
+    assert c1 and c2
+    np.testing.assert_array_equal(one, two)
+
+
+def test_tap_blocks_with_partial_sums_agree_bit_for_bit(monkeypatch):
+    """A tiny L2 puts every tap in a block of its own, with the tiles' partial sums kept
+    between blocks (and a small partial-sum budget, several pixel groups per image): the sum
+    runs in the same order (taps, then channels), so the results are one block's bits."""
+    from jitcore.llvm import conv_channels
+    cfg = dict(x=(1, 64, 7, 7), w=(64, 64, 3, 3), stride=1, padding=1, dilation=1, groups=1)
+    whole, channel = check(cfg, F32)
+    assert channel
+    monkeypatch.setattr(conv_channels, "cache_sizes", lambda: {1: 32 * 1024, 2: 64 * 1024})
+    monkeypatch.setattr(conv_channels, "MAX_PARTIAL_BYTES", 4096)
+    # compiled anew (no cached graph, kernel IR or object of the first compile)
+    from collections import OrderedDict
+    from jitcore import compiler
+    from jitcore.cache.lru import LRU
+    from jitcore.llvm import engine, graph_module
+    monkeypatch.setenv("JITCORE_DISK_CACHE", "0")
+    monkeypatch.setattr(compiler, "_CACHE", LRU())
+    monkeypatch.setattr(graph_module, "_EMITTED", OrderedDict())
+    monkeypatch.setattr(engine, "OBJECTS", type(engine.OBJECTS)())
+    plans = []
+    real = conv_channels.plan
+
+    def spy(*args):
+        plans.append(real(*args))
+        return plans[-1]
+    monkeypatch.setattr(conv_channels, "plan", spy)
+    blocked, channel = check(cfg, F32)
+    assert channel and plans and plans[-1].k_blocks == 9 and plans[-1].pixel_groups > 1
+    np.testing.assert_array_equal(whole, blocked)
+
+
+@pytest.mark.parametrize("target", ["x86-64-v3", "x86-64-v2"])
+@pytest.mark.parametrize("dtype", [F32, F64])
+def test_levels(target, dtype):
+    try:
+        jc.target_info(target=target)
+    except jc.TargetError:
+        pytest.skip(f"the host cannot run {target}")
+    for cfg in channel_configs(4, seed=7):
+        check(cfg, dtype, target=target)
+    cfg = dict(x=(1, 256, 14, 14), w=(70, 256, 3, 3), stride=2, padding=1, dilation=1,
+               groups=1)
+    _, channel = check(cfg, dtype, target=target)
+    assert channel
+
+
+def test_plain_weights_keep_the_pixel_plan():
+    """Weights passed as arguments are read through their strides: the pixel plan."""
+    rng = np.random.default_rng(3)
+    x, w = rand(rng, (1, 512, 7, 7), F32), rand(rng, (512, 512, 3, 3), F32)
+    f = jc.jit(lambda x, w: jc.conv2d(x, w, padding=1))
+    got = f(x, w)
+    ref, mag = ref_conv2d(x, w, padding=1)
+    assert_conv_close(got, ref, mag, F32, 512 * 9)
+    assert all(CHANNELS not in k.layout for k in f.kernels(x, w) if k.layout)
+
+
+@pytest.mark.parametrize("dtype", [F32, F64])
+@pytest.mark.parametrize("hw, k", [(1, 1), (3, 3), (7, 7)])
+def test_one_pixel_planes_run_the_epilogue_along_channels(dtype, hw, k):
+    """A 1x1 output plane makes the output contiguous along channels: the epilogue runs on
+    channel vectors, its per-channel loads (a batch norm whose statistics are arguments, a
+    residual) as vectors along the channels too."""
+    rng = np.random.default_rng(5)
+    cin, cout = 288 // (k * k) + 1, 70
+    x, w = rand(rng, (2, cin, hw, hw), dtype), rand(rng, (cout, cin, k, k), dtype)
+    mean, var = rand(rng, cout, dtype), (rng.random(cout) + 0.5).astype(dtype)
+    gamma, beta = rand(rng, cout, dtype), rand(rng, cout, dtype)
+    r = rand(rng, (2, cout, 1, 1), dtype)
+    f = jc.jit(lambda x, mean, var, r: jc.clip(
+        jc.batch_norm(jc.conv2d(x, w), mean, var, gamma, beta) + r, 0, 6))
+    got = f(x, mean, var, r)
+    assert any(CHANNELS in kern.layout for kern in f.kernels(x, mean, var, r) if kern.layout)
+    ref, mag = ref_conv2d(x, w)
+    scale = gamma.astype(np.float64) / np.sqrt(var.astype(np.float64) + 1e-5)
+    s = scale[None, :, None, None]
+    want = np.clip((ref - mean[None, :, None, None]) * s + beta[None, :, None, None] + r, 0, 6)
+    bound = conv_tol(dtype, cin * k * k + 8) * (mag * np.abs(s) + np.abs(mean * s)[None, :, None, None]
+                                                + np.abs(beta)[None, :, None, None] + np.abs(r))
+    assert_close(got, want, dtype, rtol=0, atol=bound + 16 * np.finfo(dtype).eps * (np.abs(want) + 1))
