@@ -52,6 +52,8 @@ MAX_DEINTERLEAVE = 4    # a stride up to this reads whole vectors and shuffles (
 MAX_PARTIAL_BYTES = 16 * 1024   # partial sums of one item's channel blocks between passes
 L1_BYTES = cache_sizes()[1]
 MAX_TABLE = 4096        # tap x vector entries of the per-item offset/mask table
+SHORT_CHANNEL_LOOP = 4   # input channels per group up to this: the channel loop unrolled
+                         # (a stem's 3: the tap loop's overhead was a tap's 3 steps' share)
 SHORT_EPILOGUE = 3      # epilogue ops up to this are unrolled over the register tile
 # the pixel plan's loss where a stride-s row is read as s vectors and a shuffle, or gathered
 STRIDE_PENALTY = {"contiguous": 1.0, "deinterleave": 0.85, "gather": 0.5}
@@ -322,6 +324,8 @@ class ConvEmitter(EpilogueEmitter):
             self.n_kh, self.n_kw, self.n_ci, self.n_mr, self.n_cc = (
                 u.opaque(b, v) for v in (self.kh, self.kw, self.cin_g, p.mr, p.cc))
             self.n_nv = u.opaque(b, p.nv)
+        if self.cin_g <= SHORT_CHANNEL_LOOP and not self.passes:
+            self.n_ci = u.I64(self.cin_g)     # unrolled: a stem's 3 channels per tap
         per_image = p.n_tiles * p.chunks
         with u.for_range(b, self.start, self.stop, 1, name="item") as t:
             n = b.sdiv(t, u.I64(per_image))
