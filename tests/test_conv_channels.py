@@ -104,6 +104,30 @@ def test_model_shapes_take_the_channel_plan(shape, wshape, kw, dtype):
     assert channel
 
 
+@pytest.mark.parametrize("dtype", [F32, F64])
+@pytest.mark.parametrize("shape, wshape, stride, dilation", [
+    ((1, 3, 64, 64), (96, 3, 16, 16), 16, 1),         # ViT's patch embedding, smaller
+    ((2, 3, 75, 55), (70, 3, 10, 10), 10, 1),            # planes the patch does not divide
+    ((1, 3, 40, 40), (64, 3, 9, 12), (3, 5), 1),
+    ((1, 3, 30, 40), (64, 3, 7, 13), 2, (1, 2)),
+])
+def test_patchify_convs_run_along_kernel_columns(dtype, shape, wshape, stride, dilation):
+    """No padding and kernel rows longer than the input channels: the inner loop runs along
+    kernel columns (weights packed [block][KH][C_in][KW][NR])."""
+    from jitcore.llvm import conv_channels
+    cfg = dict(x=shape, w=wshape, stride=stride, padding=0, dilation=dilation, groups=1)
+    _, channel = check(cfg, dtype)
+    assert channel
+    rng = np.random.default_rng(0)
+    w = rand(rng, wshape, dtype)
+    f = jc.jit(lambda x: jc.conv2d(x, w, stride=stride, dilation=dilation))
+    x = rand(rng, shape, dtype)
+    got = f(x)
+    ref, mag = ref_conv2d(x, w, stride=stride, dilation=dilation)
+    assert_conv_close(got, ref, mag, dtype, int(np.prod(wshape[1:])))
+    assert conv_tol(dtype, 1) > 0 and conv_channels.PANEL_SHARE > 0
+
+
 def test_one_and_two_threads_bit_for_bit():
     cfg = dict(x=(2, 96, 10, 10), w=(130, 96, 3, 3), stride=1, padding=1, dilation=1,
                groups=1)

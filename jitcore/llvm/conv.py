@@ -204,15 +204,23 @@ def _channels_per_pass(kernel: Kernel, lanes: int, nv: int, flat: bool) -> int:
 
 # ---- weight prepacking --------------------------------------------------------------------
 
-def packed_weights(dense: np.ndarray, groups: int, mr: int) -> np.ndarray:
+def packed_weights(dense: np.ndarray, groups: int, mr: int,
+                   columns_inner: bool = False) -> np.ndarray:
     """OIHW weights -> [groups * blocks][KH * KW][C_in / groups][MR], zero rows past C_out
-    (MR: the pixel plan's channels per tile, or the channel plan's NR)."""
+    (MR: the pixel plan's channels per tile, or the channel plan's NR); with
+    `columns_inner` (the channel plan's order for a conv without padding),
+    [groups * blocks][KH][C_in / groups][KW][MR]."""
     o, cg, kh, kw = dense.shape
     cout_g = o // groups
     ocb = -(-cout_g // mr)
-    out = np.zeros((groups, ocb * mr, cg, kh * kw), dtype=dense.dtype)
-    out[:, :cout_g] = dense.reshape(groups, cout_g, cg, kh * kw)
-    out = out.reshape(groups, ocb, mr, cg, kh * kw).transpose(0, 1, 4, 3, 2)
+    out = np.zeros((groups, ocb * mr, cg, kh, kw), dtype=dense.dtype)
+    out[:, :cout_g] = dense.reshape(groups, cout_g, cg, kh, kw)
+    out = out.reshape(groups, ocb, mr, cg, kh, kw)
+    order = (0, 1, 4, 3, 5, 2) if columns_inner else None
+    if order is None:
+        out = out.reshape(groups, ocb, mr, cg, kh * kw).transpose(0, 1, 4, 3, 2)
+    else:
+        out = out.transpose(order)
     return np.ascontiguousarray(out).ravel()
 
 
@@ -242,8 +250,9 @@ def prepack(lowered, vector_bits: int, threads: int) -> int:
         p = choose_plan(kernel, vector_bits, threads)
         index = const_bufs.index(c.w.buffer)
         dense = _dense_weights(lowered.consts[index].array, c.w, c.w_vars)
-        width = p.nr if isinstance(p, ChannelPlan) else p.mr
-        panels = packed_weights(dense, c.attrs.groups, width)
+        channel = isinstance(p, ChannelPlan)
+        panels = packed_weights(dense, c.attrs.groups, p.nr if channel else p.mr,
+                                columns_inner=channel and p.columns_inner)
         lowered.consts[index] = ConstArray.derived(panels, lowered.consts[index],
                                                    f"conv panels {p}")
         new = Buffer(c.w.buffer.name, "const", c.w.buffer.dtype, panels.shape, (1,), slot)

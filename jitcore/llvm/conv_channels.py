@@ -16,11 +16,16 @@ zero with step 0, so the inner loop has no masks and no branches). Channels fill
 weights take this plan: they are prepacked into [group x channel block][tap][C_in/g][NR]
 (conv.packed_weights with NR = NV * lanes).
 
-When one channel block's weights exceed an eighth of L2 (512 input channels x 3x3 taps), the
-taps run in blocks whose weights stay in L2 while every pixel tile of the work item uses
-them; the tiles' partial sums wait in a stack buffer between blocks. Every element's sum runs
-in one order (tap blocks, taps, input channels) whatever the thread count: results are
-bitwise identical for any number of threads.
+A conv that reads no padding and whose kernel rows are longer than its input channels (a
+patchify stem: 16x16/s16 over 3 channels) runs the inner loop along kernel columns instead,
+with the outer loop over (kernel row, input channel) and weights packed
+[block][KH][C_in/g][KW][NR]: the inner loop then has 16 steps, not 3.
+
+When one channel block's weights exceed a quarter of L2 (512 input channels x 3x3 taps), the
+outer steps run in blocks whose weights stay in L2 while every pixel tile of the work item
+uses them; the tiles' partial sums wait in a stack buffer between blocks. Every element's
+sum runs in one order (blocks, outer steps, inner steps) whatever the thread count: results
+are bitwise identical for any number of threads.
 
 The epilogue (bias, folded batch norm, activations, residual adds) runs per output vector
 along channels; an NCHW output strides that axis, so it runs element by element (EpilogueEmitter's
@@ -42,7 +47,7 @@ from .gemm import cache_sizes
 MAX_MR = 12              # pixels per register tile
 MIN_PRODUCTS = 256       # taps x C_in / groups per output at least (the epilogue's share)
 MAX_PARTIAL_BYTES = 32 * 1024   # partial sums of one work item's pixel tiles
-PANEL_SHARE = 4          # a tap block's weights take at most this share of L2
+PANEL_SHARE = 4          # a block's weights take at most this share of L2
 
 
 @dataclass(frozen=True)
@@ -56,7 +61,10 @@ class ChannelPlan:
     tiles: int            # pixel tiles per image: ceil(pixels / MR)
     group_tiles: int      # pixel tiles per work item
     pixel_groups: int     # work items per image and channel block
-    taps_per_block: int   # taps whose weights stay in L2 while the item's tiles use them
+    columns_inner: bool   # the inner loop runs over kernel columns (else input channels)
+    outer: int            # outer steps: taps, or kernel rows x input channels
+    inner: int            # inner steps: input channels, or kernel columns
+    outer_per_block: int  # outer steps whose weights stay in L2 while the tiles use them
     k_blocks: int
     batch: int
     cout_g: int           # output channels per group
@@ -99,9 +107,15 @@ def plan(kernel: Kernel, vector_bits: int, threads: int) -> ChannelPlan:
     ocb = -(-cout_g // nr)
     blocks = c.attrs.groups * ocb
     tiles = max(-(-pixels // mr), 1)
-    per_tap = c.cin_group * nr * size
-    taps_per_block = min(c.taps, max(1, cache_sizes()[2] // PANEL_SHARE // per_tap))
-    k_blocks = -(-c.taps // taps_per_block)
+    kh, kw = c.w_vars[2].extent, c.w_vars[3].extent
+    # a conv that reads no padding (a patchify stem: 16x16/s16 over 3 channels) runs the
+    # inner loop along the longer of a kernel row and the input channels: every pixel's
+    # address then advances by one common step
+    columns_inner = not any(c.attrs.padding) and kw > c.cin_group
+    outer, inner = (kh * c.cin_group, kw) if columns_inner else (c.taps, c.cin_group)
+    per_outer = inner * nr * size
+    outer_per_block = min(outer, max(1, cache_sizes()[2] // PANEL_SHARE // per_outer))
+    k_blocks = -(-outer // outer_per_block)
     group_tiles = tiles
     if k_blocks > 1:
         group_tiles = max(1, min(tiles, MAX_PARTIAL_BYTES // (mr * nr * size)))
@@ -110,7 +124,7 @@ def plan(kernel: Kernel, vector_bits: int, threads: int) -> ChannelPlan:
         group_tiles = max(1, min(group_tiles, -(-tiles * n * blocks // want)))
     pixel_groups = -(-tiles // group_tiles)
     return ChannelPlan(lanes, mr, nv, ocb, blocks, pixels, tiles, group_tiles, pixel_groups,
-                       taps_per_block, k_blocks, n, cout_g)
+                       columns_inner, outer, inner, outer_per_block, k_blocks, n, cout_g)
 
 
 def choose_tile(pixels: int, cout_g: int, lanes: int, regs: int) -> tuple:
@@ -161,7 +175,7 @@ class ChannelConvEmitter(EpilogueEmitter):
                 b, ir.ArrayType(self.vty, p.group_tiles * p.mr * p.nv), name="partial")
             self.partial.align = 64
         with b.goto_entry_block():    # a loop bound hidden from the full unroller
-            self.n_ci = u.opaque(b, self.cin_g)
+            self.n_inner = u.opaque(b, p.inner)
         per_image = p.blocks * p.pixel_groups
         with u.for_range(b, self.start, self.stop, 1, name="item") as t:
             n = b.sdiv(t, u.I64(per_image))
@@ -177,18 +191,18 @@ class ChannelConvEmitter(EpilogueEmitter):
         t_hi = u.imin(b, b.add(t_lo, u.I64(p.group_tiles)), u.I64(p.tiles))
         x_image = b.add(b.add(u.I64(c.x.offset.const), b.mul(n, u.I64(self.xs[0]))),
                         b.mul(g, u.I64(self.cin_g * self.xs[1])))
-        w_block = b.mul(blk, u.I64(c.taps * self.cin_g * p.nr))
+        w_block = b.mul(blk, u.I64(p.outer * p.inner * p.nr))
         if p.k_blocks == 1:
             with u.for_range(b, t_lo, t_hi, 1, name="tile", unroll=False) as t:
-                self.tile(n, g, oc0, t, x_image, w_block, u.I64(0), u.I64(c.taps), None)
+                self.tile(n, g, oc0, t, x_image, w_block, u.I64(0), u.I64(p.outer), None)
             return
         with u.for_range(b, u.I64(0), u.I64(p.k_blocks), 1, name="kb", unroll=False) as kb:
-            tap_lo = b.mul(kb, u.I64(p.taps_per_block))
-            tap_hi = u.imin(b, b.add(tap_lo, u.I64(p.taps_per_block)), u.I64(c.taps))
+            o_lo = b.mul(kb, u.I64(p.outer_per_block))
+            o_hi = u.imin(b, b.add(o_lo, u.I64(p.outer_per_block)), u.I64(p.outer))
             with u.for_range(b, t_lo, t_hi, 1, name="tile", unroll=False) as t:
                 saved = b.gep(b.bitcast(self.partial, self.vty.as_pointer()),
                               [b.mul(b.sub(t, t_lo), u.I64(p.mr * p.nv))])
-                self.tile(n, g, oc0, t, x_image, w_block, tap_lo, tap_hi, (kb, saved))
+                self.tile(n, g, oc0, t, x_image, w_block, o_lo, o_hi, (kb, saved))
 
     def pixel(self, t, r):
         """(valid, oh, ow) of pixel r of tile t."""
@@ -197,9 +211,9 @@ class ChannelConvEmitter(EpilogueEmitter):
         valid = b.icmp_signed("<", q, u.I64(self.p.pixels))
         return valid, b.sdiv(q, u.I64(self.ow)), b.srem(q, u.I64(self.ow))
 
-    def tile(self, n, g, oc0, t, x_image, w_block, tap_lo, tap_hi, blocked):
-        """One register tile: sums over taps tap_lo..tap_hi (from zero or the partial sums
-        of the earlier tap blocks), then the epilogue or the partial sums saved."""
+    def tile(self, n, g, oc0, t, x_image, w_block, o_lo, o_hi, blocked):
+        """One register tile: sums over outer steps o_lo..o_hi (from zero or the partial
+        sums of the earlier blocks), then the epilogue or the partial sums saved."""
         b, p, c = self.b, self.p, self.c
         pixels = [self.pixel(t, r) for r in range(p.mr)]
         zero = u.const(self.vty, 0)
@@ -219,26 +233,11 @@ class ChannelConvEmitter(EpilogueEmitter):
                         for h in range(p.nv):
                             b.store(b.load(b.gep(saved, [u.I64(p.nv * r + h)]), align=64),
                                     self.accs[r][h])
-        (sh, sw), (pt, _, pl, _), (dh, dw) = c.attrs.stride, c.attrs.padding, c.attrs.dilation
         x_base, w_base = self.base_ptr(c.x.buffer), self.base_ptr(c.w.buffer)
-        step = u.I64(self.xs[1])
-        with u.for_range(b, tap_lo, tap_hi, 1, name="tap", unroll=False) as tap:
-            kh, kw = b.sdiv(tap, u.I64(self.kw)), b.srem(tap, u.I64(self.kw))
-            dy = b.sub(b.mul(kh, u.I64(dh)), u.I64(pt))
-            dx = b.sub(b.mul(kw, u.I64(dw)), u.I64(pl))
-            rows = []
-            for valid, oh, ow in pixels:
-                ih = b.add(b.mul(oh, u.I64(sh)), dy)
-                iw = b.add(b.mul(ow, u.I64(sw)), dx)
-                inside = b.and_(b.icmp_unsigned("<", ih, u.I64(self.h)),
-                                b.icmp_unsigned("<", iw, u.I64(self.w)))
-                ok = b.and_(valid, inside)
-                off = b.add(x_image, b.add(b.mul(ih, u.I64(self.xs[2])),
-                                           b.mul(iw, u.I64(self.xs[3]))))
-                ptr = b.select(ok, b.gep(x_base, [b.select(ok, off, u.I64(0))]), self.zero)
-                rows.append((ptr, b.select(ok, step, u.I64(0))))
-            w_tap = b.gep(w_base, [b.add(w_block, b.mul(tap, u.I64(self.cin_g * p.nr)))])
-            self.micro(rows, w_tap)
+        with u.for_range(b, o_lo, o_hi, 1, name="outer", unroll=False) as o:
+            rows = self.column_rows(pixels, x_image, x_base, o) if p.columns_inner else \
+                self.tap_rows(pixels, x_image, x_base, o)
+            self.micro(rows, b.gep(w_base, [b.add(w_block, b.mul(o, u.I64(p.inner * p.nr)))]))
         if blocked is None:
             return self.store_tile(n, g, oc0, t)
         kb, saved = blocked
@@ -252,12 +251,50 @@ class ChannelConvEmitter(EpilogueEmitter):
                         b.store(b.load(self.accs[r][h]),
                                 b.gep(saved, [u.I64(p.nv * r + h)]), align=64)
 
-    def micro(self, rows, w_tap):
-        """accs += over input channels ci: x(pixel r, ci) * w[tap][ci][NR]."""
+    def tap_rows(self, pixels, x_image, x_base, tap) -> list:
+        """Per pixel: (pointer to its input at channel 0 of the tap, step per input channel);
+        a pixel whose tap reads the padding (or past the plane) reads a zero, step 0."""
+        b, c = self.b, self.c
+        (sh, sw), (pt, _, pl, _), (dh, dw) = c.attrs.stride, c.attrs.padding, c.attrs.dilation
+        kh, kw = b.sdiv(tap, u.I64(self.kw)), b.srem(tap, u.I64(self.kw))
+        dy = b.sub(b.mul(kh, u.I64(dh)), u.I64(pt))
+        dx = b.sub(b.mul(kw, u.I64(dw)), u.I64(pl))
+        step, rows = u.I64(self.xs[1]), []
+        for valid, oh, ow in pixels:
+            ih = b.add(b.mul(oh, u.I64(sh)), dy)
+            iw = b.add(b.mul(ow, u.I64(sw)), dx)
+            inside = b.and_(b.icmp_unsigned("<", ih, u.I64(self.h)),
+                            b.icmp_unsigned("<", iw, u.I64(self.w)))
+            ok = b.and_(valid, inside)
+            off = b.add(x_image, b.add(b.mul(ih, u.I64(self.xs[2])),
+                                       b.mul(iw, u.I64(self.xs[3]))))
+            ptr = b.select(ok, b.gep(x_base, [b.select(ok, off, u.I64(0))]), self.zero)
+            rows.append((ptr, b.select(ok, step, u.I64(0))))
+        return rows
+
+    def column_rows(self, pixels, x_image, x_base, o) -> list:
+        """Per pixel: (pointer to its input at kernel column 0 of outer step o = (kernel row,
+        input channel), step per kernel column); no padding is read, so only pixels past
+        the plane read a zero."""
+        b, c = self.b, self.c
+        (sh, sw), (dh, dw) = c.attrs.stride, c.attrs.dilation
+        kh, ci = b.sdiv(o, u.I64(self.cin_g)), b.srem(o, u.I64(self.cin_g))
+        common = b.add(x_image, b.add(b.mul(ci, u.I64(self.xs[1])),
+                                      b.mul(b.mul(kh, u.I64(dh)), u.I64(self.xs[2]))))
+        step, rows = u.I64(dw * self.xs[3]), []
+        for valid, oh, ow in pixels:
+            off = b.add(common, b.add(b.mul(b.mul(oh, u.I64(sh)), u.I64(self.xs[2])),
+                                      b.mul(b.mul(ow, u.I64(sw)), u.I64(self.xs[3]))))
+            ptr = b.select(valid, b.gep(x_base, [b.select(valid, off, u.I64(0))]), self.zero)
+            rows.append((ptr, b.select(valid, step, u.I64(0))))
+        return rows
+
+    def micro(self, rows, w_outer):
+        """accs += over the inner steps i: x(pixel r, i) * w[outer][i][NR]."""
         b, p = self.b, self.p
         vptr = self.vty.as_pointer()
-        with u.for_range(b, u.I64(0), self.n_ci, 1, name="ci") as ci:
-            wk = b.gep(w_tap, [b.mul(ci, u.I64(p.nr))])
+        with u.for_range(b, u.I64(0), self.n_inner, 1, name="inner") as ci:
+            wk = b.gep(w_outer, [b.mul(ci, u.I64(p.nr))])
             # unaligned: a prepacked constant's array is only element-aligned
             wv = [b.load(b.bitcast(b.gep(wk, [u.I64(h * p.lanes)]), vptr), align=1)
                   for h in range(p.nv)]
