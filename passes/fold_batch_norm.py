@@ -142,6 +142,11 @@ def fold_batch_norm(graph: Graph) -> Graph:
 
 
 def _fold_round(graph: Graph) -> tuple:
+    # equal nodes merged first: the round's rewrite would otherwise rebuild every node below
+    # two equal constants (the zeros of a padding, equal batch-norm statistics, a folded
+    # bias equal to another constant), and a rebuilt conv, which the reader counts do not
+    # know, would never fold
+    graph, _ = rewrite_once(graph, lambda node: None)
     nodes = graph.nodes()
     if not any(n.op in (Op.BATCH_NORM, Op.MATMUL) for n in nodes):
         return graph, False

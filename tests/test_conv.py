@@ -417,6 +417,40 @@ def test_batch_norm_folded_into_constant_conv(dtype, with_bias):
                      + 8 * np.finfo(dtype).eps * np.abs(ref), msg=msg)
 
 
+@pytest.mark.parametrize("dtype", [F32, F64])
+def test_batch_norms_fold_below_equal_constants(dtype):
+    """A model with fresh statistics (every mean and beta zero, every var one) and a padding
+    made of zeros has equal constants everywhere: every batch norm still folds (a fold
+    round's rewrite merged them and rebuilt the convs below, which then never folded:
+    EfficientNet's batch norms all ran at run time)."""
+    rng = np.random.default_rng(13)
+    x = rand(rng, (1, 4, 9, 9), dtype)
+    ws = [rand(rng, (4, 4, 3, 3), dtype) for _ in range(3)]
+    zeros, ones = np.zeros(4, dtype), np.ones(4, dtype)
+    gammas = [rand(rng, 4, dtype) for _ in range(3)]
+
+    def model(x):
+        y = jc.concatenate([x, np.zeros((1, 4, 1, 9), dtype)], axis=2)    # a bottom padding
+        for w, g in zip(ws, gammas):
+            y = jc.relu(jc.batch_norm(jc.conv2d(y, w, padding=1), zeros.copy(), ones.copy(),
+                                      g, zeros.copy(), eps=1e-3))
+        return y
+    f = jc.jit(model)
+    kernels = f.kernels(x)
+    assert [k.kind for k in kernels].count("conv") == 3
+    assert not any("div" in k.ops or "sqrt" in k.ops for k in kernels), \
+        [str(k) for k in kernels]
+    ref = np.concatenate([x, np.zeros((1, 4, 1, 9), dtype)], axis=2).astype(np.float64)
+    mag = np.abs(ref)
+    for w, g in zip(ws, gammas):
+        conv, m = ref_conv2d(ref, w, padding=1)
+        _, m = ref_conv2d(mag, np.abs(w), padding=1)
+        s = (g.astype(np.float64) / np.sqrt(1 + 1e-3))[None, :, None, None]
+        ref, mag = np.maximum(conv * s, 0), m * np.abs(s)
+    assert_close(f(x), ref, dtype, rtol=0, atol=conv_tol(dtype, 36 * 3 + 8) * 4 * mag
+                 + 16 * np.finfo(dtype).eps * np.abs(ref))
+
+
 def test_batch_norm_after_conv1d_folds():
     rng = np.random.default_rng(13)
     x, w = rand(rng, (2, 4, 15), F64), rand(rng, (6, 4, 3), F64)
