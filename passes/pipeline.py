@@ -4,6 +4,7 @@ from __future__ import annotations
 from jitcore.ir.graph import Graph
 from jitcore.ir.verifier import verify as verify_graph
 
+from .absorb_padding import absorb_padding
 from .decompose import decompose
 from .dynamic import check_graph, check_lowered
 from .fold_batch_norm import fold_batch_norm
@@ -27,13 +28,15 @@ def run_pipeline(graph: Graph, vector_bits: int, input_strides: dict | None = No
     the graph's shapes hold run-time extents (symbolic.dynamic_extent); raises
     dynamic.NotDynamic when the graph needs the value of one."""
     verify = verify_graph if verify_stages else _unchecked
-    # stages: fold batch norms into constant convs and matmuls, decompose composites,
+    # stages: zero paddings read by convs into the convs, fold batch norms into constant
+    # convs and matmuls, decompose composites,
     # simplify (CSE, folding), move elementwise ops into the concatenations they read, split
     # big full reductions into
     # fixed blocks, lower to loop nests, decide vectorization per kernel, merge pointwise
     # kernels that share a loop nest, fuse kernels that share rows, order the kernels and
     # forked tasks
     graph = verify(graph)
+    graph = verify(absorb_padding(graph))
     graph = verify(fold_batch_norm(graph))
     graph = verify(decompose(graph))
     graph = verify(simplify(graph))

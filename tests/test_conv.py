@@ -570,3 +570,37 @@ def test_operand_views_that_strides_cannot_express_are_copied(dtype):
     assert_conv_close(jc.jit(fold)(x, w), ref, mag, dtype, 18, "weight an input")
     assert_conv_close(jc.jit(fold, constants=dict(w=w))(x), ref, mag, dtype, 18,
                       "weight a constant")
+
+
+@pytest.mark.parametrize("dtype", [F32, F64])
+@pytest.mark.parametrize("widths, value, absorbed", [
+    (((0, 0), (0, 0), (0, 1), (0, 1)), 0.0, True),           # TF "same" for stride 2
+    (((0, 0), (0, 0), (2, 1), (1, 3)), 0.0, True),
+    (((0, 0), (1, 0), (1, 1), (1, 1)), 0.0, False),           # a channel pad stays a pad
+    (((0, 0), (0, 0), (1, 1), (1, 1)), 1.5, False),           # not zeros
+    (((0, 0), (0, 0), (1, 1), (1, 1)), -0.0, False),          # -0 is the conv's +0 but signed
+])
+def test_zero_padding_read_by_a_conv_becomes_its_padding(dtype, widths, value, absorbed):
+    rng = np.random.default_rng(16)
+    x = rand(rng, (2, 6, 9, 10), dtype)
+    cin = 6 + sum(widths[1])
+    w = rand(rng, (8, cin, 3, 3), dtype)
+    pad = jc.jit(lambda x: jc.pad(x, widths, constant_values=value))
+    f = jc.jit(lambda x: jc.relu(jc.conv2d(jc.pad(x, widths, constant_values=value), w,
+                                           stride=2, padding=1)))
+    padded = np.pad(x, widths, constant_values=value)
+    ref, mag = ref_conv2d(padded, w, stride=2, padding=1)
+    assert_conv_close(f(x), np.maximum(ref, 0), mag, dtype, cin * 9)
+    np.testing.assert_array_equal(pad(x), padded)
+    kinds = [k.kind for k in f.kernels(x)]
+    assert (kinds == ["conv"]) == absorbed, kinds
+
+
+def test_a_padding_also_returned_is_still_made():
+    rng = np.random.default_rng(17)
+    x, w = rand(rng, (1, 3, 7, 7), F32), rand(rng, (4, 3, 3, 3), F32)
+    widths = ((0, 0), (0, 0), (1, 2), (0, 1))
+    padded, y = jc.jit(lambda x: (lambda p: (p, jc.conv2d(p, w)))(jc.pad(x, widths)))(x)
+    np.testing.assert_array_equal(padded, np.pad(x, widths))
+    ref, mag = ref_conv2d(np.pad(x, widths), w)
+    assert_conv_close(y, ref, mag, F32, 27)
