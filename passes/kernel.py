@@ -15,6 +15,8 @@ A kernel's `kind` (Kind, set where it is built) names its shape, and loop order 
                         post-ops run while the output tile is in registers (see `Gemm`).
 - conv:                 n, oc, oh, ow (the output's axes); `Conv` holds the operands, the
                         store's value is the epilogue over `Acc` as for gemm.
+- depthwise:            a conv whose groups have one input channel each (`Conv.depthwise`),
+                        computed one channel plane at a time (jitcore/llvm/depthwise.py).
 - gemv:                 a gemm whose M or N is 1 (a matrix times a vector): batch loops, k
                         (reduce), then the output axis (`Gemm.out_var`); the same epilogue.
 - pool:                 2-d pooling: the output rows (n, c, oh merged), then the output
@@ -192,6 +194,12 @@ class Pool:
         return max(self.rows.hi, default=0) * max(self.cols.hi, default=0)
 
 
+MAX_CHANNEL_MULTIPLIER = 4
+MAX_PHASES = 4
+MAX_DEPTHWISE_TAPS = 81
+MAX_DEPTHWISE_REACH = 32
+
+
 @dataclass
 class Conv:
     """out[n, oc, oh, ow] = sum over (ci, kh, kw) of x[n, g*Cg_in + ci, ih, iw] *
@@ -222,6 +230,20 @@ class Conv:
     def cin_group(self) -> int:
         return self.w_vars[1].extent
 
+    @property
+    def depthwise(self) -> bool:
+        """Computed by the depthwise kernel (kind "depthwise"): one input channel per group,
+        at most MAX_CHANNEL_MULTIPLIER outputs per group (more share input loads better in
+        the conv kernel's register tile), a column stride of at most MAX_PHASES (the input
+        rows are de-interleaved into that many phases), a kernel of at most MAX_DEPTHWISE_TAPS
+        taps reaching at most MAX_DEPTHWISE_REACH pixels (its unrolled code and stack
+        buffer stay small)."""
+        (kh, kw), (dh, dw) = (v.extent for v in self.w_vars[2:]), self.attrs.dilation
+        return self.cin_group == 1 and \
+            self.out_vars[1].extent // self.attrs.groups <= MAX_CHANNEL_MULTIPLIER and \
+            self.attrs.stride[1] <= MAX_PHASES and kh * kw <= MAX_DEPTHWISE_TAPS and \
+            max((kh - 1) * dh, (kw - 1) * dw) <= MAX_DEPTHWISE_REACH
+
     def strides(self, load: Load, variables) -> tuple:
         return tuple(load.offset.coeff(v) for v in variables)
 
@@ -241,6 +263,7 @@ class Kind(StrEnum):
     GEMM = "gemm"                            # a matmul with its epilogue
     GEMV = "gemv"                            # a matmul whose M or N is 1
     CONV = "conv"                            # a convolution with its epilogue
+    DEPTHWISE = "depthwise"                  # a depthwise convolution with its epilogue
     POOL = "pool"                            # 2-d pooling with its epilogue
 
     @property
@@ -284,9 +307,10 @@ def kind_error(kernel: "Kernel") -> str | None:
     k = kernel.kind
     if not isinstance(k, Kind):
         return f"kind {k!r} is not a Kind"
+    conv_kind = Kind.DEPTHWISE if k == Kind.DEPTHWISE else Kind.CONV   # (one field, two kinds)
     has = {Kind.GEMM: kernel.gemm is not None and not kernel.gemm.matvec,
            Kind.GEMV: kernel.gemm is not None and kernel.gemm.matvec,
-           Kind.CONV: kernel.conv is not None, Kind.POOL: kernel.pool is not None,
+           conv_kind: kernel.conv is not None, Kind.POOL: kernel.pool is not None,
            Kind.ROWS: bool(kernel.parts), Kind.TILES: kernel.tile_var is not None,
            Kind.SCAN: any(lp.scan for lp in kernel.loops)}
     extra = [name for name, present in has.items() if present and name != k]
@@ -294,6 +318,8 @@ def kind_error(kernel: "Kernel") -> str | None:
         return f"a {k} kernel with the fields of {', '.join(extra)}"
     if k in has and not has[k]:
         return f"a {k} kernel without its own field"
+    if k == Kind.DEPTHWISE and not kernel.conv.depthwise:
+        return "a depthwise kernel of a conv that is not depthwise"
     if k.reduces != (kernel.reduction is not None):
         return f"a {k} kernel {'without' if k.reduces else 'with'} a reduction"
     if k.reduces and reduction_kind(kernel.loops) != k:
@@ -337,7 +363,8 @@ class Kernel:
     # reads the previous step's stored output; see codegen's emit_scan)
     gemm: Gemm | None = None         # a matmul with its epilogue (kind "gemm" or "gemv")
     pool: Pool | None = None         # a pooling with its epilogue (kind "pool")
-    conv: Conv | None = None         # a convolution with its epilogue (kind "conv")
+    conv: Conv | None = None         # a convolution with its epilogue (kind "conv" or
+                                     # "depthwise")
     kind: Kind = field(kw_only=True)  # set by whoever builds the kernel (see Kind)
 
     @property

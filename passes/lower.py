@@ -560,7 +560,7 @@ class _Lowering:
             [Loop(out_vars[3], "parallel")]
         spec = Conv(operands[0], operands[1], x_vars, w_vars, out_vars, conv.arg, conv.dtype)
         return Kernel(f"k{index}_conv2d", loops, [Store(out, offset(out, out_idx), value)],
-                      None, ops, conv=spec, kind=Kind.CONV)
+                      None, ops, conv=spec, kind=Kind.DEPTHWISE if spec.depthwise else Kind.CONV)
 
 
 def _copy_kernel(out: Buffer, extra: Buffer, index: int) -> Kernel:

@@ -18,15 +18,19 @@ def f32(*shape):
     return R.standard_normal(shape).astype(np.float32)
 
 
-def _conv_ref(x, w, pad):
+def _conv_ref(x, w, pad, groups=1):
     """A direct NCHW convolution (stride 1) in float64."""
     x = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
-    o, _, kh, kw = w.shape
+    o, cg, kh, kw = w.shape
     oh, ow = x.shape[2] - kh + 1, x.shape[3] - kw + 1
     out = np.zeros((x.shape[0], o, oh, ow))
-    for i in range(kh):
-        for j in range(kw):
-            out += np.einsum("nchw,oc->nohw", x[:, :, i:i + oh, j:j + ow], w[:, :, i, j])
+    og = o // groups
+    for g in range(groups):
+        xg, wg = x[:, g * cg:(g + 1) * cg], w[g * og:(g + 1) * og]
+        for i in range(kh):
+            for j in range(kw):
+                out[:, g * og:(g + 1) * og] += np.einsum(
+                    "nchw,oc->nohw", xg[:, :, i:i + oh, j:j + ow], wg[:, :, i, j])
     return out
 
 
@@ -53,6 +57,9 @@ SAMPLES = {
     Kind.CONV: (lambda x, w: jc.relu(jc.conv2d(x, w, padding=1)),
                 lambda: [f32(2, 8, 12, 12), f32(16, 8, 3, 3)],
                 lambda x, w: np.maximum(_conv_ref(x, w, 1), 0)),
+    Kind.DEPTHWISE: (lambda x, w: jc.relu(jc.conv2d(x, w, padding=1, groups=8)),
+                     lambda: [f32(2, 8, 12, 12), f32(8, 1, 3, 3)],
+                     lambda x, w: np.maximum(_conv_ref(x, w, 1, groups=8), 0)),
     Kind.POOL: (lambda x: jc.max_pool2d(x, 2), lambda: [f32(2, 8, 16, 16)],
                 lambda x: x.reshape(2, 8, 8, 2, 8, 2).max(axis=(3, 5))),
 }

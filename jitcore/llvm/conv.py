@@ -242,7 +242,7 @@ def prepack(lowered, vector_bits: int, threads: int) -> int:
     loads = loads_per_slot(lowered)
     for kernel in lowered.kernels:
         c = kernel.conv
-        if c is None or c.w.buffer.kind != "const":
+        if kernel.kind != Kind.CONV or c.w.buffer.kind != "const":
             continue
         slot = c.w.buffer.slot
         if loads[slot] != 1:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 # (imported for their registrations)
-from . import conv, gemm, gemv, pointwise, pool, reduce, rows, scan, tiles  # noqa: F401
+from . import conv, depthwise, gemm, gemv, pointwise, pool, reduce, rows, scan, tiles  # noqa: F401
 from .registry import KINDS, KindEntry, entry
 
 __all__ = ["KINDS", "KindEntry", "entry", "report"]
