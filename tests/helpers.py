@@ -332,7 +332,7 @@ def erf64(x):
     return np.vectorize(math.erf, otypes=[np.float64])(x) if x.size else x.copy()
 
 
-# ---- convolution reference (tests/test_conv.py, tests/test_random_graphs.py) --------------
+# ---- convolution reference (tests/test_conv.py, test_depthwise.py, test_random_graphs.py) ---
 
 def resolve_padding(padding, kernel, dilation):
     """(top, bottom, left, right) as torch resolves it."""
@@ -350,6 +350,20 @@ def resolve_padding(padding, kernel, dilation):
 
 def pair(v):
     return (v, v) if isinstance(v, int) else tuple(v)
+
+
+def conv_tol(dtype, k: int) -> float:
+    """gamma(k + 2) for the dtype: the relative bound on a sum of k + 2 terms (a conv output
+    of k products plus its bias, in any order)."""
+    u = np.finfo(dtype).eps / 2
+    return (k + 2) * u / (1 - (k + 2) * u)
+
+
+def assert_conv_close(got, ref, mag, dtype, k, msg=""):
+    """|got - ref| <= gamma(k + 2) * mag (the sum of |terms|) + 4 ulp of |ref|."""
+    eps = np.finfo(dtype).eps
+    bound = conv_tol(dtype, k) * mag + 4 * eps * np.abs(ref) + np.finfo(dtype).tiny
+    assert_close(got, ref, dtype, rtol=0, atol=bound, msg=msg)
 
 
 def ref_conv2d(x, w, b=None, stride=1, padding=0, dilation=1, groups=1):

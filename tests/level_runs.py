@@ -38,7 +38,7 @@ from jitcore.llvm.target import LEVELS
 VALUE_MODULES = frozenset({
     "test_elementwise", "test_casts", "test_bitwise", "test_reductions",
     "test_reduction_accuracy", "test_arg_reductions", "test_gemm", "test_gemv", "test_conv",
-    "test_pooling", "test_gather_join", "test_vecmath_jit", "test_row_norms",
+    "test_depthwise", "test_pooling", "test_gather_join", "test_vecmath_jit", "test_row_norms",
     "test_random_graphs", "test_broadcast_views", "test_composite_accuracy",
 })
 DEFAULT_LEVELS = "x86-64-v3,x86-64-v2"

@@ -17,21 +17,10 @@ import numpy as np
 import pytest
 
 import jitcore as jc
-from helpers import F32, F64, assert_close, pair, ref_conv2d, resolve_padding
+from helpers import (F32, F64, assert_close, assert_conv_close, conv_tol, pair, ref_conv2d,
+                     resolve_padding)
 
 # ---- the reference ---------------------------------------------------------------------------
-
-
-def conv_tol(dtype, k: int) -> float:
-    """gamma(k + 2) for the dtype: the relative bound on a sum of k + 2 terms."""
-    u = np.finfo(dtype).eps / 2
-    return (k + 2) * u / (1 - (k + 2) * u)
-
-
-def assert_conv_close(got, ref, mag, dtype, k, msg=""):
-    eps = np.finfo(dtype).eps
-    bound = conv_tol(dtype, k) * mag + 4 * eps * np.abs(ref) + np.finfo(dtype).tiny
-    assert_close(got, ref, dtype, rtol=0, atol=bound, msg=msg)
 
 
 def rand(rng, shape, dtype):
