@@ -350,14 +350,36 @@ class DepthwiseEmitter(EpilogueEmitter):
 
     def finish(self, acc, left):
         """The epilogue on one vector with `left` outputs left in its row (<= 0: none;
-        fewer than lanes: masked)."""
+        fewer than lanes: masked). A whole vector at an aligned address of a streamed
+        output (streaming.py: one too large for the caches) is stored non-temporally."""
         b, lanes = self.b, self.p.lanes
         count = u.imin(b, left, u.I64(lanes))
+        whole = b.icmp_signed("==", count, u.I64(lanes))
+        if self.streamed:
+            st = self.epilogue_store
+            ptr = b.gep(self.base_ptr(st.buffer), [self.index(st.offset)])
+            size = lanes * st.buffer.dtype.itemsize
+            aligned = b.icmp_unsigned("==", b.and_(b.ptrtoint(ptr, u.I64), u.I64(size - 1)),
+                                      u.I64(0))
+            with b.if_else(b.and_(whole, aligned), likely=True) as (then, otherwise):
+                with then:
+                    self.streaming = True
+                    self.epilogue(acc, None)
+                    self.streaming = False
+                with otherwise:
+                    self.partial(acc, count, whole)
+            return
+        self.partial(acc, count, whole)
+
+    def partial(self, acc, count, whole):
+        """The epilogue on one vector of `count` (<= lanes) valid outputs, with normal
+        stores: masked (or, without mask registers, whole vectors unmasked)."""
+        b = self.b
         if self.masked_tail:          # masks cost nothing: one masked epilogue
             with b.if_then(b.icmp_signed(">", count, u.I64(0))):
                 self.epilogue(acc, count)
             return
-        with b.if_else(b.icmp_signed("==", count, u.I64(lanes))) as (then, otherwise):
+        with b.if_else(whole) as (then, otherwise):
             with then:
                 self.epilogue(acc, None)
             with otherwise:

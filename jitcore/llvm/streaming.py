@@ -1,12 +1,14 @@
-"""Streaming (non-temporal) stores for elementwise kernels whose output does not fit in cache.
+"""Streaming (non-temporal) stores for elementwise and depthwise conv kernels whose output does
+not fit in cache.
 
 A normal store first reads its cache line (read-for-ownership), so a kernel writing N bytes
 moves 2N for its output; a non-temporal store writes whole lines straight to memory. That
 pays when the output would not be in cache for its next reader anyway: the target's
 `stream_bytes` threshold (llvm/target.py) says from which output size. The stores must be
 aligned to the vector size: codegen peels the first elements of each run so that they are
-(`PointwiseEmitter.elementwise_loop`). Transposing (tiled) kernels keep normal stores: streaming
-their aligned tile rows measured no gain (their transposed reads dominate).
+(`PointwiseEmitter.elementwise_loop`); a depthwise conv streams the vectors of its rows that
+are whole and aligned (`DepthwiseEmitter.finish`). Transposing (tiled) kernels keep normal
+stores: streaming their aligned tile rows measured no gain (their transposed reads dominate).
 Non-temporal stores are weakly ordered, so a kernel that made any ends with a store fence
 before the thread pool reports it done (other threads then see every result).
 """
@@ -23,12 +25,12 @@ from .irutil import memory_type_bytes
 
 def streamed_slots(kernel: Kernel, threshold: int) -> frozenset:
     """The buffer slots a kernel writes with streaming stores: those of a vectorized
-    elementwise kernel's (not a tiled one's) outputs written contiguously along the vector
-    loop, when they all
+    elementwise kernel's (not a tiled one's) or a depthwise conv's outputs written
+    contiguously along the vector loop, when they all
     have one element size (one alignment peel fits them all) and together take at least
     `threshold` bytes (0: never)."""
-    if threshold <= 0 or kernel.kind != Kind.POINTWISE or kernel.lanes == 1 or not kernel.loops \
-            or kernel.tile_var is not None:
+    if threshold <= 0 or kernel.kind not in (Kind.POINTWISE, Kind.DEPTHWISE) or \
+            kernel.lanes == 1 or not kernel.loops or kernel.tile_var is not None:
         return frozenset()
     var = kernel.vector_var
     stores = [st for st in kernel.stores
