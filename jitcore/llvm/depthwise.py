@@ -402,11 +402,12 @@ def _indices(values, ty=u.I32):
 
 
 def report(kernel: Kernel) -> tuple:
-    """A depthwise convolution computes channel planes in NCHW (the report's layout); the
-    loop nest, then its register tile (which the thread count does not change)."""
+    """A depthwise convolution computes channel planes in NCHW, pixels along the vectors
+    (the report's layout); the loop nest, then its register tile (which the thread count
+    does not change)."""
     p = plan(kernel, kernel.vector_bits, 1)
-    return "NCHW", f"{kernel.loop_nest}, per channel plane {p.rows} rows x {p.nv} " \
-                   f"vectors of {p.lanes} in registers"
+    tile = f"per channel plane {p.rows} rows x {p.nv} vectors of {p.lanes} in registers"
+    return "NCHW, pixels along vectors", f"{kernel.loop_nest}, {tile}"
 
 
 register(KindEntry(Kind.DEPTHWISE, DepthwiseEmitter, plan=plan, work=plan_items,
