@@ -24,9 +24,10 @@ blocking and the thread count: results are bitwise identical for any number of t
 Weights are read through their strides (constant or not, never prepacked): a channel's
 k*k scalars.
 
-Measured on Zen 4 (1 thread, batch 1, against torch eager's oneDNN): 3x3 layers of
-MobileNetV2 run at the copy bandwidth's roofline or above it (their data is in L3), 1.7-3x
-faster than torch; 5x5 and 7x7 layers are compute bound, at 1.3-2x torch.
+Measured on Zen 4 (1 thread, against torch eager's oneDNN, shared machine): MobileNetV2's
+3x3 layers at 65-170% of the copy bandwidth's roofline at batch 1 (their data is in L3) and
+72-114% at batch 8, 1.6-3.6x faster than torch; 5x5 and 7x7 layers are compute bound (30-60%
+of the roofline), at 1.1-2.8x torch.
 """
 from __future__ import annotations
 
