@@ -51,7 +51,7 @@ class Pipeline:
 # late loop passes. Measured on AMD EPYC Zen 4 (CPU seconds, one process, interleaved): the
 # 32 kernels of MobileNetV2 took 2.0-2.5 s to optimize and 1.2-1.5 s to emit with O3's module
 # pipeline; 1.5-1.6 s and 1.4-1.6 s with the level-2 function pipeline and the unroller
-# (KERNEL), 1.0-1.3 s and 0.8-1.1 s without the unroller (TILED). At level 1 an avg pool read
+# (KERNEL), 1.0-1.4 s and 0.8-1.1 s without the unroller (TILED). At level 1 an avg pool read
 # its window bounds from constant tables on every row (3% slower); without the unroller row
 # kernels (layer norm) ran 4-7% slower, while conv and GEMM kernels, whose emitters unroll
 # their micro-kernels themselves, ran as fast as at O3 (registry.KindEntry.unrolled).
