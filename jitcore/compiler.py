@@ -24,7 +24,7 @@ from jitcore.passes.legality import bytes_moved, flops
 from jitcore.passes.pipeline import run_pipeline
 from jitcore.passes.symbolic import at_sizes
 
-from . import config, log
+from . import config, gcpause, log
 from .cache import disk as diskcache
 from .cache import outputs as output_cache
 from .cache.fingerprint import host_caches
@@ -255,8 +255,10 @@ def compile_graph(graph: Graph, strides: tuple, target: Target, threads: int = 0
         with _CACHE_LOCK:
             hit = _CACHE.get(key)
         if hit is None:
-            hit = _compile(graph, strides, target, threads, prepack,
-                           {"trace": trace_seconds, "cache_key": key_seconds}, dynamic, key)
+            with gcpause.paused():
+                hit = _compile(graph, strides, target, threads, prepack,
+                               {"trace": trace_seconds, "cache_key": key_seconds}, dynamic,
+                               key)
             with _CACHE_LOCK:
                 _CACHE.put(key, hit)
                 STATS["compiles"] += 1

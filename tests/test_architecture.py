@@ -28,7 +28,7 @@ PACKAGES = {"jitcore": "jitcore", "ir": "jitcore.ir", "passes": "jitcore.passes"
 FRONT_LAYERS = [
     ("settings, version, log, caches",
      {"jitcore.version", "jitcore.config", "jitcore.source_layout", "jitcore.log",
-      "jitcore.cache"}),
+      "jitcore.cache", "jitcore.gcpause"}),
     ("target selection", {"jitcore.targetinfo"}),
     ("tracing and the op namespace", {"jitcore.ops"}),
     ("compile driver, caches and the thread pools",

@@ -624,4 +624,5 @@ def emitter(module, kernel, name: str, masked_tail: bool, stream_bytes: int = 0,
     return cls(module, kernel, name, masked_tail, stream_bytes, plan)
 
 
-register(KindEntry(Kind.CONV, emitter, plan=plan, work=plan_items, report=report))
+register(KindEntry(Kind.CONV, emitter, plan=plan, work=plan_items, report=report,
+                   unrolled=True))

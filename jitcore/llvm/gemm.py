@@ -573,4 +573,4 @@ def _clamp(b, x, hi: int):
     return u.imin(b, b.select(b.icmp_signed(">", x, zero), x, zero), u.I64(hi))
 
 
-register(KindEntry(Kind.GEMM, GemmEmitter, plan=plan, work=plan_items))
+register(KindEntry(Kind.GEMM, GemmEmitter, plan=plan, work=plan_items, unrolled=True))

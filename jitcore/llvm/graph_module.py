@@ -38,7 +38,7 @@ from jitcore.runtime import emit_parallel_for, emit_spawn, emit_wait, kernel_typ
 
 from . import irutil as u
 from . import work
-from .engine import GLUE, with_pipeline
+from .engine import GLUE, KERNEL, TILED, with_pipeline
 from .entry import (GIL_RELEASE_BYTES, OK, OUT_OF_MEMORY, emit_entry, emit_fastcall,
                     emit_input_checks, fastcall_eligible)
 from .gemm import plan_threads
@@ -180,7 +180,8 @@ def _emit_kernel(kernel: Kernel, vector_bits: int, triple: str, data_layout: str
     extent, chunk = kind.work(kernel, plan)
     ke = kind.emitter(module, kernel, KERNEL_PLACEHOLDER, masked_tails, stream_bytes, plan)
     ke.emit()
-    text = _with_vector_attributes(str(module), vector_bits)
+    text = with_pipeline(_with_vector_attributes(str(module), vector_bits),
+                         TILED if kind.unrolled else KERNEL)
     symbol = "jck_" + hashlib.sha256(text.encode()).hexdigest()[:24]
     text = text.replace(f'@"{KERNEL_PLACEHOLDER}"', f'@"{symbol}"')
     return KernelCode(symbol, text, tuple(ke.buffer_slots), extent, chunk)

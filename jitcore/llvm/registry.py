@@ -41,12 +41,15 @@ class KindEntry:
     work:    work(kernel, plan) -> (extent, chunk): the work items the pool hands out for one
              call of the kernel (KernelCode.extent, .grain);
     report:  report(kernel) -> (layout, loop nest text): the kind's part of its line in
-             `explain()` (compiler.KernelInfo)."""
+             `explain()` (compiler.KernelInfo);
+    unrolled: the emitter unrolls its micro-kernel itself (register tiles): LLVM's loop
+             unroller only grows its code (engine.TILED instead of engine.KERNEL)."""
     kind: Kind
     emitter: Callable
     plan: Callable = no_plan
     work: Callable = range_work
     report: Callable = None
+    unrolled: bool = False
 
     def describe(self, kernel: Kernel) -> tuple:
         """(layout, loop nest) of the kernel's report."""

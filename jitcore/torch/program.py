@@ -28,6 +28,7 @@ from .lowering import LOWERINGS, TORCH_TO_NUMPY, missing_ops
 from .part import Part, PartModule
 
 CONSTANT_KINDS = (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR)
+FOLDED_PREFIX = "_jc_folded_"    # a folded constant's buffer: its own memory (fold_constants)
 PART_PREFIX = "jitcore_part_"
 # a folded constant may not grow past this many elements beyond its inputs (expand of a scalar)
 FOLD_GROWTH_LIMIT = 1 << 20
@@ -157,12 +158,23 @@ def fold_constants(gm: torch.fx.GraphModule) -> int:
         grown = _numel(value) - sum(_numel(values[i]) for i in node.all_input_nodes)
         if grown > FOLD_GROWTH_LIMIT:
             continue
-        attr = _to_constant(gm, node, value.contiguous(), prefix="_jc_folded_")
+        attr = _to_constant(gm, node, _own_memory(value, args, kwargs), prefix=FOLDED_PREFIX)
         values[attr] = getattr(gm, attr.target)
         folded += 1
     gm.graph.eliminate_dead_code()
     drop_unused_constants(gm)
     return folded
+
+
+def _own_memory(value: torch.Tensor, args, kwargs) -> torch.Tensor:
+    """The folded value, contiguous, in memory of its own: a view of an input (a transposed
+    or reshaped parameter, whose memory the user may still write) is copied, a fresh result
+    kept as is (partition holds it without a copy: ConstArray.owned)."""
+    inputs = {t.untyped_storage().data_ptr() for t in pytree.tree_leaves((args, kwargs))
+              if isinstance(t, torch.Tensor)}
+    if value.is_contiguous() and value.untyped_storage().data_ptr() not in inputs:
+        return value
+    return value.clone(memory_format=torch.contiguous_format)
 
 
 def drop_unused_constants(gm: torch.fx.GraphModule) -> None:
@@ -233,7 +245,9 @@ def partition(gm: torch.fx.GraphModule, name: str = "model", dynamic: bool = Fal
         for k, arg in enumerate(node.args):
             if arg.op == "get_attr":
                 if arg.target not in arrays:
-                    arrays[arg.target] = ConstArray(getattr(fused, arg.target).numpy())
+                    value = getattr(fused, arg.target).numpy()
+                    arrays[arg.target] = ConstArray.owned(value) if \
+                        arg.target.startswith(FOLDED_PREFIX) else ConstArray(value)
                 constants[k] = arrays[arg.target]
             else:
                 dynamic.append(arg)
