@@ -119,6 +119,18 @@ def test_roofline_fractions_of_the_same_thread_count():
     assert cli.roofline_cell(one) == "4.0 (50%) / 8.0 (100%)"
 
 
+def test_compute_cell_is_a_share_of_the_peak():
+    c = {"status": "ok", "median_s": 0.5, "flops": 100e9,
+         "compute_only": {"status": "ok", "median_s": 1.0}}
+    assert roofline.compute_cell(c, 400.0) == "200.0 (50%) / 100.0 (25%)"
+    assert roofline.compute_cell(c, None) == "200.0 / 100.0"
+    assert roofline.compute_cell(dict(c, compute_only={"status": "n/a"}), 400.0) == \
+        "200.0 (50%) / -"
+    assert roofline.compute_cell({"status": "wrong"}, 400.0) == "wrong"
+    assert roofline.fma_peak({"fma_peak_gflops_per_core": 90.0}, 2) == 180.0
+    assert roofline.fma_peak({}, 2) is None
+
+
 def test_markdown_tables_have_both_columns(tiny_suite):
     data, _ = tiny_suite
     text = markdown.tables(data)
@@ -129,7 +141,54 @@ def test_markdown_tables_have_both_columns(tiny_suite):
     assert " / " in jit and numpy.count("(1.00x)") == 2            # numpy: 1.00x in both
     # every other system has both columns, or says it is missing / not applicable
     assert all(" / " in c or c in ("missing", "n/a") for c in cells[2:]), cells
-    assert "first call, cold / warm cache" in text
+    assert "first call (build + first call, compile included)" in text
+
+
+CONV_ROWS = ("conv3x3_64", "conv1x1_64_256", "conv3x3_256", "conv7x7s2_stem", "dwconv3x3_96",
+             "conv_bn_relu", "resblock")
+
+
+def test_compute_roofline_of_conv_rows(tiny_suite):
+    """Every convolution (and matmul) row has GFLOP/s and its share of the FMA peak measured
+    by jitcore's child at the same thread count, for every system that ran it, in the printed
+    tables and the markdown; pool rows are timed, not in the GFLOP/s table."""
+    data, stdout = tiny_suite
+    assert all(BY_NAME[n].gemm and BY_NAME[n].flops for n in CONV_ROWS)
+    assert "compute roofline" in stdout
+    text = markdown.tables(data)
+    for threads in (1, 2):
+        jit = next(r for r in data["runs"] if r["system"] == "jitcore"
+                   and r["threads"] == threads)
+        peak = jit["fma_peak_gflops_per_core"] * threads
+        assert roofline.fma_peak(jit, threads) == pytest.approx(peak)
+        title = next(line for line in text.splitlines()
+                     if line.startswith(f"{threads} thread(s): GFLOP/s (% of the"))
+        assert f"{peak:.0f} GFLOP/s fp32 FMA peak of {threads} core(s)" in title
+        block = text.split(title, 1)[1].split("\n\n", 2)[1].splitlines()
+        rows = {line.split("|")[1].strip(): line for line in block[2:]}
+        assert set(CONV_ROWS) <= set(rows) and "max_pool_3x3s2" not in rows
+        for n in CONV_ROWS:
+            c = jit["results"][n]
+            gflops = c["flops"] / c["median_s"] / 1e9
+            want = f"{gflops:.1f} ({gflops / peak:.0%}) / "
+            assert rows[n].split("|")[2].strip().startswith(want), (n, rows[n], want)
+    for n in ("max_pool_3x3s2", "avg_pool_2x2", "global_avg_pool"):
+        assert any(line.startswith(f"| {n} (us) | ") for line in text.splitlines())
+
+
+def test_no_cold_runs_say_warm_only(tiny_suite):
+    """--no-cold: the first-call tables say warm cache only, and show one figure per cell."""
+    data, stdout = tiny_suite
+    assert data["cold"] is False and cli.cold_measured(data) is False
+    text = markdown.tables(data)
+    for out in (stdout, text):
+        assert "cold cache / warm cache" not in out and "warm cache (no cold-cache child" in out
+    jit = next(r for r in data["runs"] if r["system"] == "jitcore")
+    assert cli.first_call_cell(jit["results"]["chain"], cold=False) == \
+        cli.fmt_seconds(jit["results"]["chain"]["first_call_s"])
+    first = text.split("warm cache (no cold-cache child: --no-cold)", 1)[1]
+    chain = next(line for line in first.splitlines() if line.startswith("| chain | "))
+    assert " / " not in chain
 
 
 def test_children_are_pinned_and_interop_bounded(tiny_suite):
@@ -163,6 +222,7 @@ def test_runs_are_interleaved_and_aggregated(tmp_path):
     assert jit["results"]["fork_wait"]["first_call_cold_s"] > \
         jit["results"]["fork_wait"]["first_call_s"]
     assert "±" in stdout and "cold cache / warm cache" in stdout
+    assert data["cold"] is True and "cold cache / warm cache" in markdown.tables(data)
 
 
 def test_merge_takes_medians_and_spreads():

@@ -44,7 +44,7 @@ import time
 from jitcore.llvm.target import LEVELS
 
 from .levels import restriction
-from .roofline import add_roofline, roofline_text
+from .roofline import add_roofline, compute_cell, fma_peak, roofline_text
 from .systems import CONV_LAYOUTS, INTO_NOTES, SYSTEM_MODULES, SYSTEMS
 from .workloads import BY_NAME, SUITE, WEIGHTS_AFTER_FIRST
 
@@ -58,9 +58,10 @@ def installed(system: str) -> bool:
     return importlib.util.find_spec(SYSTEM_MODULES[system]) is not None
 
 
-def versions() -> dict:
+def versions(modules=None) -> dict:
+    """Python's version and each installed module's (default: the kernel suite's systems')."""
     out = {"python": platform.python_version()}
-    for module in sorted(set(SYSTEM_MODULES.values())):
+    for module in sorted(set(SYSTEM_MODULES.values() if modules is None else modules)):
         if importlib.util.find_spec(module) is not None:
             try:
                 out[module] = __import__(module).__version__
@@ -219,7 +220,7 @@ def run_suite(names: list, systems: list, threads_list: list, opts) -> dict:
     add_roofline(merged)
     return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "machine": machine(getattr(opts, "target", None)), "versions": versions(),
-            "tiny": opts.tiny, "runs_count": runs,
+            "tiny": opts.tiny, "runs_count": runs, "cold": cold,
             "compute_only_means": {s: INTO_NOTES[s] for s in systems},
             "workloads": {n: BY_NAME[n].title for n in names}, "runs": merged, "raw": raw}
 
@@ -313,11 +314,28 @@ def time_cell(c: dict, base: dict, unit: str, spread: bool) -> str:
     return text
 
 
-def first_call_cell(c: dict) -> str:
+def cold_measured(data: dict) -> bool:
+    """Whether the run had cold-cache children (not with --no-cold; older results: whether
+    any cell has a cold first call)."""
+    return data.get("cold", any(c.get("first_call_cold_s") is not None
+                                for r in data["runs"] for c in r["results"].values()))
+
+
+def first_call_title(data: dict, unit: str = "ms") -> str:
+    """The first-call table's title: cold / warm only where cold was measured."""
+    return (f"first call (build + first call, compile included), {unit}: "
+            + ("cold cache / warm cache" if cold_measured(data) else
+               "warm cache (no cold-cache child: --no-cold)"))
+
+
+def first_call_cell(c: dict, cold: bool = True) -> str:
+    """'cold / warm' first call, or only the warm one in a run without cold children."""
     if c.get("status") != "ok":
         return status_text(c)
-    cold = c.get("first_call_cold_s")
-    cold_text = "-" if cold is None else fmt_seconds(cold)
+    if not cold:
+        return fmt_seconds(c["first_call_s"])
+    cold_s = c.get("first_call_cold_s")
+    cold_text = "-" if cold_s is None else fmt_seconds(cold_s)
     return f"{cold_text} / {fmt_seconds(c['first_call_s'])}"
 
 
@@ -350,6 +368,7 @@ def roofline_cell(c: dict) -> str:
 def print_tables(data: dict):
     runs, names = data["runs"], list(data["workloads"])
     roofline_names = [n for n in names if BY_NAME[n].memory_bound]
+    gemm_names = [n for n in names if BY_NAME[n].gemm and BY_NAME[n].flops is not None]
     several = data.get("runs_count", 1) > 1
     for threads in sorted({r["threads"] for r in runs}):
         at = {r["system"]: r for r in runs if r["threads"] == threads}
@@ -400,9 +419,15 @@ def print_tables(data: dict):
             print_table("streaming roofline (memory-bound workloads): GB/s and % of the copy "
                         "bandwidth, natural use / compute only", roofline_names, systems, at,
                         lambda n, s: roofline_cell(cell(at[s], n)), width=26)
-        print_table("first call (build + first call, compile included), ms: cold cache / "
-                    "warm cache", names, systems, at, lambda n, s: first_call_cell(cell(at[s], n)),
-                    width=20)
+        if gemm_names:
+            print_table(f"compute roofline (matmul and convolution workloads): GFLOP/s and % "
+                        f"of the fp32 FMA peak of {threads} core(s), natural use / compute only",
+                        gemm_names, systems, at,
+                        lambda n, s: compute_cell(cell(at[s], n), fma_peak(jit, threads)),
+                        width=30)
+        cold = cold_measured(data)
+        print_table(first_call_title(data), names, systems, at,
+                    lambda n, s: first_call_cell(cell(at[s], n), cold), width=20)
         print_table("natural use, per call: CPU-s per wall-s, minor page faults, system time "
                     "as % of wall", names, systems, at, lambda n, s: usage_cell(cell(at[s], n)),
                     width=20)

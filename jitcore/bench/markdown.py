@@ -1,13 +1,15 @@
 """The README's benchmark tables from a saved run: `python -m jitcore.bench.markdown
 examples/results/bench.json`. Per thread count, one table of natural-use and compute-only
 medians with their speedups over numpy's, one of the memory-bound workloads' GB/s as % of the
-copy bandwidth (roofline.py), and one of cold / warm first calls."""
+copy bandwidth, one of the matmul and convolution workloads' GFLOP/s as % of the fp32 FMA
+peak (roofline.py), and one of first calls (cold / warm where the run measured cold ones)."""
 from __future__ import annotations
 
 import json
 import sys
 
-from .cli import cell, fmt_seconds, roofline_cell
+from .cli import cell, cold_measured, first_call_cell, first_call_title, fmt_seconds, roofline_cell
+from .roofline import compute_cell, fma_peak
 from .systems import SYSTEMS
 from .workloads import BY_NAME
 
@@ -19,13 +21,6 @@ def _time(c: dict, base: dict, unit: str) -> str:
     if base.get("status") == "ok":
         text += f" ({base['median_s'] / c['median_s']:.2f}x)"
     return text
-
-
-def _first(c: dict) -> str:
-    if c.get("status") != "ok":
-        return c.get("status", "?")
-    cold = c.get("first_call_cold_s")
-    return f"{'-' if cold is None else fmt_seconds(cold)} / {fmt_seconds(c['first_call_s'])}"
 
 
 def tables(data: dict) -> str:
@@ -58,10 +53,21 @@ def tables(data: dict) -> str:
             for n in memory_bound:
                 lines.append(f"| {n} | " + " | ".join(roofline_cell(cell(at[s], n))
                                                       for s in systems) + " |")
-        lines += [f"\n{threads} thread(s): first call, cold / warm cache (ms)\n", head, rule]
+        compute_bound = [n for n in names if BY_NAME[n].gemm and BY_NAME[n].flops is not None]
+        peak = fma_peak(at.get("jitcore", {}), threads)
+        if compute_bound:
+            measured = (f"{peak:.0f} GFLOP/s fp32 FMA peak of {threads} core(s)" if peak else
+                        "no FMA peak")
+            lines += [f"\n{threads} thread(s): GFLOP/s (% of the {measured} measured in the "
+                      f"same run), natural use / compute only\n", head, rule]
+            for n in compute_bound:
+                lines.append(f"| {n} | " + " | ".join(compute_cell(cell(at[s], n), peak)
+                                                      for s in systems) + " |")
+        cold = cold_measured(data)
+        lines += [f"\n{threads} thread(s): {first_call_title(data)}\n", head, rule]
         for n in names:
-            lines.append(f"| {n} | " + " | ".join(_first(cell(at[s], n)) for s in systems)
-                         + " |")
+            lines.append(f"| {n} | " + " | ".join(first_call_cell(cell(at[s], n), cold)
+                                                  for s in systems) + " |")
     return "\n".join(lines)
 
 

@@ -1,11 +1,20 @@
-"""One system at one thread count running the model benchmark, in its own process:
-`python -m jitcore.bench.model_child --system S --threads N --models a,b`.
+"""One system at one thread count and batch running the model benchmark, in its own process:
+`python -m jitcore.bench.model_child --system S --threads N --models a,b [--batch B]`.
 
 Started by jitcore.bench.model_suite pinned to N cores with every library's thread variables
 set (as the kernel suite's children). Per model: eager torch's output is the reference (this
 process computes it); the first call (compile + first run) is timed, its output checked
 (normwise relative error against eager), then calls are timed. Prints one JSON line per model
 (progress) and a final JSON report.
+
+How each system runs a model: jitcore `jitcore.torch.compile(module, *inputs)`; torch eager
+under one inference_mode; torch.compile with Inductor's freezing; ONNX Runtime on the
+dynamo-exported ONNX file, CPU provider, `intra_op_num_threads` N, one inter-op thread and
+the graph optimization level set explicitly to ORT_ENABLE_ALL (its default today: every
+fusion and layout transform it has); OpenVINO on `ov.convert_model(module, example_input=...)`
+compiled for "CPU" with INFERENCE_NUM_THREADS N, fp32 (INFERENCE_PRECISION_HINT "f32": no
+bf16 on cores that have it), PERFORMANCE_HINT "LATENCY" and one stream, timed through one
+infer request (the inputs shared, the output copied out as ONNX Runtime's is).
 """
 from __future__ import annotations
 
@@ -21,9 +30,9 @@ import warnings
 from .child import time_calls
 
 warnings.filterwarnings("ignore")
-SYSTEMS = ("jitcore", "torch", "torch.compile", "onnxruntime")
+SYSTEMS = ("jitcore", "torch", "torch.compile", "onnxruntime", "openvino")
 SYSTEM_MODULES = {"jitcore": "torch", "torch": "torch", "torch.compile": "torch",
-                  "onnxruntime": "onnxruntime"}
+                  "onnxruntime": "onnxruntime", "openvino": "openvino"}
 
 
 def rel_error(got, want) -> float:
@@ -63,13 +72,25 @@ def _onnxruntime(module, inputs, threads):
         torch.onnx.export(module, tuple(inputs), path, dynamo=True, external_data=True)
     opts = ort.SessionOptions()
     opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
     feeds = {i.name: x.numpy() for i, x in zip(sess.get_inputs(), inputs)}
     return (lambda: sess.run(None, feeds)[0]), {}
 
 
+def _openvino(module, inputs, threads):
+    import openvino as ov
+    model = ov.convert_model(module, example_input=tuple(inputs))
+    compiled = ov.Core().compile_model(model, "CPU", {
+        "INFERENCE_NUM_THREADS": threads, "INFERENCE_PRECISION_HINT": "f32",
+        "PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1})
+    request = compiled.create_infer_request()
+    feeds = {i: x.numpy() for i, x in enumerate(inputs)}
+    return (lambda: request.infer(feeds, share_inputs=True)[0]), {}
+
+
 BUILD = {"jitcore": _jitcore, "torch": _torch, "torch.compile": _torch_compile,
-         "onnxruntime": _onnxruntime}
+         "onnxruntime": _onnxruntime, "openvino": _openvino}
 
 
 def setup(system: str, threads: int):
@@ -86,16 +107,20 @@ def setup(system: str, threads: int):
 
 
 def run_model(system: str, name: str, threads: int, tiny: bool, repeat: int,
-              first_only: bool) -> dict:
+              first_only: bool, batch: int = 1) -> dict:
     import torch
     from .models import build
     try:
-        module, inputs = build(name, tiny)
+        module, inputs = build(name, tiny, batch)
         want = module(*inputs)
         t0 = time.perf_counter()
         call, info = BUILD[system](module, inputs, threads)
         got = call()
         first = time.perf_counter() - t0
+        shape = tuple(torch.as_tensor(got).shape)
+        if shape != tuple(want.shape):           # (an empty output would have no error)
+            return {"status": "wrong", "first_call_s": first,
+                    "error": f"output shape {shape}, eager's {tuple(want.shape)}"}
         err = rel_error(got, want)
     except Exception as e:                       # a system that fails is reported
         return {"status": "failed", "error": f"{type(e).__name__}: {e}".splitlines()[0][:300],
@@ -115,6 +140,7 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, required=True)
     ap.add_argument("--models", required=True)
     ap.add_argument("--repeat", type=int, default=9)
+    ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--tiny", action="store_true")
     ap.add_argument("--first-calls-only", action="store_true")
     opts = ap.parse_args(argv)
@@ -122,10 +148,10 @@ def main(argv=None) -> int:
     results = {}
     for name in opts.models.split(","):
         results[name] = run_model(opts.system, name, opts.threads, opts.tiny, opts.repeat,
-                                  opts.first_calls_only)
+                                  opts.first_calls_only, opts.batch)
         print(json.dumps({"progress": name}), flush=True)
-    print(json.dumps({"system": opts.system, "threads": opts.threads, "results": results}),
-          flush=True)
+    print(json.dumps({"system": opts.system, "threads": opts.threads, "batch": opts.batch,
+                      "results": results}), flush=True)
     return 0
 
 

@@ -1,18 +1,23 @@
 """`python -m jitcore bench --models`: whole PyTorch models, jitcore.torch against torch eager
-(inference_mode), torch.compile (Inductor, freezing on) and ONNX Runtime (CPU provider).
+(inference_mode), torch.compile (Inductor, freezing on), ONNX Runtime (CPU provider, graph
+optimizations ORT_ENABLE_ALL) and OpenVINO (CPU plugin, fp32, latency hint).
 
-    python -m jitcore bench --models [--only mlp,bert] [--threads 1,2]
-                                     [--systems jitcore,torch,torch.compile,onnxruntime]
+    python -m jitcore bench --models [--only mlp,resnet50] [--threads 1,2] [--batch 1,8]
+                                     [--systems jitcore,torch,torch.compile,onnxruntime,openvino]
                                      [--repeat N] [--no-cold] [--json PATH] [--plot PATH] [--tiny]
 
-Each system and thread count runs in child processes of its own (jitcore/bench/model_child.py),
-pinned to as many cores as threads, as the kernel suite's: a cold child (empty JITCORE and
-TORCHINDUCTOR cache directories) times the first call, compile included; the timing child,
-whose caches the cold child filled, times the warm first call and then the calls. Per model and
-thread count: latency (median), speedup over eager, CPU time per call (median x CPU seconds
-per wall second of the timed loop: on a loaded machine the scheduler's share distorts wall
-times, less so CPU times), the normwise relative error against eager
-(a system above 1e-4 is 'wrong'), cold and warm first calls, jitcore's fallback node count.
+Each system, thread count and batch runs in child processes of its own
+(jitcore/bench/model_child.py says how each system runs a model), pinned to as many cores as
+threads, as the kernel suite's: a cold child (empty JITCORE and TORCHINDUCTOR cache
+directories) times the first call, compile included; the timing child, whose caches the cold
+child filled, times the warm first call and then the calls. The batch is the leading dimension
+of every model's input (images, sequences, rows). Per model, thread count and batch: latency
+(median), speedup over eager, jitcore's ratio to the best of ONNX Runtime and OpenVINO (their
+latency / jitcore's: above 1.0 jitcore is faster; issue 29's target for the CNNs: each at
+>= 1.0x, geomean >= 1.1x), CPU time per call (median x CPU seconds per wall second of the timed
+loop: on a loaded machine the scheduler's share distorts wall times, less so CPU times), the
+normwise relative error against eager (a system above 1e-4 is 'wrong'), first calls (cold
+only where the cold child ran: not with --no-cold), jitcore's fallback node count.
 """
 from __future__ import annotations
 
@@ -30,8 +35,13 @@ from .cli import (Progress, add_target_option, check_target, fmt_seconds, machin
                   spawn_child, versions)
 from .model_child import SYSTEM_MODULES, SYSTEMS
 
-NAMES = ("mlp", "resnet18", "mobilenet_v2", "bert", "gpt2")
-NEEDS = {"bert": "transformers", "gpt2": "transformers"}
+NAMES = ("mlp", "resnet18", "mobilenet_v2", "resnet50", "efficientnet_b0", "convnext_tiny",
+         "bert", "gpt2")
+NEEDS = {n: "transformers" for n in ("resnet50", "efficientnet_b0", "convnext_tiny", "bert",
+                                     "gpt2")}
+CNNS = ("resnet18", "mobilenet_v2", "resnet50", "efficientnet_b0", "convnext_tiny")
+RUNTIMES = ("onnxruntime", "openvino")       # jitcore's yardstick: the faster of the two
+VERSIONED = ("jitcore", "torch", "transformers", "onnx", "onnxruntime", "openvino")
 
 
 def installed(module: str) -> bool:
@@ -41,49 +51,59 @@ def installed(module: str) -> bool:
 def run(names: list, systems: list, threads_list: list, opts) -> dict:
     present = [s for s in systems if installed(SYSTEM_MODULES[s])]
     names = [n for n in names if NEEDS.get(n) is None or installed(NEEDS[n])]
-    progress = Progress(len(names) * len(present) * len(threads_list) * (2 - opts.no_cold))
+    progress = Progress(len(names) * len(present) * len(threads_list) * len(opts.batches)
+                        * (2 - opts.no_cold))
     root = tempfile.mkdtemp(prefix="jitcore-models-")
     runs = []
     try:
-        for threads in threads_list:
-            for system in present:
-                cache = os.path.join(root, f"{system}-{threads}")
-                cmd = [sys.executable, "-m", "jitcore.bench.model_child", "--system", system,
-                       "--threads", str(threads), "--models", ",".join(names),
-                       "--repeat", str(opts.repeat)] + (["--tiny"] if opts.tiny else [])
-                cold = None
-                if not opts.no_cold:
-                    cold = spawn_child(cmd + ["--first-calls-only"], threads, names, progress,
-                                       cache, f"{system} @ {threads} cold", target=opts.target)
-                report = spawn_child(cmd, threads, names, progress, cache, f"{system} @ {threads}",
-                                     target=opts.target)
-                for n, c in report["results"].items():
-                    if cold is not None:
-                        c["first_call_cold_s"] = cold["results"][n].get("first_call_s")
-                runs.append({"system": system, "threads": threads, "cores": report.get("cores"),
-                             "results": report["results"]})
-            for system in systems:
-                if system not in present:
-                    runs.append({"system": system, "threads": threads, "results": {
-                        n: {"status": "missing", "error": f"{SYSTEM_MODULES[system]} is not "
-                            "installed"} for n in names}})
+        for batch in opts.batches:
+            for threads in threads_list:
+                for system in present:
+                    runs.append(_measure(system, threads, batch, names, opts, progress, root))
+                runs += [{"system": s, "threads": threads, "batch": batch, "results": {
+                    n: {"status": "missing", "error": f"{SYSTEM_MODULES[s]} is not installed"}
+                    for n in names}} for s in systems if s not in present]
     finally:
         shutil.rmtree(root, ignore_errors=True)
     progress.finish()
-    return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "machine": machine(opts.target), "versions": versions(), "tiny": opts.tiny,
-            "models": names, "runs": runs}
+    data = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "machine": machine(opts.target), "versions": versions(VERSIONED),
+            "tiny": opts.tiny, "cold": not opts.no_cold, "models": names,
+            "batches": list(opts.batches), "runs": runs}
+    data["vs_best_runtime"] = summary(data)
+    return data
 
 
-def _cell(runs: list, system: str, threads: int, name: str) -> dict:
+def _measure(system: str, threads: int, batch: int, names: list, opts, progress: Progress,
+             root: str) -> dict:
+    """One system at one thread count and batch: the cold child (unless --no-cold), then
+    the timing child on the caches it filled."""
+    cache = os.path.join(root, f"{system}-{threads}-{batch}")
+    cmd = [sys.executable, "-m", "jitcore.bench.model_child", "--system", system,
+           "--threads", str(threads), "--batch", str(batch), "--models", ",".join(names),
+           "--repeat", str(opts.repeat)] + (["--tiny"] if opts.tiny else [])
+    label = f"{system} @ {threads}, batch {batch}"
+    cold = None
+    if not opts.no_cold:
+        cold = spawn_child(cmd + ["--first-calls-only"], threads, names, progress, cache,
+                           f"{label} cold", target=opts.target)
+    report = spawn_child(cmd, threads, names, progress, cache, label, target=opts.target)
+    for n, c in report["results"].items():
+        if cold is not None:
+            c["first_call_cold_s"] = cold["results"][n].get("first_call_s")
+    return {"system": system, "threads": threads, "batch": batch,
+            "cores": report.get("cores"), "results": report["results"]}
+
+
+def _cell(runs: list, system: str, threads: int, name: str, batch: int = 1) -> dict:
     for r in runs:
-        if r["system"] == system and r["threads"] == threads:
+        if r["system"] == system and r["threads"] == threads and r.get("batch", 1) == batch:
             return r["results"].get(name, {"status": "n/a"})
     return {"status": "n/a"}
 
 
-def speedup(data: dict, system: str, threads: int, name: str):
-    c, base = (_cell(data["runs"], s, threads, name) for s in (system, "torch"))
+def speedup(data: dict, system: str, threads: int, name: str, batch: int = 1):
+    c, base = (_cell(data["runs"], s, threads, name, batch) for s in (system, "torch"))
     if c.get("status") != "ok" or base.get("status") != "ok" or "median_s" not in c:
         return None
     return base["median_s"] / c["median_s"]
@@ -93,11 +113,25 @@ def cpu_s(c: dict):
     return c["median_s"] * c["cpu_per_wall"] if "cpu_per_wall" in c else None
 
 
-def cpu_speedup(data: dict, system: str, threads: int, name: str):
-    c, base = (_cell(data["runs"], s, threads, name) for s in (system, "torch"))
+def cpu_speedup(data: dict, system: str, threads: int, name: str, batch: int = 1):
+    c, base = (_cell(data["runs"], s, threads, name, batch) for s in (system, "torch"))
     if c.get("status") != "ok" or base.get("status") != "ok" or not cpu_s(c):
         return None
     return cpu_s(base) / cpu_s(c)
+
+
+def vs_best_runtime(data: dict, threads: int, name: str, batch: int = 1):
+    """(the best runtime's latency / jitcore's, that runtime) of one model: the faster of
+    ONNX Runtime and OpenVINO among those that ran it right; None where jitcore or both
+    runtimes have no right answer timed."""
+    jit = _cell(data["runs"], "jitcore", threads, name, batch)
+    timed = [(c["median_s"], s) for s in RUNTIMES
+             if (c := _cell(data["runs"], s, threads, name, batch)).get("status") == "ok"
+             and "median_s" in c]
+    if jit.get("status") != "ok" or "median_s" not in jit or not timed:
+        return None
+    best_s, best = min(timed)
+    return best_s / jit["median_s"], best
 
 
 def geomean(values: list):
@@ -105,60 +139,112 @@ def geomean(values: list):
     return math.exp(sum(map(math.log, values)) / len(values)) if values else None
 
 
+def summary(data: dict) -> list:
+    """jitcore against the best runtime per thread count and batch: each model's ratio and
+    runtime, the geomean over all models and over the CNNs (the JSON's vs_best_runtime)."""
+    out = []
+    for threads, batch in _points(data):
+        found = {n: r for n in data["models"]
+                 if (r := vs_best_runtime(data, threads, n, batch)) is not None}
+        ratios = {n: r for n, (r, _) in found.items()}
+        out.append({"threads": threads, "batch": batch, "ratios": ratios,
+                    "best": {n: s for n, (_, s) in found.items()},
+                    "geomean": geomean(list(ratios.values())),
+                    "geomean_cnns": geomean([r for n, r in ratios.items() if n in CNNS])})
+    return out
+
+
+def _points(data: dict) -> list:
+    """(threads, batch) of every measured table, in order."""
+    return sorted({(r["threads"], r.get("batch", 1)) for r in data["runs"]})
+
+
 def print_tables(data: dict, systems: list) -> None:
     names = data["models"]
-    for threads in sorted({r["threads"] for r in data["runs"]}):
-        print(f"\n=== {threads} thread(s) ===")
-        head = f"{'model':14s}" + "".join(f"{s:>22s}" for s in systems)
-        for title, text in [
-                ("latency, median ms (speedup over torch eager)", _latency),
+    cold = data.get("cold", True)
+    first_title = ("first call (compile + run), s: cold cache / warm cache" if cold else
+                   "first call (compile + run), s: warm cache (no cold child: --no-cold)")
+    ratio_head = f"{'jc vs best runtime':>22s}" if any(s in RUNTIMES for s in systems) else ""
+    for threads, batch in _points(data):
+        print(f"\n=== {threads} thread(s), batch {batch} ===")
+        head = f"{'model':16s}" + "".join(f"{s:>22s}" for s in systems)
+        for title, text, extra in [
+                ("latency, median ms (speedup over torch eager)" + (
+                    "; jitcore's ratio to the best of onnxruntime and openvino (their ms / "
+                    "jitcore's)" if ratio_head else ""), _latency, ratio_head),
                 ("CPU ms per call (median x CPU-s per wall-s: what a loaded machine's "
-                 "scheduler does not distort), speedup over eager's", _cpu),
-                ("first call (compile + run), s: cold cache / warm cache", _first),
-                ("relative error vs eager (normwise); jitcore: fallback nodes", _error)]:
-            print(f"\n{title}\n{head}\n{'-' * len(head)}")
+                 "scheduler does not distort), speedup over eager's", _cpu, ""),
+                (first_title, _first if cold else _first_warm, ""),
+                ("relative error vs eager (normwise); jitcore: fallback nodes", _error, "")]:
+            print(f"\n{title}\n{head + extra}\n{'-' * len(head + extra)}")
             for n in names:
-                print(f"{n:14s}" + "".join(
-                    f"{text(data, s, threads, n):>22s}" for s in systems))
+                row = "".join(f"{text(data, s, threads, n, batch):>22s}" for s in systems)
+                if extra:
+                    row += f"{_ratio(data, threads, n, batch):>22s}"
+                print(f"{n:16s}{row}")
         for label, fn in (("latency", speedup), ("CPU time", cpu_speedup)):
             print(f"geomean speedup over eager ({label}):" + "".join(
                 f"  {s} {g:.2f}x" for s in systems
-                if (g := geomean([fn(data, s, threads, n) for n in names])) is not None))
+                if (g := geomean([fn(data, s, threads, n, batch) for n in names])) is not None))
+        if ratio_head:
+            print(_summary_line(data, threads, batch))
         for s in systems:
             for n in names:
-                c = _cell(data["runs"], s, threads, n)
+                c = _cell(data["runs"], s, threads, n, batch)
                 if c.get("status") in ("failed", "wrong"):
                     print(f"  {s} {n}: {c['status']}: {c.get('error', '')}"
                           f"{' error %.2e' % c['rel_error'] if 'rel_error' in c else ''}")
 
 
-def _latency(data, s, threads, n) -> str:
-    c = _cell(data["runs"], s, threads, n)
+def _summary_line(data: dict, threads: int, batch: int) -> str:
+    point = next((p for p in data.get("vs_best_runtime") or summary(data)
+                  if p["threads"] == threads and p["batch"] == batch), None)
+    if point is None or point["geomean"] is None:
+        return "jitcore vs the best of onnxruntime and openvino: neither ran right"
+    text = (f"jitcore vs the best of onnxruntime and openvino, geomean: {point['geomean']:.2f}x "
+            f"over {len(point['ratios'])} model(s)")
+    if point["geomean_cnns"] is not None:
+        text += f"; CNNs {point['geomean_cnns']:.2f}x"
+    return text + " (issue 29's target: each CNN >= 1.0x, the geomean >= 1.1x)"
+
+
+def _ratio(data, threads, n, batch) -> str:
+    found = vs_best_runtime(data, threads, n, batch)
+    return "-" if found is None else f"{found[0]:.2f}x {found[1]}"
+
+
+def _latency(data, s, threads, n, batch) -> str:
+    c = _cell(data["runs"], s, threads, n, batch)
     if "median_s" not in c:
         return c.get("status", "?")
-    sp = speedup(data, s, threads, n)
+    sp = speedup(data, s, threads, n, batch)
     return fmt_seconds(c["median_s"]) + (f" ({sp:.2f}x)" if sp else "") + \
         ("" if c["status"] == "ok" else " WRONG")
 
 
-def _cpu(data, s, threads, n) -> str:
-    c = _cell(data["runs"], s, threads, n)
+def _cpu(data, s, threads, n, batch) -> str:
+    c = _cell(data["runs"], s, threads, n, batch)
     if not cpu_s(c):
         return c.get("status", "?")
-    sp = cpu_speedup(data, s, threads, n)
+    sp = cpu_speedup(data, s, threads, n, batch)
     return fmt_seconds(cpu_s(c)) + (f" ({sp:.2f}x)" if sp else "")
 
 
-def _first(data, s, threads, n) -> str:
-    c = _cell(data["runs"], s, threads, n)
+def _first(data, s, threads, n, batch) -> str:
+    c = _cell(data["runs"], s, threads, n, batch)
     if "first_call_s" not in c:
         return c.get("status", "?")
     cold = c.get("first_call_cold_s")
     return f"{'-' if cold is None else f'{cold:.2f}'} / {c['first_call_s']:.2f}"
 
 
-def _error(data, s, threads, n) -> str:
-    c = _cell(data["runs"], s, threads, n)
+def _first_warm(data, s, threads, n, batch) -> str:
+    c = _cell(data["runs"], s, threads, n, batch)
+    return f"{c['first_call_s']:.2f}" if "first_call_s" in c else c.get("status", "?")
+
+
+def _error(data, s, threads, n, batch) -> str:
+    c = _cell(data["runs"], s, threads, n, batch)
     if "rel_error" not in c:
         return c.get("status", "?")
     text = f"{c['rel_error']:.1e}"
@@ -174,23 +260,22 @@ def plot(data: dict, path: str, systems: list) -> str:
         import matplotlib.pyplot as plt
     except ImportError:
         return "matplotlib is not installed: no plot (pip install matplotlib)"
-    threads_list = sorted({r["threads"] for r in data["runs"]})
+    points = _points(data)
     names = data["models"]
-    fig, axes = plt.subplots(len(threads_list), 2, figsize=(14, 3.5 * len(threads_list)),
-                             squeeze=False)
+    fig, axes = plt.subplots(len(points), 2, figsize=(14, 3.5 * len(points)), squeeze=False)
     shown = [s for s in systems if s != "torch"]
     width = 0.8 / max(len(shown), 1)
-    for row, threads in zip(axes, threads_list):
+    for row, (threads, batch) in zip(axes, points):
         for ax, (label, fn) in zip(row, (("latency", speedup), ("CPU time", cpu_speedup))):
             for i, s in enumerate(shown):
                 ax.bar([j + i * width for j in range(len(names))],
-                       [fn(data, s, threads, n) or 0 for n in names], width, label=s)
+                       [fn(data, s, threads, n, batch) or 0 for n in names], width, label=s)
             ax.axhline(1.0, color="black", linewidth=0.8)
             ax.set_xticks([j + 0.4 - width / 2 for j in range(len(names))])
-            ax.set_xticklabels(names)
+            ax.set_xticklabels(names, rotation=20, ha="right")
             ax.set_ylabel(f"speedup over eager ({label})")
-            ax.set_title(f"{threads} thread(s), {label} - {data['machine']['brand']}, "
-                         f"{data['date'][:10]}", fontsize=9)
+            ax.set_title(f"{threads} thread(s), batch {batch}, {label} - "
+                         f"{data['machine']['brand']}, {data['date'][:10]}", fontsize=9)
             ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -203,6 +288,9 @@ def parse(argv) -> argparse.Namespace:
     ap.add_argument("--only", help="comma-separated models: " + ",".join(NAMES))
     ap.add_argument("--systems", default=",".join(SYSTEMS))
     ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--batch", default="1",
+                    help="comma-separated batch sizes: the leading dimension of every model's "
+                         "input (default 1)")
     ap.add_argument("--repeat", type=int, default=None, help="timed samples (default 9, tiny 3)")
     ap.add_argument("--no-cold", action="store_true", help="skip the cold-cache children")
     ap.add_argument("--json")
@@ -219,7 +307,13 @@ def parse(argv) -> argparse.Namespace:
     if unknown:
         ap.error(f"unknown: {', '.join(unknown)}; models: {', '.join(NAMES)}; "
                  f"systems: {', '.join(SYSTEMS)}")
-    opts.threads_list = [int(t) for t in opts.threads.split(",")]
+    try:
+        opts.threads_list = [int(t) for t in opts.threads.split(",")]
+        opts.batches = [int(b) for b in opts.batch.split(",")]
+    except ValueError:
+        ap.error("--threads and --batch take comma-separated integers, e.g. 1,8")
+    if min(opts.threads_list + opts.batches) < 1:
+        ap.error("--threads and --batch must be at least 1")
     opts.repeat = opts.repeat or (3 if opts.tiny else 9)
     check_target(ap, opts)
     return opts

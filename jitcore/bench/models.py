@@ -1,7 +1,10 @@
 """The models of `python -m jitcore bench --models`, built offline with random weights
-(seeded), batch 1, float32. The CNNs are defined here (the torchvision wheel of the package
-registry does not import next to the CPU torch wheel); BERT and GPT-2 come from transformers
-when it is installed. Imported only in model children: torch loads at import.
+(seeded), float32, in eval mode, at a given batch (the leading dimension of the input: images,
+token sequences, MLP rows). ResNet-18 and MobileNetV2 are defined here (the torchvision wheel
+of the package registry does not import next to the CPU torch wheel); BERT, GPT-2, ResNet-50,
+EfficientNet-B0 and ConvNeXt-T come from transformers' definitions and configs when it is
+installed (its image classifiers wrapped to return the logits). Imported only in model
+children: torch loads at import.
 """
 from __future__ import annotations
 
@@ -105,48 +108,93 @@ class MobileNetV2(nn.Module):
         return self.classifier(torch.flatten(x, 1))
 
 
-class HiddenState(nn.Module):
-    """A transformers model called on token ids, returning its last hidden state (GPT-2
-    without the KV cache)."""
+class Output(nn.Module):
+    """A transformers model returning one tensor of its output: `attr` (the last hidden state
+    of an encoder, the logits of a classifier), called with `kwargs` (GPT-2 without the KV
+    cache)."""
 
-    def __init__(self, model, **kwargs):
+    def __init__(self, model, attr: str, **kwargs):
         super().__init__()
-        self.model, self.kwargs = model, kwargs
+        self.model, self.attr, self.kwargs = model, attr, kwargs
 
-    def forward(self, ids):
-        return self.model(ids, **self.kwargs).last_hidden_state
+    def forward(self, x):
+        return getattr(self.model(x, **self.kwargs), self.attr)
 
 
-def _bert(tiny: bool):
+def _bert(tiny: bool, batch: int):
     from transformers import BertConfig, BertModel
     cfg = BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
                      intermediate_size=128) if tiny else BertConfig()
-    return HiddenState(BertModel(cfg)), (_ids(cfg.vocab_size, tiny),)
+    return Output(BertModel(cfg), "last_hidden_state"), (_ids(cfg.vocab_size, tiny, batch),)
 
 
-def _gpt2(tiny: bool):
+def _gpt2(tiny: bool, batch: int):
     from transformers import GPT2Config, GPT2Model
     cfg = GPT2Config(n_embd=64, n_layer=2, n_head=2) if tiny else GPT2Config()
-    return HiddenState(GPT2Model(cfg), use_cache=False), (_ids(cfg.vocab_size, tiny),)
+    return (Output(GPT2Model(cfg), "last_hidden_state", use_cache=False),
+            (_ids(cfg.vocab_size, tiny, batch),))
 
 
-def _ids(vocab: int, tiny: bool):
-    return torch.randint(0, vocab, (1, 16 if tiny else 128),
+def _resnet50(tiny: bool, batch: int):
+    """ResNet-50 v1.5: ResNetConfig's defaults are it (bottleneck blocks [3, 4, 6, 3] of
+    widths 256-2048 after a 64-channel stem, the stride in the 3x3 conv; 25.56M parameters
+    with 1000 classes, as torchvision's resnet50)."""
+    from transformers import ResNetConfig, ResNetForImageClassification
+    cfg = ResNetConfig(embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1], num_labels=10) \
+        if tiny else ResNetConfig(num_labels=1000)
+    return _classifier(ResNetForImageClassification(cfg), tiny, batch)
+
+
+def _efficientnet_b0(tiny: bool, batch: int):
+    """EfficientNet-B0. EfficientNetConfig's defaults are B7 (width 2.0, depth 3.1, 600x600),
+    so B0's coefficients are given: width and depth 1.0, 1280 head channels, 224x224 (5.29M
+    parameters with 1000 classes, as google/efficientnet-b0)."""
+    from transformers import EfficientNetConfig, EfficientNetForImageClassification
+    cfg = EfficientNetConfig(
+        image_size=32, width_coefficient=0.25, depth_coefficient=0.5, kernel_sizes=[3, 5],
+        in_channels=[32, 16], out_channels=[16, 32], strides=[1, 2], num_block_repeats=[1, 1],
+        expand_ratios=[1, 4], depthwise_padding=[2], hidden_dim=320, num_labels=10) if tiny \
+        else EfficientNetConfig(image_size=224, width_coefficient=1.0, depth_coefficient=1.0,
+                                hidden_dim=1280, dropout_rate=0.2, num_labels=1000)
+    return _classifier(EfficientNetForImageClassification(cfg), tiny, batch)
+
+
+def _convnext_tiny(tiny: bool, batch: int):
+    """ConvNeXt-T: ConvNextConfig's defaults are it (stages of [3, 3, 9, 3] blocks, widths
+    96-768, 4x4/s4 patchify stem; 28.59M parameters with 1000 classes). Layer scales drawn
+    at random (their initial 1e-6 would make every block's branch invisible in the output)."""
+    from transformers import ConvNextConfig, ConvNextForImageClassification
+    cfg = ConvNextConfig(hidden_sizes=[8, 16], depths=[1, 1], num_stages=2, num_labels=10) \
+        if tiny else ConvNextConfig(num_labels=1000)
+    return _classifier(ConvNextForImageClassification(cfg), tiny, batch)
+
+
+def _classifier(model: nn.Module, tiny: bool, batch: int):
+    return Output(_randomize_batch_norms(model), "logits"), (_image(tiny, batch),)
+
+
+def _ids(vocab: int, tiny: bool, batch: int):
+    return torch.randint(0, vocab, (batch, 16 if tiny else 128),
                          generator=torch.Generator().manual_seed(1))
 
 
-def _image(tiny: bool):
-    return torch.randn(1, 3, 32 if tiny else 224, 32 if tiny else 224,
+def _image(tiny: bool, batch: int):
+    return torch.randn(batch, 3, 32 if tiny else 224, 32 if tiny else 224,
                        generator=torch.Generator().manual_seed(1))
 
 
 def _randomize_batch_norms(model: nn.Module) -> nn.Module:
-    """Running statistics other than 0/1, so a wrong batch-norm fold shows."""
+    """Running statistics other than 0/1, so a wrong batch-norm fold shows; layer scales
+    (ConvNeXt's) in [0.5, 1.5)."""
     g = torch.Generator().manual_seed(2)
-    for m in model.modules():
-        if isinstance(m, nn.BatchNorm2d):
-            m.running_mean.copy_(torch.rand(m.num_features, generator=g) - 0.5)
-            m.running_var.copy_(torch.rand(m.num_features, generator=g) + 0.5)
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                m.running_mean.copy_(torch.rand(m.num_features, generator=g) - 0.5)
+                m.running_var.copy_(torch.rand(m.num_features, generator=g) + 0.5)
+            scale = getattr(m, "layer_scale_parameter", None)
+            if isinstance(scale, nn.Parameter):
+                scale.copy_(torch.rand(scale.shape, generator=g) + 0.5)
     return model
 
 
@@ -154,21 +202,28 @@ def _randomize_batch_norms(model: nn.Module) -> nn.Module:
 class Model:
     name: str
     title: str
-    build: Callable            # tiny -> (module, example inputs)
+    build: Callable            # (tiny, batch) -> (module, example inputs)
     needs: str | None = None   # an optional module it needs (transformers)
 
 
 MODELS = [
-    Model("mlp", "MLP: 3 x (Linear 1024 + GELU), layer norm; 128 tokens x 1024",
-          lambda tiny: (MLP(64 if tiny else 1024),
-                        (torch.randn(1, 8 if tiny else 128, 64 if tiny else 1024,
-                                     generator=torch.Generator().manual_seed(1)),))),
-    Model("resnet18", "ResNet-18, 1x3x224x224",
-          lambda tiny: (_randomize_batch_norms(ResNet18(10 if tiny else 1000,
-                                                        8 if tiny else 64)), (_image(tiny),))),
-    Model("mobilenet_v2", "MobileNetV2, 1x3x224x224",
-          lambda tiny: (_randomize_batch_norms(MobileNetV2(10 if tiny else 1000)),
-                        (_image(tiny),))),
+    Model("mlp", "MLP: 3 x (Linear 1024 + GELU), layer norm; batch x 128 tokens x 1024",
+          lambda tiny, batch: (MLP(64 if tiny else 1024),
+                               (torch.randn(batch, 8 if tiny else 128, 64 if tiny else 1024,
+                                            generator=torch.Generator().manual_seed(1)),))),
+    Model("resnet18", "ResNet-18, batch x 3x224x224",
+          lambda tiny, batch: (_randomize_batch_norms(ResNet18(10 if tiny else 1000,
+                                                               8 if tiny else 64)),
+                               (_image(tiny, batch),))),
+    Model("mobilenet_v2", "MobileNetV2, batch x 3x224x224",
+          lambda tiny, batch: (_randomize_batch_norms(MobileNetV2(10 if tiny else 1000)),
+                               (_image(tiny, batch),))),
+    Model("resnet50", "ResNet-50 (ResNetForImageClassification(ResNetConfig())), logits, "
+          "batch x 3x224x224", _resnet50, "transformers"),
+    Model("efficientnet_b0", "EfficientNet-B0 (EfficientNetForImageClassification), logits, "
+          "batch x 3x224x224", _efficientnet_b0, "transformers"),
+    Model("convnext_tiny", "ConvNeXt-T (ConvNextForImageClassification(ConvNextConfig())), "
+          "logits, batch x 3x224x224", _convnext_tiny, "transformers"),
     Model("bert", "BERT-base encoder (BertModel(BertConfig())), sequence 128", _bert,
           "transformers"),
     Model("gpt2", "GPT-2 small (GPT2Model(GPT2Config()), use_cache=False), sequence 128",
@@ -177,8 +232,9 @@ MODELS = [
 BY_NAME = {m.name: m for m in MODELS}
 
 
-def build(name: str, tiny: bool):
-    """The model in eval form with seeded random weights, and its example inputs."""
+def build(name: str, tiny: bool, batch: int = 1):
+    """The model in eval form with seeded random weights, and its example inputs of
+    `batch` images, sequences or rows."""
     torch.manual_seed(0)
-    module, inputs = BY_NAME[name].build(tiny)
+    module, inputs = BY_NAME[name].build(tiny, batch)
     return module.eval(), inputs

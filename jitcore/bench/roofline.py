@@ -1,7 +1,9 @@
-"""The streaming roofline of the suite: every memory-bound workload's GB/s (the bytes its
+"""The rooflines of the suite. Streaming: every memory-bound workload's GB/s (the bytes its
 call must move: inputs read once, output written once; `Workload.nbytes`) as a share of the
 copy bandwidth jitcore's child measured in the same run at the same thread count, for the
-natural-use and the compute-only (preallocated output) columns of every system.
+natural-use and the compute-only (preallocated output) columns of every system. Compute: every
+matmul and convolution workload's GFLOP/s (`Workload.flops`, 2 per multiply-add) as a share of
+the fp32 FMA peak jitcore's child measured on one core in the same run, times the threads.
 
 The copy is np.copyto of 64 MB (16M float32; 64K in --tiny) counted as 2 bytes moved per byte
 copied; a normal store also reads its line first, so a kernel that streams its output
@@ -42,3 +44,27 @@ def roofline_text(c: dict) -> str:
     if "copy_fraction" not in c:
         return f"{c['gbs']:.1f}"
     return f"{c['gbs']:.1f} ({c['copy_fraction']:.0%})"
+
+
+def fma_peak(run: dict, threads: int) -> float | None:
+    """The fp32 FMA peak of `threads` cores from jitcore's merged run entry: its measured
+    one-core peak times the threads; None where it was not measured."""
+    per_core = run.get("fma_peak_gflops_per_core")
+    return per_core * threads if per_core else None
+
+
+def gflops_text(c: dict, flops: float, peak: float | None) -> str:
+    """'GFLOP/s (x% of peak)' of one cell (natural use or compute only), '-' where it was not
+    timed."""
+    if c.get("status") != "ok" or "median_s" not in c:
+        return "-"
+    gflops = flops / c["median_s"] / 1e9
+    return f"{gflops:.1f}" + (f" ({gflops / peak:.0%})" if peak else "")
+
+
+def compute_cell(c: dict, peak: float | None) -> str:
+    """'natural / compute only' as 'GFLOP/s (% of peak)' each, or the cell's status."""
+    if c.get("status") != "ok" or "flops" not in c:
+        return c.get("status", "?")
+    return (f"{gflops_text(c, c['flops'], peak)} / "
+            f"{gflops_text(c.get('compute_only', {}), c['flops'], peak)}")
