@@ -593,22 +593,7 @@ class ConvEmitter(EpilogueEmitter):
                 self.env[ow_var] = b.load(b.gep(self.epi["ow"], [u.I64(0), j]))
                 count = b.load(b.gep(self.epi["count"], [u.I64(0), j]))
                 acc = b.load(b.gep(tile, [b.add(b.mul(r, u.I64(p.nv)), j)]), align=64)
-                self.finish(acc, count)
-
-    def finish(self, acc, count):
-        """The epilogue on one vector with `count` valid lanes (none: nothing)."""
-        b = self.b
-        if self.masked_tail:        # masks cost nothing: one masked epilogue
-            with b.if_then(b.icmp_signed(">", count, u.I64(0))):
-                self.epilogue(acc, count)
-            return
-        whole = b.icmp_signed("==", count, u.I64(self.p.lanes))
-        with b.if_else(whole) as (then, otherwise):
-            with then:
-                self.epilogue(acc, None)
-            with otherwise:
-                with b.if_then(b.icmp_signed(">", count, u.I64(0))):
-                    self.epilogue(acc, count)
+                self.epilogue_counted(acc, count)
 
 
 def report(kernel: Kernel) -> tuple:

@@ -327,19 +327,4 @@ class ChannelConvEmitter(EpilogueEmitter):
                 self.env[oc_var] = b.add(oc_base, first)
                 count = u.imin(b, u.I64(p.lanes), b.sub(left, first))
                 acc = b.load(b.gep(tile, [b.add(b.mul(r, u.I64(p.nv)), h)]), align=64)
-                self.finish(acc, count)
-
-    def finish(self, acc, count):
-        """The epilogue on one vector with `count` valid lanes (none: nothing)."""
-        b = self.b
-        if self.masked_tail:
-            with b.if_then(b.icmp_signed(">", count, u.I64(0))):
-                self.epilogue(acc, count)
-            return
-        whole = b.icmp_signed("==", count, u.I64(self.p.lanes))
-        with b.if_else(whole) as (then, otherwise):
-            with then:
-                self.epilogue(acc, None)
-            with otherwise:
-                with b.if_then(b.icmp_signed(">", count, u.I64(0))):
-                    self.epilogue(acc, count)
+                self.epilogue_counted(acc, count)

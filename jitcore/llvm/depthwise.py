@@ -368,24 +368,9 @@ class DepthwiseEmitter(EpilogueEmitter):
                     self.epilogue(acc, None)
                     self.streaming = False
                 with otherwise:
-                    self.partial(acc, count, whole)
+                    self.epilogue_counted(acc, count, whole)
             return
-        self.partial(acc, count, whole)
-
-    def partial(self, acc, count, whole):
-        """The epilogue on one vector of `count` (<= lanes) valid outputs, with normal
-        stores: masked (or, without mask registers, whole vectors unmasked)."""
-        b = self.b
-        if self.masked_tail:          # masks cost nothing: one masked epilogue
-            with b.if_then(b.icmp_signed(">", count, u.I64(0))):
-                self.epilogue(acc, count)
-            return
-        with b.if_else(whole) as (then, otherwise):
-            with then:
-                self.epilogue(acc, None)
-            with otherwise:
-                with b.if_then(b.icmp_signed(">", count, u.I64(0))):
-                    self.epilogue(acc, count)
+        self.epilogue_counted(acc, count, whole)
 
 
 def _computed(b: ir.IRBuilder, values: list):

@@ -62,3 +62,21 @@ class EpilogueEmitter(KernelEmitter):
             memo = {} if self.acc_leaf is None else {id(self.acc_leaf): lane}
             self.store(st.buffer, st.offset, self.value(st.value, 1, memo), 1)
         self.env[self.epilogue_var] = first
+
+    def epilogue_counted(self, acc, count, whole=None):
+        """The epilogue on one vector with `count` (<= lanes) valid outputs (none: nothing):
+        one masked epilogue where masks cost nothing, else whole vectors unmasked and the
+        rest masked. `whole`: the i1 `count == lanes`, when the caller has it."""
+        b = self.b
+        if self.masked_tail:
+            with b.if_then(b.icmp_signed(">", count, u.I64(0))):
+                self.epilogue(acc, count)
+            return
+        if whole is None:
+            whole = b.icmp_signed("==", count, u.I64(self.epilogue_lanes))
+        with b.if_else(whole) as (then, otherwise):
+            with then:
+                self.epilogue(acc, None)
+            with otherwise:
+                with b.if_then(b.icmp_signed(">", count, u.I64(0))):
+                    self.epilogue(acc, count)
