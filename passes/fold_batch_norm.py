@@ -133,55 +133,55 @@ def _folded_column_scale(node: Node, private):
 
 
 def fold_batch_norm(graph: Graph) -> Graph:
-    """Fold every foldable batch norm; rounds until none is left (each round counts the
-    readers of its own graph, so a fold below another's rebuilt nodes waits a round)."""
-    while True:
-        graph, changed = _fold_round(graph)
-        if not changed:
-            return graph
+    """Fold every foldable batch norm (and column scale) in one pass over the graph.
 
-
-def _fold_round(graph: Graph) -> tuple:
-    # equal nodes merged first: the round's rewrite would otherwise rebuild every node below
-    # two equal constants (the zeros of a padding, equal batch-norm statistics, a folded
-    # bias equal to another constant), and a rebuilt conv, which the reader counts do not
-    # know, would never fold
+    Whether a node is private (read by one node, not returned) is decided on the graph as it
+    came, with equal nodes merged first: the pass rebuilds every node below a fold (and the
+    merge, every node below two equal constants: a padding's zeros, equal statistics), so a
+    rebuilt node is judged by the node it was rebuilt from; a node a fold made is read by
+    that fold's result alone. Chains fold too: bn2(bn1(conv)) folds bn1, then bn2 into the
+    folded conv."""
     graph, _ = rewrite_once(graph, lambda node: None)
     nodes = graph.nodes()
     if not any(n.op in (Op.BATCH_NORM, Op.MATMUL) for n in nodes):
-        return graph, False
+        return graph
     readers = {}
     for n in nodes:
         for s in n.src:
             readers[id(s)] = readers.get(id(s), 0) + 1
     outputs = {id(o) for o in graph.outputs}
-    folded = []
+    origin = {}         # id(rebuilt node) -> (it, the graph's node); holding both keeps ids
 
-    def private(n):                     # read by one node and not returned
-        return readers.get(id(n), 0) == 1 and id(n) not in outputs
+    def private(n):
+        found = origin.get(id(n))
+        if found is None:                 # made by a fold: its result reads it, no one else
+            return True
+        old = found[1]
+        return readers.get(id(old), 0) == 1 and id(old) not in outputs
 
-    def rule(node: Node):
-        if folded:                                   # one fold per round (ids stay valid)
-            return None
-        if node.op == Op.MUL:
-            out = _folded_column_scale(node, private)
-            if out is not None:
-                folded.append(out)
-            return out
-        if node.op != Op.BATCH_NORM:
-            return None
-        x = node.src[0]
-        out = None
-        if x.ndim == 2:
-            out = _folded_matmul_bn(node, private)
-        elif x.op == Op.CONV2D and private(x):
-            out = _folded(node, x)
-        elif x.op == Op.RESHAPE and x.src[0].op == Op.CONV2D and private(x) \
-                and private(x.src[0]) and x.shape[:2] == x.src[0].shape[:2]:
-            conv = _folded(node, x.src[0])           # conv1d: (N, C, 1, L) -> (N, C, L)
-            out = build.reshape(conv, x.shape) if conv is not None else None
+    def rule(node: Node, original: Node):
+        origin[id(node)] = (node, original)
+        out = _fold(node, private)
         if out is not None:
-            folded.append(out)
+            origin[id(out)] = (out, original)
         return out
-    graph, _ = rewrite_once(graph, rule)
-    return graph, bool(folded)
+    graph, _ = rewrite_once(graph, rule, with_original=True)
+    return graph
+
+
+def _fold(node: Node, private):
+    """The node with a batch norm or column scale folded into its conv or matmul, or None."""
+    if node.op == Op.MUL:
+        return _folded_column_scale(node, private)
+    if node.op != Op.BATCH_NORM:
+        return None
+    x = node.src[0]
+    if x.ndim == 2:
+        return _folded_matmul_bn(node, private)
+    if x.op == Op.CONV2D and private(x):
+        return _folded(node, x)
+    if x.op == Op.RESHAPE and x.src[0].op == Op.CONV2D and private(x) \
+            and private(x.src[0]) and x.shape[:2] == x.src[0].shape[:2]:
+        conv = _folded(node, x.src[0])           # conv1d: (N, C, 1, L) -> (N, C, L)
+        return build.reshape(conv, x.shape) if conv is not None else None
+    return None

@@ -6,8 +6,9 @@ from jitcore.ir.graph import Graph, Node
 MAX_ROUNDS = 32
 
 
-def rewrite_once(graph: Graph, rule) -> tuple:
-    """Apply `rule(node) -> Node | None` to every node (sources already rewritten).
+def rewrite_once(graph: Graph, rule, with_original: bool = False) -> tuple:
+    """Apply `rule(node) -> Node | None` to every node (sources already rewritten; with
+    `with_original`, `rule(node, original)`: also the graph's node it was rebuilt from).
 
     Returns (new graph, changed). Structurally equal nodes are merged (CSE for free).
     """
@@ -15,7 +16,7 @@ def rewrite_once(graph: Graph, rule) -> tuple:
     for node in graph.nodes():
         src = tuple(mapping[id(s)] for s in node.src)
         new = node if all(a is b for a, b in zip(src, node.src)) else node.replace(src=src)
-        out = rule(new)
+        out = rule(new, node) if with_original else rule(new)
         if out is not None and out is not new:
             new, changed = out, True
         key = new.key()

@@ -440,6 +440,17 @@ def test_batch_norms_fold_below_equal_constants(dtype):
                  + 16 * np.finfo(dtype).eps * np.abs(ref))
 
 
+def test_two_batch_norms_in_a_row_fold_into_the_conv():
+    rng = np.random.default_rng(18)
+    x, w = rand(rng, (1, 3, 8, 8), F64), rand(rng, (5, 3, 3, 3), F64)
+    bn1, bn2 = bn_params(rng, 5, F64), bn_params(rng, 5, F64)
+    f = jc.jit(lambda x: jc.batch_norm(jc.batch_norm(jc.conv2d(x, w), *bn1), *bn2))
+    assert [k.ops for k in f.kernels(x)] == [("conv2d",)]
+    conv, _ = ref_conv2d(x, w)
+    np.testing.assert_allclose(f(x), ref_batch_norm(ref_batch_norm(conv, *bn1), *bn2),
+                               rtol=1e-12, atol=1e-12)
+
+
 def test_batch_norm_after_conv1d_folds():
     rng = np.random.default_rng(13)
     x, w = rand(rng, (2, 4, 15), F64), rand(rng, (6, 4, 3), F64)
