@@ -42,7 +42,7 @@ from jitcore.passes.symbolic import lin
 from . import conv_channels
 from . import irutil as u
 from .conv_channels import ChannelConvEmitter, ChannelPlan
-from .epilogue import EpilogueEmitter
+from .conv_base import ConvKernelEmitter
 from .gemm import cache_sizes, loads_per_slot
 from .registry import KindEntry, plan_items, register
 
@@ -258,8 +258,7 @@ def prepack(lowered, vector_bits: int, threads: int) -> int:
         new = Buffer(c.w.buffer.name, "const", c.w.buffer.dtype, panels.shape, (1,), slot)
         lowered.buffers[slot] = new
         const_bufs[index] = new
-        kernel.conv = replace(c, w=Load(new, lin(0)), prepacked=True,
-                              channel_vectors=isinstance(p, ChannelPlan))
+        kernel.conv = replace(c, w=Load(new, lin(0)), prepacked=True, channel_vectors=channel)
         packed_bytes += panels.nbytes
     return packed_bytes
 
@@ -270,23 +269,15 @@ def _vec_const(ty, values):
     return ir.Constant(ty, [ir.Constant(ty.element, v) for v in values])
 
 
-class ConvEmitter(EpilogueEmitter):
+class ConvEmitter(ConvKernelEmitter):
     """Emits one conv kernel (Kind.CONV) with its plan (`plan`: a ConvPlan)."""
 
     def __init__(self, module, kernel, name: str, masked_tail: bool, stream_bytes: int = 0,
                  plan=None):
-        super().__init__(module, kernel, name, masked_tail, stream_bytes, plan)
-        p = self.p = plan                  # the ConvPlan (registry: plan)
-        c = self.c = kernel.conv
-        self.elem = u.value_type(c.dtype)
-        self.vty = ir.VectorType(self.elem, p.lanes)
+        super().__init__(module, kernel, name, masked_tail, stream_bytes, plan, 3)
+        p, c = self.p, self.c
         self.addr_vty = ir.VectorType(u.I64, p.lanes)
-        self.setup_epilogue(c.out_vars[3], p.lanes)
-        self.xs = c.strides(c.x, c.x_vars)                       # n, c, h, w
         self.ws = None if c.prepacked else c.strides(c.w, c.w_vars)
-        _, _, self.h, self.w = _extents(c.x_vars)
-        _, self.cout, self.oh, self.ow = _extents(c.out_vars)
-        self.kh, self.kw = _extents(c.w_vars[2:])
         # pixel and tap coordinates per lane: i32 lanes (half the instructions of i64, so
         # less code and compile time) unless an image is too large for them
         reach = (max(self.oh * self.ow, self.h, self.w) + p.lanes) * \
@@ -296,8 +287,6 @@ class ConvEmitter(EpilogueEmitter):
         self.ivty = ir.VectorType(self.lane_int, p.lanes)
         self.mask_int = ir.IntType(p.lanes)
         self.iota = _vec_const(self.ivty, range(p.lanes))
-        self.cin_g = c.cin_group
-        self.cout_g = self.cout // c.attrs.groups
         # a tap's input vector is contiguous (masked load), or every s-th element of s
         # contiguous vectors (a stride-s conv of a row: s loads and a shuffle), else a gather
         self.lane_step = 1 if p.flat else c.attrs.stride[1] * self.xs[3]
@@ -469,29 +458,7 @@ class ConvEmitter(EpilogueEmitter):
                     with then:
                         self.store_tile(n, g, oc0)
                     with otherwise:
-                        for r in range(p.mr):
-                            for j in range(p.nv):
-                                b.store(b.load(self.accs[r][j]),
-                                        b.gep(saved, [u.I64(p.nv * r + j)]), align=64)
-
-    def start_sums(self, saved, first):
-        b, p = self.b, self.p
-        zero = u.const(self.vty, 0)
-        if first is None:
-            for row in self.accs:
-                for acc in row:
-                    b.store(zero, acc)
-            return
-        with b.if_else(first) as (then, otherwise):
-            with then:
-                for row in self.accs:
-                    for acc in row:
-                        b.store(zero, acc)
-            with otherwise:
-                for r in range(p.mr):
-                    for j in range(p.nv):
-                        b.store(b.load(b.gep(saved, [u.I64(p.nv * r + j)]), align=64),
-                                self.accs[r][j])
+                        self.save_sums(saved)
 
     def weight_rows(self, blk, g, oc0, kh, kw) -> tuple:
         """Per tile row r: the offset of its weight at channel 0 of this tap; and the step

@@ -41,7 +41,7 @@ from llvmlite import ir
 from jitcore.passes.kernel import Kernel
 
 from . import irutil as u
-from .epilogue import EpilogueEmitter
+from .conv_base import ConvKernelEmitter
 from .gemm import cache_sizes
 
 MAX_MR = 12              # pixels per register tile
@@ -143,23 +143,12 @@ def choose_tile(pixels: int, cout_g: int, lanes: int, regs: int) -> tuple:
     return best[1], best[2]
 
 
-class ChannelConvEmitter(EpilogueEmitter):
+class ChannelConvEmitter(ConvKernelEmitter):
     """Emits one conv kernel (Kind.CONV) with a ChannelPlan."""
 
     def __init__(self, module, kernel, name: str, masked_tail: bool, stream_bytes: int = 0,
                  plan=None):
-        super().__init__(module, kernel, name, masked_tail, stream_bytes, plan)
-        p = self.p = plan
-        c = self.c = kernel.conv
-        self.elem = u.value_type(c.dtype)
-        self.vty = ir.VectorType(self.elem, p.lanes)
-        self.setup_epilogue(c.out_vars[1], p.lanes)
-        self.xs = c.strides(c.x, c.x_vars)                       # n, c, h, w
-        _, _, self.h, self.w = (v.extent for v in c.x_vars)
-        _, self.cout, self.oh, self.ow = (v.extent for v in c.out_vars)
-        self.kw = c.w_vars[3].extent
-        self.cin_g = c.cin_group
-        self.cout_g = self.cout // c.attrs.groups
+        super().__init__(module, kernel, name, masked_tail, stream_bytes, plan, 1)
 
     def body(self):
         b, p = self.b, self.p
@@ -216,23 +205,11 @@ class ChannelConvEmitter(EpilogueEmitter):
         sums of the earlier blocks), then the epilogue or the partial sums saved."""
         b, p, c = self.b, self.p, self.c
         pixels = [self.pixel(t, r) for r in range(p.mr)]
-        zero = u.const(self.vty, 0)
         if blocked is None:
-            for row in self.accs:
-                for acc in row:
-                    b.store(zero, acc)
+            self.zero_sums()
         else:
             kb, saved = blocked
-            with b.if_else(b.icmp_signed("==", kb, u.I64(0))) as (then, otherwise):
-                with then:
-                    for row in self.accs:
-                        for acc in row:
-                            b.store(zero, acc)
-                with otherwise:
-                    for r in range(p.mr):
-                        for h in range(p.nv):
-                            b.store(b.load(b.gep(saved, [u.I64(p.nv * r + h)]), align=64),
-                                    self.accs[r][h])
+            self.start_sums(saved, b.icmp_signed("==", kb, u.I64(0)))
         x_base, w_base = self.base_ptr(c.x.buffer), self.base_ptr(c.w.buffer)
         with u.for_range(b, o_lo, o_hi, 1, name="outer", unroll=False) as o:
             rows = self.column_rows(pixels, x_image, x_base, o) if p.columns_inner else \
@@ -246,10 +223,7 @@ class ChannelConvEmitter(EpilogueEmitter):
             with then:
                 self.store_tile(n, g, oc0, t)
             with otherwise:
-                for r in range(p.mr):
-                    for h in range(p.nv):
-                        b.store(b.load(self.accs[r][h]),
-                                b.gep(saved, [u.I64(p.nv * r + h)]), align=64)
+                self.save_sums(saved)
 
     def tap_rows(self, pixels, x_image, x_base, tap) -> list:
         """Per pixel: (pointer to its input at channel 0 of the tap, step per input channel);

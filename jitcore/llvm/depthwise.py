@@ -39,7 +39,7 @@ from jitcore.ir.ops import info
 from jitcore.passes.kernel import Compute, Kernel, Kind, walk
 
 from . import irutil as u
-from .epilogue import EpilogueEmitter
+from .conv_base import ConvKernelEmitter
 from .gemm import cache_sizes
 from .registry import KindEntry, plan_items, register
 
@@ -153,22 +153,14 @@ def plan(kernel: Kernel, vector_bits: int, threads: int) -> DepthwisePlan:
                          width(vpr), kh * kw + rows * nv + nv + 2 <= regs)
 
 
-class DepthwiseEmitter(EpilogueEmitter):
+class DepthwiseEmitter(ConvKernelEmitter):
     """Emits one depthwise conv kernel (Kind.DEPTHWISE) with its plan (a DepthwisePlan)."""
 
     def __init__(self, module, kernel, name: str, masked_tail: bool, stream_bytes: int = 0,
                  plan=None):
-        super().__init__(module, kernel, name, masked_tail, stream_bytes, plan)
-        p = self.p = plan
-        c = self.c = kernel.conv
-        self.elem = u.value_type(c.dtype)
-        self.vty = ir.VectorType(self.elem, p.lanes)
-        self.setup_epilogue(c.out_vars[3], p.lanes)
-        self.xs = c.strides(c.x, c.x_vars)                       # n, c, h, w
+        super().__init__(module, kernel, name, masked_tail, stream_bytes, plan, 3)
+        p, c = self.p, self.c
         self.ws = c.strides(c.w, c.w_vars)                       # o, c, kh, kw
-        _, _, self.h, self.w = _extents(c.x_vars)
-        _, _, self.oh, self.ow = _extents(c.out_vars)
-        self.kh, self.kw = _extents(c.w_vars[2:])
         (self.sh, self.sw), pads, (self.dh, self.dw) = \
             c.attrs.stride, c.attrs.padding, c.attrs.dilation
         self.pt, self.pl = pads[0], pads[2]

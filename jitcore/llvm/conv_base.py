@@ -1,0 +1,55 @@
+"""What the conv kinds' emitters share (conv.py's pixel plan, conv_channels.py's channel plan,
+depthwise.py): the conv's extents and strides, the element and vector types, the epilogue
+along one output axis, and the register tile of sums (zeroed, saved to and restored from a
+stack buffer between passes over the input channels or blocks of taps)."""
+from __future__ import annotations
+
+from llvmlite import ir
+
+from . import irutil as u
+from .epilogue import EpilogueEmitter
+
+
+class ConvKernelEmitter(EpilogueEmitter):
+    """A conv kind's emitter: `epilogue_axis` is the output axis (of n, c, h, w) its vectors
+    run along. Sets p (the plan), c (the Conv record), elem and vty, xs (the input's
+    strides), h and w (the input's extents), cout, oh and ow, kh and kw, cin_g and cout_g."""
+
+    def __init__(self, module, kernel, name: str, masked_tail: bool, stream_bytes: int,
+                 plan, epilogue_axis: int):
+        super().__init__(module, kernel, name, masked_tail, stream_bytes, plan)
+        p = self.p = plan
+        c = self.c = kernel.conv
+        self.elem = u.value_type(c.dtype)
+        self.vty = ir.VectorType(self.elem, p.lanes)
+        self.setup_epilogue(c.out_vars[epilogue_axis], p.lanes)
+        self.xs = c.strides(c.x, c.x_vars)                       # n, c, h, w
+        _, _, self.h, self.w = (v.extent for v in c.x_vars)
+        _, self.cout, self.oh, self.ow = (v.extent for v in c.out_vars)
+        self.kh, self.kw = (v.extent for v in c.w_vars[2:])
+        self.cin_g = c.cin_group
+        self.cout_g = self.cout // c.attrs.groups
+
+    # -- the register tile of sums (self.accs: rows of stack slots) ---------------------------
+    def zero_sums(self):
+        zero = u.const(self.vty, 0)
+        for row in self.accs:
+            for acc in row:
+                self.b.store(zero, acc)
+
+    def start_sums(self, saved, first):
+        """Zero the sums, or (`first` false at run time) load them from `saved`, a vector
+        pointer to the tile's partial sums row by row. first None: always zero."""
+        if first is None:
+            return self.zero_sums()
+        with self.b.if_else(first) as (then, otherwise):
+            with then:
+                self.zero_sums()
+            with otherwise:
+                for k, acc in enumerate(acc for row in self.accs for acc in row):
+                    self.b.store(self.b.load(self.b.gep(saved, [u.I64(k)]), align=64), acc)
+
+    def save_sums(self, saved):
+        """Store the sums to `saved` (the partial sums between passes), row by row."""
+        for k, acc in enumerate(acc for row in self.accs for acc in row):
+            self.b.store(self.b.load(acc), self.b.gep(saved, [u.I64(k)]), align=64)
