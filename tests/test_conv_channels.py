@@ -168,7 +168,7 @@ def test_tap_blocks_with_partial_sums_agree_bit_for_bit(monkeypatch):
     np.testing.assert_array_equal(whole, blocked)
 
 
-@pytest.mark.parametrize("target", ["x86-64-v3", "x86-64-v2"])
+@pytest.mark.parametrize("target", ["x86-64-v3", "x86-64-v2", "x86-64"])
 @pytest.mark.parametrize("dtype", [F32, F64])
 def test_levels(target, dtype):
     try:

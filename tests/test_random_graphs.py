@@ -823,14 +823,25 @@ def _draw_float_cast(draw, b):
 
 
 @st.composite
-def programs(draw, kind="float"):
+def image_shapes(draw):
+    """(C, H, W) or (N, C, H, W), no extent 0: a value a conv can read."""
+    while True:
+        s = tuple(draw(st.sampled_from(DIMS)) for _ in range(draw(st.integers(3, 4))))
+        if _size(s) <= MAX_SIZE:
+            return s
+
+
+@st.composite
+def programs(draw, kind="float", conv_first=False):
+    """Random programs of `kind`; with `conv_first` (float), the first input is an image and
+    the first steps a conv of it (of its zero padding, half the time)."""
     unary_ops, binary_ops, reduce_ops, dtypes, scalars = {
         "float": (UNARY, BINARY, REDUCE, [F32, F64], [0.5, -1.25, 2.0, 3]),
         "int": (INT_UNARY, INT_BINARY, INT_REDUCE, [I32, I64, U8], [1, 2, -3]),
     }[kind]
     floats = kind == "float"   # matmuls and float casts; integer matmul computes in float64
                                # (a documented deviation from numpy's integer result)
-    base = draw(shapes())
+    base = draw(image_shapes() if conv_first else shapes())
     n_in = draw(st.integers(1, 3))
     in_shapes = [base] + [_broadcast_variant(draw, base) if draw(st.booleans()) else base
                           for _ in range(n_in - 1)]
@@ -842,6 +853,16 @@ def programs(draw, kind="float"):
         in_shapes.append(_broadcast_variant(draw, base) if draw(st.booleans()) else base)
         in_dtypes.append(draw(st.sampled_from([F32, F64])))
     b = _Builder(Program(in_shapes, in_dtypes, seed=draw(st.integers(0, 2**31 - 1))), floats)
+    if conv_first:
+        if draw(st.booleans()):     # a zero padding of the spatial axes, which the conv absorbs
+            widths = ((0, 0),) * (len(base) - 2) + tuple(
+                (draw(st.integers(0, 2)), draw(st.integers(0, 2))) for _ in range(2))
+            padded = [d + lo + hi for d, (lo, hi) in zip(base, widths)]
+            if _size(padded) <= MAX_SIZE:
+                b.add(("pad", 0, widths, "constant", 0))
+        step = _draw_conv(draw, b)
+        if step is not None:
+            b.add(step)
     scalar_ops = SCALAR_OPS if floats else SCALAR_OPS + BITWISE
     choices = ["unary", "unary", "binary", "binary", "scalar", "view", "view", "reduce",
                "reductions", "fork", "join"] + (
@@ -1105,6 +1126,35 @@ def test_random_programs_with_streaming_stores_match_numpy(program):
     output the drawn programs write (at any offset, any dtype) goes through the alignment
     peel, the non-temporal stores and the fence, on 1 thread and on 2 with tiny chunks."""
     with config.override(stream_stores=64):
+        test_random_programs_match_numpy.hypothesis.inner_test(program)
+        rng = np.random.default_rng(program.seed)
+        _same_bits_on_one_and_two_threads(program, [
+            (rng.standard_normal(s) * 2.0).astype(d)
+            for s, d in zip(program.input_shapes, program.input_dtypes)])
+
+
+@settings(max_examples=60, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                 HealthCheck.filter_too_much])
+@given(programs(conv_first=True))
+def test_random_programs_with_every_conv_on_the_channel_plan_match_numpy(program):
+    """The same programs with the conv channel plan's thresholds at zero: every conv of
+    constant weights (all the drawn ones; depthwise ones have their own kind) computes with
+    output channels along the vectors, whatever its K, plane or channel count (partial
+    vectors and tiles, padding read as zeros, the element-wise NCHW epilogue, the batch norm
+    folded into it), on 1 thread and on 2."""
+    if not any(step[0] == "conv" for step in program.steps):
+        return
+    from collections import OrderedDict
+    from jitcore import compiler
+    from jitcore.cache.lru import LRU
+    from jitcore.llvm import conv, conv_channels, graph_module
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(conv_channels, "MIN_PRODUCTS", 1)
+        patch.setattr(conv, "CHANNEL_PLAN_COST", 0.0)
+        patch.setenv("JITCORE_DISK_CACHE", "0")           # compiled anew under the plan
+        patch.setattr(compiler, "_CACHE", LRU())
+        patch.setattr(graph_module, "_EMITTED", OrderedDict())
         test_random_programs_match_numpy.hypothesis.inner_test(program)
         rng = np.random.default_rng(program.seed)
         _same_bits_on_one_and_two_threads(program, [
