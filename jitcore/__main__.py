@@ -1,6 +1,7 @@
 """Command line: `python -m jitcore demo`, `python -m jitcore info` and
 `python -m jitcore bench [options]` (see jitcore/bench/cli.py), `python -m jitcore bench
---models [options]` (whole PyTorch models: jitcore/bench/model_suite.py)."""
+--models [options]` (whole PyTorch models: jitcore/bench/model_suite.py), `python -m jitcore
+profile script.py [args]` (time per kernel under Linux perf: jitcore/profile_cli.py)."""
 from __future__ import annotations
 
 import argparse
@@ -91,8 +92,11 @@ def main(argv=None) -> int:
     if argv[:1] == ["bench"]:
         from .bench.cli import main as bench
         return bench(argv[1:])
+    if argv[:1] == ["profile"]:
+        from .profile_cli import main as profile
+        return profile(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m jitcore")
-    parser.add_argument("command", choices=["demo", "info", "bench"], nargs="?", default="demo")
+    parser.add_argument("command", choices=["demo", "info", "bench", "profile"], nargs="?", default="demo")
     args = parser.parse_args(argv)
     return {"demo": demo, "info": info}[args.command]()
 

@@ -24,7 +24,7 @@ from jitcore.passes.legality import bytes_moved, flops
 from jitcore.passes.pipeline import run_pipeline
 from jitcore.passes.symbolic import at_sizes
 
-from . import config, gcpause, log
+from . import config, gcpause, log, perfmap
 from .cache import disk as diskcache
 from .cache import outputs as output_cache
 from .cache.fingerprint import host_caches
@@ -224,8 +224,10 @@ def cache_info() -> dict:
 
 def cache_key(graph: Graph, strides: tuple, target: Target, threads: int,
               prepack: bool) -> tuple:
-    # (a graph with run-time extents has their placeholders in its text: its own key)
-    return (graph.text(), strides, target.key(), threads, prepack, VERSION)
+    # (a graph with run-time extents has their placeholders in its text: its own key; a
+    # graph compiled for a perf map names its kernels there, so it is another entry)
+    return (graph.text(), strides, target.key(), threads, prepack, VERSION,
+            config.get().perf_map)
 
 
 def compile_graph(graph: Graph, strides: tuple, target: Target, threads: int = 0,
@@ -387,7 +389,8 @@ def _compile(graph: Graph, strides: tuple, target: Target, threads: int,
     the disk cache where it has the module)."""
     job = _Job(graph, strides, target, threads, prepack, dynamic)
     whole = None
-    if diskcache.directory() is not None:
+    # (a graph loaded whole has no kernel symbols to name in a perf map: build it from modules)
+    if diskcache.directory() is not None and not config.get().perf_map:
         key = key or cache_key(graph, strides, target, threads, prepack)
         whole = diskcache.GraphEntry(_code_key(key, threads, dynamic), target.key())
     t0 = time.perf_counter()
@@ -435,7 +438,9 @@ def _build(job: _Job, lowered, whole, front_seconds: dict) -> tuple:
                for k in code.kernels]
     modules.append((code.graph_text, diskcache.Entry(code.graph_text, target.key(), exports)))
     entries = [cache for _, cache in modules]
-    library = engine.compile_modules(modules, exports, target,
+    perf_map = config.get().perf_map
+    kernel_symbols = list(dict.fromkeys(k.symbol for k in code.kernels)) if perf_map else []
+    library = engine.compile_modules(modules, exports + kernel_symbols, target,
                                      imports=_runtime_imports(symbols))
     seconds = {**front_seconds, "ir_generation": ir_seconds}
     source = "compiled" if "machine_code" in library.seconds else \
@@ -450,7 +455,23 @@ def _build(job: _Job, lowered, whole, front_seconds: dict) -> tuple:
         seconds["disk_store"] = time.perf_counter() - t0
     compiled = _finish(job.graph, lowered, target, code.text, library, manifest, seconds,
                        source, layout, kernels)
+    if perf_map:
+        _write_perf_map(job.graph.name, code, kernels, library)
     return compiled, entries
+
+
+def _write_perf_map(graph: str, code, kernels: list, library) -> None:
+    """Name the graph's kernels, run and entry functions in the perf map (perfmap.py)."""
+    users: dict = {}                    # kernel symbol -> the kernels' reports that run it
+    for info, kc in zip(kernels, code.kernels):
+        users.setdefault(kc.symbol, []).append(info)
+    named = {library.addresses[s]: perfmap.kernel_name(graph, infos)
+             for s, infos in users.items()}
+    for fn, role in ((code.run_name, "run"), (code.entry_name, "entry"),
+                     (code.fastcall_name, "fast call")):
+        if fn:
+            named[library.addresses[fn]] = f"jitcore:{graph}:{role}"
+    perfmap.write(named)
 
 
 def _find_whole(whole) -> tuple:

@@ -16,6 +16,8 @@ JITCORE_STREAM_STORES  bytes: elementwise kernels writing at least this much con
                        sizes, see jitcore/llvm/target.py)
 JITCORE_OUTPUT_CACHE_MB  megabytes of freed large output buffers kept for reuse (default 256;
                        0: off; see cache/outputs.py)
+JITCORE_PERF_MAP       1: name every compiled kernel in /tmp/perf-<pid>.map for Linux perf
+                       (jitcore/perfmap.py; default 0)
 
 A value that is not valid warns (RuntimeWarning) and the default is used: a bad setting
 never stops `import jitcore`. JITCORE_TARGET is the exception: code for
@@ -40,6 +42,7 @@ class Config:
     verify: bool = False
     stream_stores: int | None = None
     target: str = "native"
+    perf_map: bool = False
 
 
 def _int_env(name: str, default, allowed=None, minimum=None):
@@ -71,7 +74,8 @@ def from_env() -> Config:
                   output_cache_bytes=_int_env("JITCORE_OUTPUT_CACHE_MB", 256, minimum=0) << 20,
                   verify=bool(_int_env("JITCORE_VERIFY", 0, allowed=(0, 1))),
                   stream_stores=_int_env("JITCORE_STREAM_STORES", None, minimum=0),
-                  target=os.environ.get("JITCORE_TARGET", "").strip().lower() or "native")
+                  target=os.environ.get("JITCORE_TARGET", "").strip().lower() or "native",
+                  perf_map=bool(_int_env("JITCORE_PERF_MAP", 0, allowed=(0, 1))))
 
 
 _current = from_env()

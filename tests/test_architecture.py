@@ -32,13 +32,14 @@ FRONT_LAYERS = [
     ("target selection", {"jitcore.targetinfo"}),
     ("tracing and the op namespace", {"jitcore.ops"}),
     ("compile driver, caches and the thread pools",
-     {"jitcore.explain", "jitcore.dump", "jitcore.parallel", "jitcore.compiler",
-      "jitcore.threadpool_control"}),
+     {"jitcore.explain", "jitcore.dump", "jitcore.perfmap", "jitcore.parallel",
+      "jitcore.compiler", "jitcore.threadpool_control"}),
     ("call path", {"jitcore.call"}),
     ("public API", {"jitcore.api", "jitcore.futures", "jitcore.eager", "jitcore.pickling",
                     "jitcore"}),
     ("PyTorch front (optional: `import jitcore` never imports it)", {"jitcore.torch"}),
-    ("CLI and benchmark suite", {"jitcore.__main__", "jitcore.bench"}),
+    ("CLI, profiler and benchmark suite", {"jitcore.__main__", "jitcore.profile_cli",
+                                           "jitcore.bench"}),
 ]
 
 
