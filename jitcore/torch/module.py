@@ -60,6 +60,7 @@ class Program:
         self.single_out = self.out_spec.is_leaf()
         self.parts = partition(self.gm, name, dynamic)
         self.fallbacks, self.views_in_torch = fallback_nodes(self.gm)
+        self.decomposed = exported.decomposed
         self.seconds = {"export": t1 - t0, "partition": time.perf_counter() - t1}
 
     def accepts(self, sig: list) -> bool:
@@ -191,6 +192,9 @@ class CompiledModule:
         lines = [f"jitcore.torch: {self.__name__}: {len(p.parts)} compiled part(s), "
                  f"{len(p.fallbacks)} fallback node(s), {p.folded} constant node(s) folded; "
                  f"export {p.seconds['export']:.2f} s, compile total {self.compile_seconds:.2f} s"]
+        lines.append("export: " + ("the graph as exported (no core-ATen decomposition)"
+                                   if p.decomposed is None else
+                                   f"core-ATen decompositions ({p.decomposed})"))
         if p.fallbacks:
             lines.append("fallback nodes (run in torch):")
             lines += [f"  {n}: {op}: {why}" for n, op, why in p.fallbacks]
@@ -211,7 +215,8 @@ class CompiledModule:
 def compile(module: torch.nn.Module, *example_inputs, dynamic: bool = False) -> CompiledModule:  # noqa: A001
     """Compile `module` (its eval form) for inputs like `example_inputs`.
 
-    torch.export + core-ATen decompositions give the graph; parameters and buffers become
+    torch.export gives the graph (decomposed to core ATen unless every node lowers as
+    exported: training_ir.py); parameters and buffers become
     constants (weights prepacked, constant subgraphs folded); supported nodes compile into
     jitcore graphs, the rest run in torch (`explain()` lists them). Call the result with torch
     tensors: they are read in place, outputs wrap jitcore's arrays without copies.

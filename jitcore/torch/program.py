@@ -1,7 +1,9 @@
-"""From an nn.Module to a partitioned program: export to core ATen, constants in, constant
-subgraphs folded, supported nodes grouped into compiled parts, the rest left to torch.
+"""From an nn.Module to a partitioned program: export (to core ATen where needed), constants
+in, constant subgraphs folded, supported nodes grouped into compiled parts, the rest left to
+torch.
 
-    export_graph(module, inputs)        torch.export + core-ATen decompositions; parameters,
+    export_graph(module, inputs)        torch.export (+ core-ATen decompositions unless every
+                                        node lowers as exported: training_ir.py); parameters,
                                         buffers and lifted constants become get_attr nodes
     fold_constants(gm)                  nodes whose inputs are all constants run once, in torch
     why_unsupported(node)               None, or why the lowering table cannot take this node
@@ -24,6 +26,7 @@ from torch.utils import _pytree as pytree
 
 from jitcore.ir.graph import ConstArray
 
+from . import training_ir
 from .lowering import LOWERINGS, TORCH_TO_NUMPY, missing_ops
 from .part import Part, PartModule
 
@@ -41,16 +44,27 @@ class Exported:
     out_spec: object           # pytree spec of the module's result
     inputs: list               # user-input placeholders, in call order
     ranges: dict = None        # dynamic export: symbol name -> (lowest, highest or None)
+    decomposed: str | None = None   # why core-ATen decompositions ran (None: training IR
+                                    # lowered as exported, jitcore/torch/training_ir.py)
 
 
 def export_graph(module: torch.nn.Module, args: tuple, kwargs: dict | None = None,
                  constant_inputs: dict | None = None, dynamic_shapes=None) -> Exported:
-    """Export `module` for these example inputs, in core ATen, with every parameter, buffer and
-    lifted constant (and the user inputs of `constant_inputs`, flat index -> tensor) as a
-    get_attr node of the returned GraphModule."""
+    """Export `module` for these example inputs (in core ATen unless the training IR lowers as
+    it is: training_ir.why_decompose), with every parameter, buffer and lifted constant (and
+    the user inputs of `constant_inputs`, flat index -> tensor) as a get_attr node of the
+    returned GraphModule."""
     with in_eval_form(module), torch.no_grad():
         ep = torch.export.export(module, tuple(args), kwargs or {},
-                                 dynamic_shapes=dynamic_shapes).run_decompositions()
+                                 dynamic_shapes=dynamic_shapes)
+        decomposed = "run-time extents" if dynamic_shapes is not None else \
+            "state written" if any(s.kind != OutputKind.USER_OUTPUT
+                                   for s in ep.graph_signature.output_specs) else \
+            training_ir.why_decompose(ep.graph_module)
+        if decomposed is None:              # (the second trace: most of export's time)
+            training_ir.make_functional(ep.graph_module)
+        else:
+            ep = ep.run_decompositions()
     gm, sig = ep.graph_module, ep.graph_signature
     bad = [s for s in sig.output_specs if s.kind != OutputKind.USER_OUTPUT]
     if bad:
@@ -78,7 +92,7 @@ def export_graph(module: torch.nn.Module, args: tuple, kwargs: dict | None = Non
     gm.recompile()
     ranges = {str(sym): (_bound(r.lower, 0), _bound(r.upper, None))
               for sym, r in ep.range_constraints.items()}
-    return Exported(gm, ep.call_spec.in_spec, ep.call_spec.out_spec, user, ranges)
+    return Exported(gm, ep.call_spec.in_spec, ep.call_spec.out_spec, user, ranges, decomposed)
 
 
 @contextlib.contextmanager
