@@ -72,6 +72,13 @@ DIRECT_CASES = {
     "flatten_reshape_as": (lambda: Fn(lambda s, x: torch.flatten(x, 1).reshape_as(x) + 1), IMG),
     "contiguous_channels_last": (lambda: Fn(lambda s, x: x.contiguous(
         memory_format=torch.channels_last) * 3), IMG),
+    "attention": (lambda: Fn(lambda s, x: F.scaled_dot_product_attention(x, x * 0.5, x + 1)),
+                  (2, 3, 6, 4)),
+    "attention_causal_scaled": (lambda: Fn(lambda s, x: F.scaled_dot_product_attention(
+        x, x * 0.5, x + 1, is_causal=True, scale=0.3)), (2, 3, 6, 4)),
+    "attention_bool_mask": (lambda: Fn(_attention_masked, m=_Mask(torch.bool)), (2, 3, 6, 4)),
+    "attention_float_mask": (lambda: Fn(_attention_masked, m=_Mask(torch.float32)),
+                             (2, 3, 6, 4)),
     # in-place writes no one else sees become their out-of-place twins
     "residual_add_": (lambda: Fn(_residual, c=nn.Conv2d(4, 4, 3, padding=1), bn=_bn(4)), IMG),
     "read_then_write": (lambda: Fn(_read_then_write), (3, 8)),
@@ -93,13 +100,31 @@ def _read_then_write(s, x):
     return g * h
 
 
+class _Mask(nn.Module):
+    """A constant attention mask (6 queries x 6 keys) with one row masked whole: torch gives
+    that row zeros."""
+
+    def __init__(self, dtype):
+        super().__init__()
+        keep = torch.rand(6, 6, generator=torch.Generator().manual_seed(3)) > 0.3
+        keep[2] = False
+        self.register_buffer("mask", keep if dtype == torch.bool else
+                             torch.where(keep, 0.25, -torch.inf))
+
+
+def _attention_masked(s, x):
+    return F.scaled_dot_product_attention(x, x * 0.5, x + 1, attn_mask=s.m.mask)
+
+
 DECOMPOSED_CASES = {
+    "attention_gqa": (lambda: Fn(lambda s, x: F.scaled_dot_product_attention(
+        x, x[:, :1] * 0.5, x[:, :1] + 1, enable_gqa=True)), (2, 3, 6, 4)),
     # a later node reads the written tensor through a view of it
     "view_sees_write": (lambda: Fn(_view_sees_write), (3, 8)),
     "pad_reflect": (lambda: Fn(lambda s, x: F.pad(x, (2, 1, 1, 2), mode="reflect")), IMG),
     "softmax_dtype": (lambda: Fn(lambda s, x: torch.softmax(x, dim=-1, dtype=torch.float64)),
                       (3, 8)),
-    "no_direct_lowering": (lambda: Fn(lambda s, x: torch.arange(8.0) * x), (3, 8)),
+    "no_direct_lowering": (lambda: Fn(lambda s, x: torch.diff(x, dim=-1) * 2), (3, 8)),
 }
 
 
@@ -146,8 +171,25 @@ def test_training_mode_ops_are_left_to_the_decompositions():
         return F.batch_norm(x, None, None, training=True) + F.dropout(x, 0.0, training=True)
     model = Fn(fn).eval()
     ep = torch.export.export(model, (torch.randn(*IMG),))
-    why = training_ir.why_decompose(ep.graph_module)
+    why = training_ir.why_decompose(ep.graph_module, {"xs_0"})
     assert why is not None and "training mode" in why or "running statistics" in why, why
+
+
+def test_attention_dropout_is_left_to_the_decompositions():
+    model = Fn(lambda s, x: F.scaled_dot_product_attention(x, x, x, dropout_p=0.2)).eval()
+    ep = torch.export.export(model, (torch.randn(2, 3, 6, 4),))
+    assert training_ir.why_decompose(ep.graph_module, {"xs_0"}) == \
+        "aten.scaled_dot_product_attention.default: attention dropout"
+
+
+def test_nodes_of_constants_alone_need_no_lowering():
+    """A mask built from aten.arange (no direct lowering) folds in torch: the graph still
+    lowers as exported."""
+    def fn(s, x):
+        pos = torch.arange(8)
+        return x * (pos[None, :] < 5)
+    compiled = _compile_and_check(lambda: Fn(fn), (3, 8))
+    assert DIRECT in compiled.explain().splitlines()
 
 
 def test_an_input_written_in_place_is_still_refused():

@@ -60,7 +60,9 @@ def export_graph(module: torch.nn.Module, args: tuple, kwargs: dict | None = Non
         decomposed = "run-time extents" if dynamic_shapes is not None else \
             "state written" if any(s.kind != OutputKind.USER_OUTPUT
                                    for s in ep.graph_signature.output_specs) else \
-            training_ir.why_decompose(ep.graph_module)
+            training_ir.why_decompose(ep.graph_module, {
+                s.arg.name for s in ep.graph_signature.input_specs
+                if s.kind == InputKind.USER_INPUT})
         if decomposed is None:              # (the second trace: most of export's time)
             training_ir.make_functional(ep.graph_module)
         else:

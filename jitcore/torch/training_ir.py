@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import operator
 
+import numpy as np
 import torch
 import torch.fx
 
@@ -146,6 +147,34 @@ def _contiguous(out, x, memory_format=None):
     return x                          # values, not layouts: jitcore arrays are fresh
 
 
+def _sdpa_check(node):
+    if _arg(node, 4, "dropout_p", 0.0):
+        return "attention dropout"
+    if node.kwargs.get("enable_gqa", False):
+        return "grouped-query attention (enable_gqa)"
+    return None
+
+
+@lower(aten.scaled_dot_product_attention.default, check=_sdpa_check)
+def _attention(out, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+               enable_gqa=False):
+    """softmax(q k^T * scale + bias) v as torch's decomposition computes it: sqrt(scale) on
+    q and on k, a boolean mask (or the causal one) as a -inf bias, a float mask added, and
+    rows with nothing to attend (all -inf) give zeros, not NaN."""
+    root = math.sqrt(1 / math.sqrt(q.shape[-1]) if scale is None else scale)
+    axes = tuple(range(k.ndim - 2)) + (k.ndim - 1, k.ndim - 2)
+    s = jc.matmul(q * root, jc.transpose(k, axes) * root)
+    if is_causal:
+        s = jc.where(np.tril(np.ones(s.shape[-2:], bool)), s, -math.inf)
+    if attn_mask is not None and attn_mask.dtype == np.bool_:    # (a bias of s's dtype)
+        s = s + jc.where(attn_mask, s.dtype.type(0), s.dtype.type(-math.inf))
+    elif attn_mask is not None:
+        s = s + attn_mask
+    p = jc.softmax(s, axis=-1)
+    dead = jc.min(jc.equal(s, -math.inf), axis=-1, keepdims=True)
+    return jc.matmul(jc.where(dead, 0.0, p), v)
+
+
 # ---- when the decompositions can be skipped ---------------------------------------------------
 def _aliases(target) -> bool:
     """Whether an op's result may be a view of an input (its schema says so)."""
@@ -190,15 +219,28 @@ def functional_twins(gm: torch.fx.GraphModule) -> dict | None:
     return twins
 
 
-def why_decompose(gm: torch.fx.GraphModule) -> str | None:
+def _computed_from(gm: torch.fx.GraphModule, inputs: set) -> set:
+    """The nodes whose value depends on one of the placeholders named in `inputs`."""
+    out = set()
+    for node in gm.graph.nodes:
+        if (node.op == "placeholder" and node.name in inputs) or \
+                any(i in out for i in node.all_input_nodes):
+            out.add(node)
+    return out
+
+
+def why_decompose(gm: torch.fx.GraphModule, user_inputs: set) -> str | None:
     """None when the training-IR graph lowers as it is, else why it needs the decompositions
-    (the first node LOWERINGS cannot take, or an in-place op that must stay one)."""
+    (the first node LOWERINGS cannot take, or an in-place op that must stay one). Nodes not
+    computed from the placeholders in `user_inputs` (the module's tensor inputs) need no
+    lowering: constant folding runs them in torch (a mask from aten.arange)."""
     twins = functional_twins(gm)
     if twins is None:
         return "an in-place op whose write later nodes see"
+    varying = _computed_from(gm, user_inputs)
     for node in gm.graph.nodes:
         if node.op != "call_function" or node.target is operator.getitem or \
-                getattr(node.target, "__name__", "").startswith("_assert"):
+                node not in varying:
             continue
         entry = LOWERINGS.get(twins.get(node, node.target))
         if entry is None or missing_ops(entry):
