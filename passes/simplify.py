@@ -97,8 +97,28 @@ def _clamp_after_max_pool(node: Node):
     return None
 
 
+def _elementwise_before_reshape(node: Node):
+    """op(reshape(x), ...) is reshape(op(x, ...)) when every tensor operand is a reshape of a
+    tensor of x's shape to the node's shape (the others scalar constants): element k of each
+    operand is element k of its source. Then the op runs where x is computed: a GEMM's
+    epilogue takes the GELU of `reshape(x @ W.T + b, (n, h, w, c))` (ConvNeXt's MLP) instead of
+    a kernel of its own reading the GEMM's output back."""
+    if not info(node.op).elementwise:
+        return None
+    tensors = [s for s in node.src if scalar_value(s) is None]
+    if not tensors or any(t.op != Op.RESHAPE for t in tensors):
+        return None
+    shape = tensors[0].src[0].shape
+    if any(t.src[0].shape != shape or t.shape != node.shape for t in tensors):
+        return None
+    srcs = [s.src[0] if scalar_value(s) is None else
+            build.broadcast_to(build.const(scalar_value(s), s.dtype), shape) for s in node.src]
+    return build.reshape(build.node(node.op, *srcs, arg=node.arg), node.shape)
+
+
 def _rule(node: Node):
-    for rule in (_views, _fold, _small_power, _trivial_index_reduction, _clamp_after_max_pool):
+    for rule in (_views, _fold, _small_power, _trivial_index_reduction, _clamp_after_max_pool,
+                 _elementwise_before_reshape):
         out = rule(node)
         if out is not None and out is not node:
             return out

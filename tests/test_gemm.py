@@ -133,6 +133,21 @@ def test_post_op_narrow_widths(dtype, width):
     assert_close(f(x, w, b), ref_fn(f64(x) @ f64(w) + f64(b)), dtype, **post_tol(dtype, x, w))
 
 
+@pytest.mark.parametrize("post_name", ["gelu", "relu", "tanh"])
+def test_post_op_of_a_reshaped_gemm_fuses_into_it(post_name):
+    """`post(reshape(x @ w + b, (n, h, w, c)))`, as a Linear over a channels-last image
+    (ConvNeXt's MLP): the post-op runs before the reshape (passes/simplify.py), so it is the
+    GEMM's epilogue, with no kernel of its own; the values are numpy's."""
+    x, w, b = _post_args(F32)
+    m, n = x.shape[0], w.shape[1]
+    image = (1, 2, m // 2, n) if m % 2 == 0 else (1, 1, m, n)
+    post, ref_fn = POST_OPS[post_name]
+    f = jc.jit(lambda x, w, b: jc.reshape(post(jc.reshape(x @ w + b, image)), (m, n)))
+    assert_close(f(x, w, b), ref_fn(f64(x) @ f64(w) + f64(b)), F32, **post_tol(F32, x, w))
+    kernels = f.kernels(x, w, b)
+    assert len(kernels) == 1 and kernels[0].kind == "gemm", kernels
+
+
 def test_matmul_function_and_eager():
     x, w = operands(33, 65, 17, F32, "fn")
     ref, tol = f64(x) @ f64(w), mm_tol(F32, x, w)
