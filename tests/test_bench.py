@@ -282,6 +282,22 @@ def test_unknown_names_are_refused():
     assert proc.returncode == 2 and "unknown: nope" in proc.stderr
 
 
+@pytest.mark.parametrize("system", ["onnxruntime", "openvino"])
+def test_runtimes_run_the_cnn_layer_rows(tmp_path, system):
+    """ONNX Runtime and OpenVINO as peers of the CNN layer rows: each layer exported with its
+    weights, checked against the float64 reference like every system; n/a elsewhere."""
+    pytest.importorskip("torch")
+    pytest.importorskip(system)
+    data, out = run_cli(tmp_path, "--only", "conv3x3_64,resblock,max_pool_3x3s2,chain",
+                        "--threads", "1", "--systems", f"jitcore,{system}", "--no-cold")
+    run = next(r for r in data["runs"] if r["system"] == system)
+    for name in ("conv3x3_64", "resblock", "max_pool_3x3s2"):
+        assert run["results"][name]["status"] == "ok", (name, run["results"][name])
+        assert run["results"][name]["compute_only"]["status"] == "n/a"
+    assert run["results"]["chain"]["status"] == "n/a"
+    assert system in out
+
+
 def test_target_holds_jitcore_and_the_peers_to_the_level(tmp_path):
     """--target: jitcore's child builds for the level, numpy's and torch's switches are set
     to it, and the results record the level and the variables."""

@@ -7,7 +7,8 @@ switch it offers, set in its child's environment before it loads:
 - torch: ATEN_CPU_CAPABILITY (ATen's kernels), ONEDNN_MAX_CPU_ISA and MKL_ENABLE_INSTRUCTIONS
   (its GEMM and conv libraries);
 - numpy's and others' OpenBLAS: OPENBLAS_CORETYPE; numba: NUMBA_CPU_NAME (an LLVM CPU name,
-  as ours); jax: XLA's --xla_cpu_max_isa.
+  as ours); jax: XLA's --xla_cpu_max_isa. ONNX Runtime and OpenVINO have none (a note
+  says so).
 """
 from __future__ import annotations
 
@@ -65,4 +66,6 @@ def restriction(level: str, xla_flags: str = "") -> dict:
         env["NPY_DISABLE_CPU_FEATURES"] = " ".join(above)
     notes = [f"numpy's baseline {' '.join(baseline)} is above {level}"
              for t in baseline if NUMPY_TARGET_RANK.get(t, 1) > rank][:1]
+    notes.append("onnxruntime and openvino (the CNN layer rows) have no instruction-set "
+                 "switch: they run at the host's level")
     return {"env": env, "notes": notes}

@@ -11,14 +11,18 @@ from __future__ import annotations
 
 import numpy as np
 
-SYSTEMS = ("jitcore", "numpy", "numexpr", "numba", "torch", "torch.compile", "jax")
+SYSTEMS = ("jitcore", "numpy", "numexpr", "numba", "torch", "torch.compile", "jax",
+           "onnxruntime", "openvino")
 SYSTEM_MODULES = {"jitcore": "jitcore", "numpy": "numpy", "numexpr": "numexpr",
-                  "numba": "numba", "torch": "torch", "torch.compile": "torch", "jax": "jax"}
+                  "numba": "numba", "torch": "torch", "torch.compile": "torch", "jax": "jax",
+                  "onnxruntime": "onnxruntime", "openvino": "openvino"}
 # what compute only means (or why it is n/a) per system, for the report
 INTO_NOTES = {
     "jitcore": "out=", "numpy": "out= / in-place ufuncs", "numexpr": "evaluate(out=)",
     "numba": "kernel given the output", "torch": "out= of the last op (n/a where none)",
     "torch.compile": "compiled out.copy_(fn(...))", "jax": "n/a: immutable arrays, no out=",
+    "onnxruntime": "n/a: the session returns its own output (CNN layer rows only)",
+    "openvino": "n/a: the infer request returns its own output (CNN layer rows only)",
 }
 TINY = np.ones(8, np.float32)
 # the data layout each system's convolutions compute in, for the report
@@ -29,6 +33,10 @@ CONV_LAYOUTS = {
                      "(mkldnn blocked layout), batch norm folded",
     "jax": "lax.conv_general_dilated with NCHW/OIHW dimension numbers (XLA CPU picks its "
            "own internal layout)",
+    "onnxruntime": "the layer exported to ONNX, weights folded at load; MLAS reorders NCHW "
+                   "to its blocked layout at the graph's edges (per call for one layer)",
+    "openvino": "ov.convert_model of the layer, weights folded at load; oneDNN's blocked "
+                "layout, reordered at the graph's edges (per call for one layer)",
 }
 
 
@@ -101,8 +109,19 @@ def _jax(threads: int):
     return peers_jax.jax_calls
 
 
+def _onnxruntime(threads: int):
+    from . import peers_runtimes
+    return peers_runtimes.onnxruntime_calls(threads)
+
+
+def _openvino(threads: int):
+    from . import peers_runtimes
+    return peers_runtimes.openvino_calls(threads)
+
+
 PREPARE = {"jitcore": _jitcore, "numpy": _numpy, "numexpr": _numexpr, "numba": _numba,
-           "torch": _torch, "torch.compile": _torch_compile, "jax": _jax}
+           "torch": _torch, "torch.compile": _torch_compile, "jax": _jax,
+           "onnxruntime": _onnxruntime, "openvino": _openvino}
 
 
 def prepare(system: str, threads: int):
