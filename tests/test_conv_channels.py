@@ -183,6 +183,26 @@ def test_levels(target, dtype):
     assert channel
 
 
+def test_a_long_sequence_streams_on_the_pixel_plan():
+    """conv1d 256->128 k3/s2 (a wav2vec2 feature layer, narrower): over a sequence whose input
+    exceeds STREAMED_INPUT_L2S x L2 the pixel plan runs it (the channel plan would read the
+    input back once per channel block); a short one keeps the channel plan. Both match the
+    float64 reference."""
+    from jitcore.llvm.conv import STREAMED_INPUT_L2S
+    from jitcore.llvm.gemm import cache_sizes
+    rng = np.random.default_rng(5)
+    w = rand(rng, (128, 256, 3), F32)
+    per_sample = 256 * 4
+    long_n = 3 * STREAMED_INPUT_L2S * cache_sizes()[2] // (2 * per_sample) * 2 + 1
+    for n, plan in ((33, CHANNELS), (long_n, "pixels along vectors")):
+        x = rand(rng, (1, 256, n), F32)
+        f = jc.jit(lambda x, w: jc.conv1d(x, w, stride=2), constants=dict(w=w))
+        got = f(x)
+        ref, mag = ref_conv2d(x[:, :, None, :], w[:, :, None, :], stride=(1, 2))
+        assert_conv_close(got, ref[:, :, 0, :], mag[:, :, 0, :], F32, 256 * 3)
+        assert plan in f.kernels(x)[0].layout, (n, f.kernels(x)[0].layout)
+
+
 def test_plain_weights_keep_the_pixel_plan():
     """Weights passed as arguments are read through their strides: the pixel plan."""
     rng = np.random.default_rng(3)

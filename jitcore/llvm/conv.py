@@ -59,6 +59,14 @@ SHORT_EPILOGUE = 3      # epilogue ops up to this are unrolled over the register
 STRIDE_PENALTY = {"contiguous": 1.0, "deinterleave": 0.85, "gather": 0.5}
 CHANNEL_PLAN_COST = 1.1   # the channel plan's extra cost per product (its broadcasts, the
                           # element-wise epilogue): it must save more lanes than this
+# an input image past STREAMED_INPUT_L2S x L2 costs the channel plan this factor: it reads the
+# image once per channel block, one broadcast per input channel a plane apart. Measured
+# (AMD Zen 4, 1 MB L2, 1 thread): conv1d 512->512 k3/s2 over 1599 and 3199 samples (3.3 and
+# 6.5 MB) ran at 69 and 51 GFLOP/s on the channel plan, 90 and 86 on the pixel plan; at 799
+# (1.6 MB) the channel plan led (95 vs 88). ResNet's strided layers keep the channel plan
+# (1x1 256->512/s2 at 56x56, 3.2 MB: 68 against the pixel plan's 60 GFLOP/s)
+STREAMED_INPUT_L2S = 2
+STREAMED_INPUT_COST = 0.9
 
 
 @dataclass(frozen=True)
@@ -141,9 +149,19 @@ def choose_plan(kernel: Kernel, vector_bits: int, threads: int):
     pixel = pixel_plan(kernel, vector_bits, threads)
     if conv_channels.eligible(kernel):
         channel = conv_channels.plan(kernel, vector_bits, threads)
-        if channel.efficiency > pixel_efficiency(kernel, pixel) * CHANNEL_PLAN_COST:
+        efficiency = channel.efficiency
+        if _image_bytes(kernel) > STREAMED_INPUT_L2S * cache_sizes()[2]:
+            efficiency *= STREAMED_INPUT_COST
+        if efficiency > pixel_efficiency(kernel, pixel) * CHANNEL_PLAN_COST:
             return channel
     return pixel
+
+
+def _image_bytes(kernel: Kernel) -> int:
+    """The bytes of one input image (all its channels)."""
+    c = kernel.conv
+    _, cin, h, w = _extents(c.x_vars)
+    return cin * h * w * c.dtype.itemsize
 
 
 def pixel_efficiency(kernel: Kernel, p: ConvPlan) -> float:
