@@ -79,6 +79,8 @@ DIRECT_CASES = {
     "attention_bool_mask": (lambda: Fn(_attention_masked, m=_Mask(torch.bool)), (2, 3, 6, 4)),
     "attention_float_mask": (lambda: Fn(_attention_masked, m=_Mask(torch.float32)),
                              (2, 3, 6, 4)),
+    "to_dtype": (lambda: Fn(lambda s, x: x.to(torch.float64) * 3 + 1), (3, 8)),
+    "type_as": (lambda: Fn(lambda s, x: (x > 0).type_as(x) * x), (3, 8)),
     # in-place writes no one else sees become their out-of-place twins
     "residual_add_": (lambda: Fn(_residual, c=nn.Conv2d(4, 4, 3, padding=1), bn=_bn(4)), IMG),
     "read_then_write": (lambda: Fn(_read_then_write), (3, 8)),

@@ -23,7 +23,7 @@ import torch.fx
 import jitcore as jc
 
 from . import convolution
-from .lowering import LOWERINGS, lower, missing_ops, shape_of
+from .lowering import LOWERINGS, as_dtype, lower, missing_ops, np_dtype, shape_of
 
 aten = torch.ops.aten
 
@@ -142,6 +142,11 @@ def _reshape_to_result(out, x, *args):
     return jc.reshape(x, shape_of(out))
 
 
+@lower(aten.to.dtype, aten.to.dtype_layout, aten.type_as.default)
+def _to(out, x, *args, **kwargs):
+    return as_dtype(x, np_dtype(out))        # (a CPU strided result: why_unsupported checks)
+
+
 @lower(aten.contiguous.default)
 def _contiguous(out, x, memory_format=None):
     return x                          # values, not layouts: jitcore arrays are fresh
@@ -240,8 +245,8 @@ def why_decompose(gm: torch.fx.GraphModule, user_inputs: set) -> str | None:
     varying = _computed_from(gm, user_inputs)
     for node in gm.graph.nodes:
         if node.op != "call_function" or node.target is operator.getitem or \
-                node not in varying:
-            continue
+                node not in varying or getattr(node.target, "__name__", "").startswith("_assert"):
+            continue                              # (export_graph drops the asserts)
         entry = LOWERINGS.get(twins.get(node, node.target))
         if entry is None or missing_ops(entry):
             return f"{node.target} has no direct lowering"
