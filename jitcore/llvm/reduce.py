@@ -40,8 +40,8 @@ def _reduce_identity(op: Op, dtype):
 
 
 ACCUMULATORS = 4       # vector accumulators per horizontal reduction (a power of two)
-SUM_ACCUMULATORS = 8   # vector accumulators of a float sum kernel read from cache (HorizontalEmitter)
-STREAM_SUM_BYTES = 128  # ...and their bytes together when it reads more than the last-level cache
+SUM_ACCUMULATORS = 8   # vector accumulators of a float sum kernel that reads from cache,
+STREAM_SUM_BYTES = 128  # ...their bytes together when it reads more than the last-level cache
 VERTICAL_BLOCK = 8     # vectors of the inner axis per pass of a vertical reduction
 STREAM_MIN = 64        # a column reduction this wide accumulates into its output row by row,
 STREAM_ROWS = 4        # ...this many rows per pass over the output
@@ -242,6 +242,8 @@ class HorizontalEmitter(ReductionEmitter):
 
 @functools.lru_cache(maxsize=1)
 def _last_level_cache() -> int:
+    """Bytes of the host's last-level cache, as the OS reports it (a guest may report the
+    whole socket's: its large sums then count as read from cache)."""
     sizes = cache_sizes()
     return sizes[max(sizes)]
 
