@@ -9,6 +9,7 @@ Every result is also bitwise identical at 1 and 2 threads.
 from __future__ import annotations
 
 import math
+import re
 import subprocess
 import sys
 import textwrap
@@ -19,7 +20,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import jitcore as jc
-from helpers import EPS, F32, assert_same, jit_dtype
+from jitcore.llvm.codegen import BLOCK_TRIPS
+from jitcore.llvm.reduce import STREAM_SUM_BYTES, SUM_ACCUMULATORS
+from jitcore.llvm.target import cache_sizes
+from helpers import EPS, F32, assert_same, dtype_id, jit_dtype, lanes
 
 U = EPS[F32]         # float32 unit roundoff, 2**-24
 
@@ -368,3 +372,103 @@ def test_axis_sums_of_values_broadcast_along_the_axis_are_pairwise_accurate(shap
     one = x[tuple(0 if k in axes else slice(None) for k in range(x.ndim))]   # each value once
     ref = math.prod(shape[a] for a in axes) * one.astype(np.float64)
     assert np.max(np.abs(got - ref) / ref) <= 8 * U, np.max(np.abs(got - ref) / ref)
+
+
+# ---- row sums around the pairwise block ---------------------------------------------------------
+# A float sum kernel's main loop takes one vector per accumulator a trip and ends a pairwise
+# block every BLOCK_TRIPS trips (jitcore/llvm/pairwise.py); it keeps SUM_ACCUMULATORS vectors
+# when its data fits in the last-level cache and STREAM_SUM_BYTES of them when it does not
+# (reduce.HorizontalEmitter.sum_accumulators). Lengths next to a trip, a block and a few blocks
+# run every mix of unrolled trips, single vectors, tails and partial blocks, in both regimes:
+# "cache" sums 5 rows; "memory" sums a broadcast view of the same 5 rows repeated past the
+# last-level cache's size (no memory: the view is what the kernel reads). The lengths follow
+# the target (level copies of these tests run at 256 and 128 bits).
+REGIMES = ["cache", "memory"]
+
+
+def _accumulators(dtype, regime: str) -> int:
+    if regime == "cache":
+        return SUM_ACCUMULATORS
+    return max(1, STREAM_SUM_BYTES // (lanes(dtype) * np.dtype(dtype).itemsize))
+
+
+def _pairwise_lengths(dtype, regime: str) -> list:
+    vec = lanes(dtype)
+    trip = _accumulators(dtype, regime) * vec
+    block = BLOCK_TRIPS * trip
+    return sorted({n for n in (trip - 1, trip, trip + 1, block - vec - 1, block - 1, block,
+                               block + 1, block + trip - 1, 2 * block + vec + 3, 3 * block,
+                               4 * block - 1, 5 * block + trip + vec + 1) if n > 0})
+
+
+def _rows_in(rows, regime: str):
+    """(what the kernel sums over its last axis, a function from the sums of `rows` to the
+    sums expected of it)."""
+    if regime == "cache":
+        return rows, lambda sums: sums
+    sizes = cache_sizes()
+    repeat = sizes[max(sizes)] // rows.nbytes + 1
+    return np.broadcast_to(rows, (repeat,) + rows.shape), \
+        lambda sums: np.broadcast_to(sums, (repeat,) + sums.shape)
+
+
+def _row_sums(x, regime: str, dtype):
+    """jitcore's sums of x over its last axis at 1 and 2 threads (bitwise equal), with the
+    regime's accumulator count checked in the kernel's IR."""
+    f = jc.jit(lambda v: v.sum(axis=-1))
+    names = set(re.findall(r'%"?vacc\d+', f.llvm_ir(x, optimized=False)))
+    assert len(names) == _accumulators(dtype, regime), (regime, sorted(names))
+    saved = jc.get_num_threads()
+    try:
+        jc.set_num_threads(1)
+        one = f(x)
+        jc.set_num_threads(2)
+        np.testing.assert_array_equal(f(x), one)
+    finally:
+        jc.set_num_threads(saved)
+    return one
+
+
+@pytest.mark.parametrize("regime", REGIMES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=dtype_id)
+def test_row_sums_around_the_pairwise_block_count_every_element(dtype, regime):
+    """Small integers sum exactly in any order: each length's sum is numpy's, bit for bit, so
+    an element counted twice or missed shows."""
+    for n in _pairwise_lengths(dtype, regime):
+        rows = (np.arange(5 * n).reshape(5, n) * 7 % 11 - 5).astype(dtype)
+        x, expect = _rows_in(rows, regime)
+        np.testing.assert_array_equal(_row_sums(x, regime, dtype), expect(rows.sum(axis=1)),
+                                      err_msg=f"n={n}")
+
+
+@pytest.mark.parametrize("regime", REGIMES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=dtype_id)
+def test_row_sums_around_the_pairwise_block_are_pairwise_accurate(dtype, regime):
+    """Random rows against a correctly rounded sum (math.fsum): within the pairwise bound,
+    (log2(n) + 11) roundings of the summed magnitudes, at every length."""
+    u = EPS[np.dtype(dtype)]
+    for n in _pairwise_lengths(dtype, regime):
+        rows = np.random.default_rng(n).standard_normal((5, n)).astype(dtype) + dtype(0.5)
+        x, expect = _rows_in(rows, regime)
+        got = _row_sums(x, regime, dtype).astype(np.float64)
+        ref = np.array([math.fsum(r) for r in rows.astype(np.float64)])
+        bound = (math.log2(n) + 11) * u * np.abs(rows.astype(np.float64)).sum(axis=1)
+        assert np.all(np.abs(got - expect(ref)) <= expect(bound)), (n, got - expect(ref))
+
+
+@pytest.mark.parametrize("regime", REGIMES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=dtype_id)
+def test_row_sums_around_the_pairwise_block_propagate_nan_and_inf(dtype, regime):
+    """A NaN, an infinity or both signs of infinity at the first element, the middle, the
+    first element of the second block or the last one give numpy's NaN / inf."""
+    block = BLOCK_TRIPS * _accumulators(dtype, regime) * lanes(dtype)
+    for n in _pairwise_lengths(dtype, regime):
+        for pos in sorted({0, n - 1, n // 2, min(n - 1, block)}):
+            rows = np.ones((5, n), dtype)
+            rows[0, pos] = np.nan
+            rows[1, pos] = np.inf
+            rows[2, pos], rows[2, n - 1 - pos] = -np.inf, -np.inf
+            rows[3, pos], rows[3, (pos + n // 2) % n] = np.inf, -np.inf
+            x, expect = _rows_in(rows, regime)
+            np.testing.assert_array_equal(_row_sums(x, regime, dtype),
+                                          expect(rows.sum(axis=1)), err_msg=f"n={n} pos={pos}")

@@ -105,8 +105,9 @@ class PairwiseAccumulators:
     binary counters of partial sums (PairwiseSum) and emptied at the end of every block
     (BLOCK_TRIPS trips of the innermost loop; when it is short, enough of its runs to make
     about as many adds per accumulator). A block is 16 trips of `len(accs)` vectors (in a
-    sum kernel 2 KB, 512 float32 at every width, see reduce.SUM_ACCUMULATOR_BYTES; in a row
-    kernel 4 vectors): a push, a short carry loop, costs little against the block's loads.
+    sum kernel 8 from cache, 128 bytes of them from memory, see
+    HorizontalEmitter.sum_accumulators; in a row kernel 4): a push, a short carry loop,
+    costs little against the block's loads.
     `ke`: the reduction's emitter (reduce.py), read for its builder, lanes and combine op."""
 
     def __init__(self, ke, accs, sacc, vector_sum, identity):
