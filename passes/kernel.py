@@ -221,6 +221,8 @@ class Conv:
     prepacked: bool = False   # w's buffer holds the packed weights (jitcore/llvm/conv.py)
     channel_vectors: bool = False   # computed with output channels along the vectors
     #                                 (jitcore/llvm/conv_channels.py; weights prepacked for it)
+    im2col: bool = False   # pixels along the vectors, each pixel tile's inputs packed into an
+    #                        im2col panel first (jitcore/llvm/conv.py; weights prepacked)
 
     @property
     def taps(self) -> int:
