@@ -149,6 +149,21 @@ def test_instruction_set_levels(level, dtype):
     run_configs(configs, dtype, seed=5, target=level)
 
 
+@pytest.mark.parametrize("level", ["x86-64-v4", "x86-64-v3", "x86-64-v2", "x86-64"])
+@pytest.mark.parametrize("stride", [2, 3])
+def test_strided_row_ends_read_no_element_past_the_row(level, stride):
+    """Rows whose padded span ends just past the input (7 wide, pad 1, 1-wide kernels): the
+    buffer fill's edge read is one masked load per vector. A single 16-wide masked load of
+    AVX2 code returned the next row's first element in lane 8 (x86-64-v3, stride 2: the last
+    output column read the following row, or past the array in the last row)."""
+    if not host_target().triple.startswith("x86_64") or not _host_runs(level):
+        pytest.skip(f"{level} does not run here")
+    configs = [dict(x=(3, 5, 11, width), w=(5 * mult, 1, 3, kw), stride=stride, padding=1,
+                    dilation=1, groups=5, bias=False)
+               for kw, width, mult in ((1, 7, 1), (1, 7, 3), (3, 9, 1), (1, 16, 1), (1, 33, 2))]
+    run_configs(configs, F32, seed=11, target=level)
+
+
 def test_empty_batch_and_unbatched_input():
     rng = np.random.default_rng(6)
     w = rand(rng, (4, 1, 3, 3), F32)

@@ -256,18 +256,42 @@ class DepthwiseEmitter(ConvKernelEmitter):
                 plain = b.load(vptr, align=1)
                 plain_bb = b.block
             with otherwise:
-                masked = u.masked_load(b, vptr, self.row_mask(col, row_ok, wide), wty)
+                masked = self.masked_read(ptr, col, row_ok, wide)
                 masked_bb = b.block
         out = b.phi(wty)
         out.add_incoming(plain, plain_bb)
         out.add_incoming(masked, masked_bb)
         return out
 
+    def masked_read(self, ptr, col, row_ok, wide: int):
+        """`wide` elements from ptr (column col), the lanes outside the row zero: masked
+        loads of one vector each, joined. (One masked load wider than the target's vectors
+        read one element past the row at x86-64-v3, LLVM 22: a 16-wide read of a stride-2
+        depthwise conv's padded row returned the next row's first element in lane 8.)"""
+        b, lanes = self.b, self.p.lanes
+        vty = ir.VectorType(self.elem, lanes)
+        parts = []
+        for k in range(0, wide, lanes):
+            at = b.bitcast(b.gep(ptr, [u.I64(k)]), vty.as_pointer())
+            mask = self.row_mask(b.add(col, u.I64(k)), row_ok, lanes)
+            parts.append(u.masked_load(b, at, mask, vty))
+        while len(parts) > 1:                  # joined in pairs (a zero vector pads)
+            if len(parts) % 2:
+                parts.append(u.const(parts[0].type, 0))
+            half = parts[0].type.count
+            parts = [b.shuffle_vector(parts[i], parts[i + 1], _indices(range(2 * half)))
+                     for i in range(0, len(parts), 2)]
+        whole = parts[0]
+        return whole if whole.type.count == wide else \
+            b.shuffle_vector(whole, whole, _indices(range(wide)))
+
     def row_mask(self, col, row_ok, wide: int):
         """The lanes of `wide` elements from column col that lie inside the input."""
         b = self.b
-        cols = b.add(u.splat(b, col, wide), _indices(range(wide), u.I64))
-        inside = b.icmp_unsigned("<", cols, u.const(ir.VectorType(u.I64, wide), self.w))
+        # (i32 lanes: LLVM 22 lowered a <16 x i1> mask made from i64 lanes wrongly for the
+        # AVX2 masked loads of a 16-wide read, lane 8 read past the row at x86-64-v3)
+        cols = b.add(u.splat(b, b.trunc(col, u.I32), wide), _indices(range(wide), u.I32))
+        inside = b.icmp_unsigned("<", cols, u.const(ir.VectorType(u.I32, wide), self.w))
         return b.and_(inside, u.splat(b, row_ok, wide))
 
     # -- sums ---------------------------------------------------------------------------------
