@@ -678,11 +678,19 @@ def _draw_elementwise(draw, b, kind, unary_ops, binary_ops, scalars, scalar_ops=
             step = ("scalar_arg",) + step[1:] + (len(b.prog.scalar_args),)
             b.prog.scalar_args.append(step[3])
         return step
-    j = draw(st.sampled_from([j for j in numeric
-                              if _broadcastable(b.shape[i], b.shape[j]) is not None]))
+    partners = _partners(b, i, numeric)
+    if not partners:
+        return None
+    j = draw(st.sampled_from(partners))
     if draw(st.booleans()):
         i, j = j, i
     return ("binary", draw(st.sampled_from(binary_ops)), i, j)
+
+
+def _partners(b, i, candidates) -> list:
+    """The values among `candidates` that broadcast with value i within MAX_SIZE (none when
+    i itself is past it: a conv's output can be)."""
+    return [j for j in candidates if _broadcastable(b.shape[i], b.shape[j]) is not None]
 
 
 def _draw_pool(draw, b):
@@ -738,13 +746,16 @@ def _draw_bool_step(draw, b):
         ["logic", "not", "where", "where", "cast", "reduce", "mixed"] if bools else [])))
     if kind == "compare":
         i = draw(st.sampled_from(numeric))
-        j = draw(st.sampled_from([j for j in numeric
-                                  if _broadcastable(b.shape[i], b.shape[j]) is not None]))
-        return ("compare", draw(st.sampled_from(COMPARE)), i, j)
+        partners = _partners(b, i, numeric)
+        if not partners:
+            return None
+        return ("compare", draw(st.sampled_from(COMPARE)), i, draw(st.sampled_from(partners)))
     c = draw(st.sampled_from(bools))
     if kind == "logic":                              # & | ^ of bools are logical too
-        d = draw(st.sampled_from([d for d in bools
-                                  if _broadcastable(b.shape[c], b.shape[d]) is not None]))
+        partners = _partners(b, c, bools)
+        if not partners:
+            return None
+        d = draw(st.sampled_from(partners))
         return ("logic", draw(st.sampled_from(["logical_and", "logical_or"] + BITWISE[:3])),
                 c, d)
     if kind == "not":
