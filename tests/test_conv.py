@@ -66,6 +66,25 @@ def _options(cfg):
     return {k: cfg[k] for k in ("stride", "padding", "dilation", "groups")}
 
 
+def check_residual_relu(cfg, dtype, layout: str, seed=0, threads=None, target=None):
+    """relu(conv + bias + residual) with constant weights (prepacked: the function closes over
+    them), against the float64 reference within the conv's bound plus the add's rounding;
+    returns (output, whether the conv kernel's layout names `layout`)."""
+    rng = np.random.default_rng(seed)
+    x, w, b = rand(rng, cfg["x"], dtype), rand(rng, cfg["w"], dtype), rand(rng, cfg["w"][0], dtype)
+    opts = {k: cfg[k] for k in ("stride", "padding", "dilation", "groups") if k in cfg}
+    ref, mag = ref_conv2d(x, w, b, **opts)
+    r = rand(rng, ref.shape, dtype)
+    kw = {} if threads is None else {"num_threads": threads}
+    if target is not None:
+        kw["target"] = target
+    f = jc.jit(lambda x, r: jc.relu(jc.conv2d(x, w, b, **opts) + r), **kw)
+    got = f(x, r)
+    assert_conv_close(got, np.maximum(ref + r, 0), mag + np.abs(r), dtype,
+                      int(np.prod(cfg["w"][1:])) + 1, msg=str(cfg))
+    return got, any(layout in k.layout for k in f.kernels(x, r) if k.layout)
+
+
 def check_configs(configs, dtype, seed=0, **jit_kw):
     """Compile the convs of several configs as one function (one compile) and check each."""
     rng = np.random.default_rng(seed)

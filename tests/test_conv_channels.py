@@ -17,17 +17,9 @@ import pytest
 
 import jitcore as jc
 from helpers import F32, F64, assert_close, pair, ref_conv2d, resolve_padding
-from test_conv import assert_conv_close, conv_tol, rand
+from test_conv import assert_conv_close, check_residual_relu, conv_tol, rand
 
 CHANNELS = "output channels along vectors"
-
-
-def out_hw(cfg):
-    x, w = cfg["x"], cfg["w"]
-    (sh, sw), (dh, dw) = pair(cfg["stride"]), pair(cfg["dilation"])
-    pt, pb, pl, pr = resolve_padding(cfg["padding"], w[2:], (dh, dw))
-    return ((x[2] + pt + pb - dh * (w[2] - 1) - 1) // sh + 1,
-            (x[3] + pl + pr - dw * (w[3] - 1) - 1) // sw + 1)
 
 
 def channel_configs(count: int, seed: int) -> list:
@@ -54,30 +46,10 @@ def channel_configs(count: int, seed: int) -> list:
     return out
 
 
-def _opts(cfg):
-    return {k: cfg[k] for k in ("stride", "padding", "dilation", "groups")}
-
-
 def check(cfg, dtype, seed=0, target=None, threads=None):
-    """conv + bias + residual, relu, with constant weights: against the reference; returns
-    (output, whether it took the channel plan)."""
-    rng = np.random.default_rng(seed)
-    x, w, b = rand(rng, cfg["x"], dtype), rand(rng, cfg["w"], dtype), rand(rng, cfg["w"][0], dtype)
-    r = rand(rng, (cfg["x"][0], cfg["w"][0]) + out_hw(cfg), dtype)
-    kw = {} if target is None else {"target": target}
-    if threads is not None:
-        kw["num_threads"] = threads
-    # (arrays the function closes over are constants: the weights are prepacked)
-    f = jc.jit(lambda x, r: jc.relu(jc.conv2d(x, w, b, **_opts(cfg)) + r), **kw)
-    got = f(x, r)
-    ref, mag = ref_conv2d(x, w, b, **_opts(cfg))
-    k = cfg["w"][1] * cfg["w"][2] * cfg["w"][3]
-    # relu(conv + r): the error bound of the conv, plus the rounding of the add
-    want = np.maximum(ref + r, 0)
-    bound_mag = mag + np.abs(r)
-    assert_conv_close(got, want, bound_mag, dtype, k + 1, msg=str(cfg))
-    layouts = [kern.layout for kern in f.kernels(x, r) if kern.layout]
-    return got, any(CHANNELS in lay for lay in layouts)
+    """relu(conv + bias + residual) against the reference; returns (output, whether it took
+    the channel plan)."""
+    return check_residual_relu(cfg, dtype, CHANNELS, seed, threads, target)
 
 
 @pytest.mark.parametrize("dtype", [F32, F64])

@@ -17,7 +17,7 @@ import pytest
 
 import jitcore as jc
 from helpers import F32, F64, pair, ref_conv2d, resolve_padding
-from test_conv import assert_conv_close, rand
+from test_conv import assert_conv_close, check_residual_relu, rand
 
 IM2COL = "inputs packed im2col"
 
@@ -44,26 +44,10 @@ def im2col_configs(count: int, seed: int) -> list:
     return out
 
 
-def _opts(cfg):
-    return {k: cfg[k] for k in ("stride", "padding", "dilation")}
-
-
 def check(cfg, dtype, seed=0, threads=None, target=None):
-    """relu(conv + bias + residual) with constant weights, against the reference; returns
-    (output, whether the conv took the im2col variant)."""
-    rng = np.random.default_rng(seed)
-    x, w = rand(rng, cfg["x"], dtype), rand(rng, cfg["w"], dtype)
-    b = rand(rng, cfg["w"][0], dtype)
-    ref, mag = ref_conv2d(x, w, b, **_opts(cfg))
-    r = rand(rng, ref.shape, dtype)
-    kw = {} if threads is None else {"num_threads": threads}
-    if target is not None:
-        kw["target"] = target
-    f = jc.jit(lambda x, r: jc.relu(jc.conv2d(x, w, b, **_opts(cfg)) + r), **kw)
-    got = f(x, r)
-    assert_conv_close(got, np.maximum(ref + r, 0), mag + np.abs(r), dtype,
-                      int(np.prod(cfg["w"][1:])) + 1, msg=str(cfg))
-    return got, any(IM2COL in k.layout for k in f.kernels(x, r) if k.layout)
+    """relu(conv + bias + residual) against the reference; returns (output, whether the conv
+    took the im2col variant)."""
+    return check_residual_relu(cfg, dtype, IM2COL, seed, threads, target)
 
 
 @pytest.mark.parametrize("dtype", [F32, F64])
