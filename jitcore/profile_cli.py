@@ -6,17 +6,21 @@ JITCORE_PERF_MAP=1, so that each fused kernel jitcore compiles is named in the p
 (jitcore/perfmap.py), then prints each jitcore kernel's share of the samples (of all, and of
 jitcore's code: compiling and Python left out), jitcore's code in all, and the rest of the
 process (Python, numpy, torch) by shared object. A kernel shared by equal layers (`(x3)`)
-is one line: their code is one.
+is one line: their code is one. Without --keep, perf.data and the perf maps the script's
+processes wrote are removed afterwards.
 """
 from __future__ import annotations
 
 import argparse
+import glob
 import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
+
+from . import perfmap
 
 _SEP = ";"                      # perf report's field separator (no kernel name has one)
 
@@ -79,6 +83,7 @@ def main(argv: list) -> int:
     os.makedirs(work, exist_ok=True)
     data = os.path.join(work, "perf.data")
     env = {**os.environ, "JITCORE_PERF_MAP": "1"}
+    maps_before = set(glob.glob(perfmap.path("*")))
     run = subprocess.run([perf, "record", "-F", "999", "-e", "cpu-clock", "-o", data, "--",
                           sys.executable, args.script, *args.args], env=env)
     if run.returncode != 0:
@@ -92,6 +97,19 @@ def main(argv: list) -> int:
         print(report.stderr, file=sys.stderr)
         return report.returncode
     print(summary(samples(report.stdout), args.top))
-    if not args.keep:
+    if not args.keep:                  # (with --keep, perf report can be run again later)
         shutil.rmtree(work, ignore_errors=True)
+        _remove_maps(set(glob.glob(perfmap.path("*"))) - maps_before)
     return 0
+
+
+def _remove_maps(paths: set) -> None:
+    """Delete the perf maps the script's processes left, those holding jitcore's names only."""
+    for path in paths:
+        try:
+            with open(path) as f:
+                ours = all(" jitcore:" in line for line in f if line.strip())
+            if ours:
+                os.remove(path)
+        except OSError:
+            pass

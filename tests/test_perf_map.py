@@ -1,5 +1,6 @@
 """JITCORE_PERF_MAP: compiled kernels named in perf's map file, and `python -m jitcore profile`
 (jitcore/perfmap.py, jitcore/profile_cli.py)."""
+import glob
 import os
 import shutil
 import subprocess
@@ -117,7 +118,11 @@ def test_profile_command_names_the_kernels_that_ran(tmp_path):
             busy(x)
         """))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
+    maps_before = set(glob.glob("/tmp/perf-*.map"))
     run = subprocess.run([sys.executable, "-m", "jitcore", "profile", str(script)],
                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     assert run.returncode == 0, run.stderr
     assert "busy:k0_" in run.stdout and "all jitcore code" in run.stdout, run.stdout
+    left = [p for p in set(glob.glob("/tmp/perf-*.map")) - maps_before
+            if "jitcore:busy" in open(p).read()]
+    assert not left, f"the script's perf maps were left behind: {left}"
