@@ -76,6 +76,12 @@ DIRECT_CASES = {
                   (2, 3, 6, 4)),
     "attention_causal_scaled": (lambda: Fn(lambda s, x: F.scaled_dot_product_attention(
         x, x * 0.5, x + 1, is_causal=True, scale=0.3)), (2, 3, 6, 4)),
+    "attention_3d": (lambda: Fn(lambda s, x: F.scaled_dot_product_attention(x, x * 0.5, x + 1)),
+                     (3, 6, 4)),
+    "attention_2d": (lambda: Fn(lambda s, x: F.scaled_dot_product_attention(x, x * 0.5, x + 1)),
+                     (6, 4)),
+    "attention_causal_fewer_queries": (lambda: Fn(lambda s, x: F.scaled_dot_product_attention(
+        x[:, :, :3], x * 0.5, x + 1, is_causal=True)), (2, 2, 6, 4)),
     "attention_bool_mask": (lambda: Fn(_attention_masked, m=_Mask(torch.bool)), (2, 3, 6, 4)),
     "attention_float_mask": (lambda: Fn(_attention_masked, m=_Mask(torch.float32)),
                              (2, 3, 6, 4)),
