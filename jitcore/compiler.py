@@ -227,7 +227,7 @@ def cache_key(graph: Graph, strides: tuple, target: Target, threads: int,
     # (a graph with run-time extents has their placeholders in its text: its own key; a
     # graph compiled for a perf map names its kernels there, so it is another entry)
     return (graph.text(), strides, target.key(), threads, prepack, VERSION,
-            config.get().perf_map)
+            config.get().perf_map, config.get().winograd)
 
 
 def compile_graph(graph: Graph, strides: tuple, target: Target, threads: int = 0,

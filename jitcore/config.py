@@ -16,6 +16,8 @@ JITCORE_STREAM_STORES  bytes: elementwise kernels writing at least this much con
                        sizes, see jitcore/llvm/target.py)
 JITCORE_OUTPUT_CACHE_MB  megabytes of freed large output buffers kept for reuse (default 256;
                        0: off; see cache/outputs.py)
+JITCORE_WINOGRAD       0: compute 3x3 stride-1 convs directly, never as Winograd F(2x2, 3x3)
+                       (default 1; see jitcore/llvm/conv_winograd.py)
 JITCORE_PERF_MAP       1: name every compiled kernel in /tmp/perf-<pid>.map for Linux perf
                        (jitcore/perfmap.py; default 0)
 
@@ -43,6 +45,7 @@ class Config:
     stream_stores: int | None = None
     target: str = "native"
     perf_map: bool = False
+    winograd: bool = True
 
 
 def _int_env(name: str, default, allowed=None, minimum=None):
@@ -75,7 +78,8 @@ def from_env() -> Config:
                   verify=bool(_int_env("JITCORE_VERIFY", 0, allowed=(0, 1))),
                   stream_stores=_int_env("JITCORE_STREAM_STORES", None, minimum=0),
                   target=os.environ.get("JITCORE_TARGET", "").strip().lower() or "native",
-                  perf_map=bool(_int_env("JITCORE_PERF_MAP", 0, allowed=(0, 1))))
+                  perf_map=bool(_int_env("JITCORE_PERF_MAP", 0, allowed=(0, 1))),
+                  winograd=bool(_int_env("JITCORE_WINOGRAD", 1, allowed=(0, 1))))
 
 
 _current = from_env()

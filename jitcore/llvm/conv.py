@@ -46,15 +46,17 @@ from dataclasses import dataclass, replace
 import numpy as np
 from llvmlite import ir
 
+from jitcore import config
 from jitcore.ir.graph import ConstArray
 from jitcore.ir.ops import info
 from jitcore.passes.kernel import Buffer, Compute, Kernel, Kind, Load, walk
 from jitcore.passes.symbolic import lin
 
-from . import conv_channels
+from . import conv_channels, conv_winograd
 from . import irutil as u
 from .conv_channels import ChannelConvEmitter, ChannelPlan
 from .conv_base import ConvKernelEmitter
+from .conv_winograd import WinogradConvEmitter, WinogradPlan
 from .gemm import cache_sizes, loads_per_slot
 from .registry import KindEntry, plan_items, register
 
@@ -176,14 +178,19 @@ def _choose_panel_tile(cout_g: int, n_vec: int, regs: int, k: int, vector_bytes:
 def plan(kernel: Kernel, vector_bits: int, threads: int):
     """The kernel's plan: pixels along the vectors (ConvPlan), or output channels along them
     (conv_channels.ChannelPlan) where `prepack` chose that."""
+    if kernel.conv.winograd:
+        return conv_winograd.plan(kernel, vector_bits, threads)
     if kernel.conv.channel_vectors:
         return conv_channels.plan(kernel, vector_bits, threads)
     return pixel_plan(kernel, vector_bits, threads)
 
 
 def choose_plan(kernel: Kernel, vector_bits: int, threads: int):
-    """For constant weights about to be prepacked: the channel plan where it wastes fewer
-    lanes than the pixel plan by more than its extra cost, else the pixel plan."""
+    """For constant weights about to be prepacked: Winograd where it applies (unless
+    JITCORE_WINOGRAD=0), else the channel plan where it wastes fewer lanes than the pixel
+    plan by more than its extra cost, else the pixel plan."""
+    if config.get().winograd and conv_winograd.eligible(kernel):
+        return conv_winograd.plan(kernel, vector_bits, threads)
     pixel = pixel_plan(kernel, vector_bits, threads, packing=True)
     if conv_channels.eligible(kernel):
         channel = conv_channels.plan(kernel, vector_bits, threads)
@@ -319,15 +326,19 @@ def prepack(lowered, vector_bits: int, threads: int) -> int:
         index = const_bufs.index(c.w.buffer)
         dense = _dense_weights(lowered.consts[index].array, c.w, c.w_vars)
         channel = isinstance(p, ChannelPlan)
-        panels = packed_weights(dense, c.attrs.groups, p.nr if channel else p.mr,
-                                columns_inner=channel and p.columns_inner)
+        winograd = isinstance(p, WinogradPlan)
+        if winograd:
+            panels = conv_winograd.packed_weights(dense, p.nr)
+        else:
+            panels = packed_weights(dense, c.attrs.groups, p.nr if channel else p.mr,
+                                    columns_inner=channel and p.columns_inner)
         lowered.consts[index] = ConstArray.derived(panels, lowered.consts[index],
                                                    f"conv panels {p}")
         new = Buffer(c.w.buffer.name, "const", c.w.buffer.dtype, panels.shape, (1,), slot)
         lowered.buffers[slot] = new
         const_bufs[index] = new
         kernel.conv = replace(c, w=Load(new, lin(0)), prepacked=True, channel_vectors=channel,
-                              im2col=not channel and p.im2col)
+                              im2col=isinstance(p, ConvPlan) and p.im2col, winograd=winograd)
         packed_bytes += panels.nbytes
     return packed_bytes
 
@@ -736,6 +747,8 @@ class ConvEmitter(ConvKernelEmitter):
 def report(kernel: Kernel) -> tuple:
     """A convolution computes in NCHW (the report's layout), with pixels or output channels
     along the vectors (the pixels' inputs packed im2col first, in that variant)."""
+    if kernel.conv.winograd:
+        return conv_winograd.report(kernel), kernel.loop_nest
     along = "output channels" if kernel.conv.channel_vectors else "pixels"
     packed = ", inputs packed im2col" if kernel.conv.im2col else ""
     return f"NCHW, {along} along vectors{packed}", kernel.loop_nest
@@ -743,7 +756,8 @@ def report(kernel: Kernel) -> tuple:
 
 def emitter(module, kernel, name: str, masked_tail: bool, stream_bytes: int = 0, plan=None):
     """The conv emitter of the plan's kind."""
-    cls = ChannelConvEmitter if isinstance(plan, ChannelPlan) else ConvEmitter
+    cls = WinogradConvEmitter if isinstance(plan, WinogradPlan) else \
+        ChannelConvEmitter if isinstance(plan, ChannelPlan) else ConvEmitter
     return cls(module, kernel, name, masked_tail, stream_bytes, plan)
 
 

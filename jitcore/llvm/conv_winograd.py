@@ -1,0 +1,316 @@
+"""Winograd F(2x2, 3x3) convolutions: the conv kind's plan for 3x3 stride-1 convs with
+constant weights and enough channels (the 3x3 layers of ResNet, VGG, U-Nets).
+
+Each 2x2 block of output pixels of one output channel (a "tile") is
+
+    Y = A^T [ sum over input channels c of  U_c (.) V_c ] A,
+    U_c = G w_c G^T   (c's 3x3 weights, transformed at compile time: 4x4)
+    V_c = B^T d_c B   (c's 4x4 input patch under the tile, transformed per call)
+
+so 16 products per input channel give 4 outputs where the direct conv spends 36. The 16
+positions of the 4x4 domain are 16 independent GEMMs, M[pos] = V[pos] (tiles x C_in) @
+U[pos] (C_in x C_out), each run by the channel plan's micro-kernel (conv_channels.py): a
+register tile of MR tiles (broadcasts of V) x NV vectors of output channels (loads of U).
+
+Per work item (image, group of tiles, chunk of channel blocks of NR = NV * lanes channels):
+  1. the input transform of the group's tiles into a stack panel V[pos][c][tile], a vector
+     of `lanes` tiles at a time, each input value a masked gather (zero in the padding);
+  2. per channel block, per position, per register tile: the sums over the input channels,
+     kept in a stack buffer M[tile][pos][NV] (the block's U[pos] stays in L2 meanwhile);
+  3. per tile of the block, the output transform of its 16 M vectors into its 2x2 pixels,
+     each a vector along the output channels through the fused epilogue (bias, folded batch
+     norm, activations, residual adds), as in the channel plan.
+Every output's sum runs in one order (input channels, then the output transform) whatever
+the thread count: results are bitwise identical for any number of threads.
+
+Accuracy: B and A hold 0 and +-1 and G 0, +-1/2 and 1, so the transforms add at most 4
+terms each; the error bound is the direct sum's gamma(C_in + k) taken over the transformed
+magnitudes |A^T (sum_c |U_c| (.) |V_c|) A|, which exceed the direct conv's sum of |terms| by
+a small factor (tests/test_conv_winograd.py checks that bound). `JITCORE_WINOGRAD=0` (or
+`config.override(winograd=False)`) keeps every conv direct.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from llvmlite import ir
+
+from jitcore.ir import dtypes
+from jitcore.passes.kernel import Kernel
+
+from . import irutil as u
+from .conv_base import ConvKernelEmitter
+from .conv_channels import choose_tile
+from .gemm import cache_sizes
+
+MIN_CHANNELS = 32          # input and output channels at least (below, the transforms' share
+                           # of the work outgrows what the 16/36 products save)
+# tiles per image at least: each work item streams its blocks' transformed weights (16/9 of
+# the direct conv's), so few tiles make the weights' bandwidth the bound. Measured (AMD Zen 4,
+# 1 thread, ms, direct / Winograd): 512->512 at 7x7 (16 tiles) 2.2-2.5 / 2.1-2.8;
+# 256->256 at 14x14 (49 tiles) 2.36 / 1.31-1.48; 128->128 at 28x28 2.48 / 1.29-1.59
+MIN_TILES = 32
+# the item's V panel stays in half of L2, and within a stack frame any thread can afford
+MAX_PANEL_BYTES = min(cache_sizes()[2] // 2, 512 * 1024)
+MAX_SUMS_BYTES = 64 * 1024                    # M of one channel block's tiles
+POSITIONS = 16
+
+# F(2x2, 3x3) transforms (Lavin & Gray, "Fast Algorithms for Convolutional Neural Networks")
+G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])
+BT = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]])
+AT = np.array([[1, 1, 1, 0], [0, 1, -1, -1]])
+
+
+@dataclass(frozen=True)
+class WinogradPlan:
+    lanes: int
+    mr: int               # tiles per register tile
+    nv: int               # channel vectors per register tile
+    ocb: int              # channel blocks of NR output channels
+    th: int               # tile rows and columns of the output plane
+    tw: int
+    group: int            # tiles per work item (a multiple of MR)
+    pixel_groups: int     # work items per image and channel chunk
+    chunk_blocks: int     # channel blocks per work item
+    chunks: int
+    batch: int
+    cin: int
+
+    @property
+    def nr(self) -> int:
+        return self.nv * self.lanes
+
+    @property
+    def tiles(self) -> int:
+        return self.th * self.tw
+
+    @property
+    def panel_width(self) -> int:
+        """Tiles per panel row: the group rounded up to whole vectors."""
+        return -(-self.group // self.lanes) * self.lanes
+
+    @property
+    def items(self) -> int:
+        return self.batch * self.pixel_groups * self.chunks
+
+
+def eligible(kernel: Kernel) -> bool:
+    """A 3x3 stride-1 undilated float32 conv of one group with static extents, at least
+    MIN_CHANNELS input and output channels and MIN_TILES tiles per image, and an image whose
+    element offsets fit the gathers' 32-bit indices (its weights must be constant: prepack
+    decides)."""
+    c = kernel.conv
+    extents = [v.extent for v in c.out_vars + c.x_vars + c.w_vars]
+    if not all(isinstance(e, int) for e in extents) or c.dtype != dtypes.float32:
+        return False
+    _, cout, oh, ow = (v.extent for v in c.out_vars)
+    kh, kw = (v.extent for v in c.w_vars[2:])
+    return (kh, kw) == (3, 3) and c.attrs.stride == (1, 1) and c.attrs.dilation == (1, 1) \
+        and c.attrs.groups == 1 and c.cin_group >= MIN_CHANNELS and cout >= MIN_CHANNELS \
+        and -(-oh // 2) * -(-ow // 2) >= MIN_TILES and _plane_offsets_fit(c)
+
+
+def _plane_offsets_fit(c) -> bool:
+    """Every element offset within one input channel's plane fits an int32."""
+    _, _, h, w = (v.extent for v in c.x_vars)
+    _, _, sh, sw = c.strides(c.x, c.x_vars)
+    return (h + 1) * abs(sh) + (w + 1) * abs(sw) < 2 ** 31
+
+
+def plan(kernel: Kernel, vector_bits: int, threads: int) -> WinogradPlan:
+    c = kernel.conv
+    n, cout, oh, ow = (v.extent for v in c.out_vars)
+    size = c.dtype.itemsize
+    lanes = max(vector_bits // (8 * size), 1)
+    regs = 32 if vector_bits >= 512 else 16
+    th, tw = -(-oh // 2), -(-ow // 2)
+    tiles = th * tw
+    mr, nv = choose_tile(tiles, cout, lanes, regs)
+    nr = nv * lanes
+    ocb = -(-cout // nr)
+    cin = c.cin_group
+    # the group's V panel in half of L2, its sums of one block in MAX_SUMS_BYTES
+    fit = min(MAX_PANEL_BYTES // (POSITIONS * cin * size),
+              MAX_SUMS_BYTES // (POSITIONS * nr * size))
+    group = max(mr, min(fit, -(-tiles // mr) * mr) // mr * mr)
+    pixel_groups = -(-tiles // group)
+    chunks = 1
+    want = 4 * threads if threads > 1 else 1
+    if 0 < n * pixel_groups < want:            # too few items: split the channel blocks
+        chunks = min(ocb, -(-want // (n * pixel_groups)))
+    chunk_blocks = -(-ocb // chunks)
+    chunks = -(-ocb // chunk_blocks)
+    return WinogradPlan(lanes, mr, nv, ocb, th, tw, group, pixel_groups, chunk_blocks, chunks,
+                        n, cin)
+
+
+def packed_weights(dense: np.ndarray, nr: int) -> np.ndarray:
+    """OIHW 3x3 weights -> U = G w G^T (in float64, rounded once) packed
+    [block][position][C_in][NR], zero channels past C_out."""
+    o, cin = dense.shape[:2]
+    u4 = np.einsum("ij,ocjk,lk->ocil", G, dense.astype(np.float64), G)     # (O, C, 4, 4)
+    blocks = -(-o // nr)
+    out = np.zeros((blocks * nr, cin, POSITIONS), dtype=np.float64)
+    out[:o] = u4.reshape(o, cin, POSITIONS)
+    out = out.reshape(blocks, nr, cin, POSITIONS).transpose(0, 3, 2, 1)
+    return np.ascontiguousarray(out, dtype=dense.dtype).ravel()
+
+
+def report(kernel: Kernel) -> str:
+    return "NCHW, Winograd F(2x2,3x3): 2x2 tiles, output channels along vectors"
+
+
+def _combine(b, rows):
+    """(r0 + r1 + r2, r1 - r2 - r3) of four values (A^T applied along one axis)."""
+    return b.fadd(b.fadd(rows[0], rows[1]), rows[2]), b.fsub(b.fsub(rows[1], rows[2]), rows[3])
+
+
+class WinogradConvEmitter(ConvKernelEmitter):
+    """Emits one conv kernel (Kind.CONV) with a WinogradPlan."""
+
+    def __init__(self, module, kernel, name: str, masked_tail: bool, stream_bytes: int = 0,
+                 plan=None):
+        super().__init__(module, kernel, name, masked_tail, stream_bytes, plan, 1)
+
+    def body(self):
+        b, p = self.b, self.p
+        self.accs = [[u.alloca_once(b, self.vty, name=f"acc{r}_{h}") for h in range(p.nv)]
+                     for r in range(p.mr)]
+        self.panel = u.alloca_once(
+            b, ir.ArrayType(self.elem, POSITIONS * p.cin * p.panel_width), name="panel")
+        self.panel.align = 64
+        self.sums = u.alloca_once(b, ir.ArrayType(self.vty, p.group * POSITIONS * p.nv),
+                                  name="sums")
+        self.sums.align = 64
+        with b.goto_entry_block():    # a loop bound hidden from the full unroller
+            self.n_inner = u.opaque(b, p.cin)
+        per_image = p.pixel_groups * p.chunks
+        with u.for_range(b, self.start, self.stop, 1, name="item") as t:
+            n = b.sdiv(t, u.I64(per_image))
+            rem = b.srem(t, u.I64(per_image))
+            pg, ch = b.sdiv(rem, u.I64(p.chunks)), b.srem(rem, u.I64(p.chunks))
+            self.item(n, pg, ch)
+
+    def item(self, n, pg, ch):
+        b, p, c = self.b, self.p, self.c
+        t_lo = b.mul(pg, u.I64(p.group))
+        count = u.imin(b, u.I64(p.group), b.sub(u.I64(p.tiles), t_lo))
+        x_image = b.add(u.I64(c.x.offset.const), b.mul(n, u.I64(self.xs[0])))
+        self.input_transform(t_lo, x_image)
+        blk_lo = b.mul(ch, u.I64(p.chunk_blocks))
+        blk_hi = u.imin(b, b.add(blk_lo, u.I64(p.chunk_blocks)), u.I64(p.ocb))
+        reg_tiles = b.sdiv(b.add(count, u.I64(p.mr - 1)), u.I64(p.mr))
+        w_base = self.base_ptr(c.w.buffer)
+        panel = b.bitcast(self.panel, self.elem.as_pointer())
+        sums = b.bitcast(self.sums, self.vty.as_pointer())
+        with u.for_range(b, blk_lo, blk_hi, 1, name="blk", unroll=False) as blk:
+            w_block = b.mul(blk, u.I64(POSITIONS * p.cin * p.nr))
+            with u.for_range(b, u.I64(0), u.I64(POSITIONS), 1, name="pos", unroll=False) as pos:
+                w_pos = b.gep(w_base, [b.add(w_block, b.mul(pos, u.I64(p.cin * p.nr)))])
+                v_pos = b.gep(panel, [b.mul(pos, u.I64(p.cin * p.panel_width))])
+                with u.for_range(b, u.I64(0), reg_tiles, 1, name="rt", unroll=False) as rt:
+                    first = b.mul(rt, u.I64(p.mr))
+                    self.zero_sums()
+                    self.micro(b.gep(v_pos, [first]), w_pos)
+                    for r in range(p.mr):
+                        tile = b.add(first, u.I64(r))
+                        for h in range(p.nv):
+                            at = b.add(b.mul(tile, u.I64(POSITIONS * p.nv)),
+                                       b.add(b.mul(pos, u.I64(p.nv)), u.I64(h)))
+                            b.store(b.load(self.accs[r][h]), b.gep(sums, [at]), align=64)
+            with u.for_range(b, u.I64(0), count, 1, name="tile", unroll=False) as i:
+                self.output_transform(n, blk, b.add(t_lo, i),
+                                      b.gep(sums, [b.mul(i, u.I64(POSITIONS * p.nv))]))
+
+    # -- 1. the input transform ------------------------------------------------------------
+    def input_transform(self, t_lo, x_image):
+        """panel[pos][c][i] = (B^T d B)[pos] of tile t_lo + i's 4x4 input patch in channel c,
+        for i up to the panel width (tiles past the plane: zeros). A vector of `lanes` tiles
+        at a time; each d value a gather of 32-bit offsets within the image (`eligible`
+        checks they fit), masked off in the padding."""
+        b, p, c = self.b, self.p, self.c
+        lanes = p.lanes
+        ity = ir.VectorType(u.I32, lanes)
+
+        def vec(v):
+            return u.splat(b, u.I32(v), lanes)
+        pt, pl = c.attrs.padding[0], c.attrs.padding[2]
+        x_base = self.base_ptr(c.x.buffer)
+        panel = b.bitcast(self.panel, self.elem.as_pointer())
+        lane_ids = ir.Constant(ity, [ir.Constant(u.I32, k) for k in range(lanes)])
+        with u.for_range(b, u.I64(0), u.I64(p.panel_width // lanes), 1, name="tv",
+                         unroll=False) as tv:
+            first = b.trunc(b.add(t_lo, b.mul(tv, u.I64(lanes))), u.I32)
+            q = b.add(u.splat(b, first, lanes), lane_ids)
+            valid = b.icmp_signed("<", q, vec(p.tiles))
+            ty, tx = b.sdiv(q, vec(p.tw)), b.srem(q, vec(p.tw))
+            iy0 = b.sub(b.mul(ty, vec(2)), vec(pt))
+            ix0 = b.sub(b.mul(tx, vec(2)), vec(pl))
+            taps = []                     # (element offset vector, mask) of d[i][j]
+            for i in range(4):
+                iy = b.add(iy0, vec(i))
+                row_ok = b.and_(valid, b.icmp_unsigned("<", iy, vec(self.h)))
+                for j in range(4):
+                    ix = b.add(ix0, vec(j))
+                    ok = b.and_(row_ok, b.icmp_unsigned("<", ix, vec(self.w)))
+                    off = b.add(b.mul(iy, vec(self.xs[2])), b.mul(ix, vec(self.xs[3])))
+                    taps.append((b.select(ok, off, vec(0)), ok))
+            col = b.mul(tv, u.I64(lanes))
+            with u.for_range(b, u.I64(0), self.n_inner, 1, name="ci", unroll=False) as ci:
+                base = b.gep(x_base, [b.add(x_image, b.mul(ci, u.I64(self.xs[1])))])
+                d = [u.gather(b, u.vector_gep(b, base, off), ok, self.vty) for off, ok in taps]
+                # B^T d B: rows first (e = B^T d), then columns
+                e = []
+                for j in range(4):
+                    d0, d1, d2, d3 = (d[4 * i + j] for i in range(4))
+                    e.append((b.fsub(d0, d2), b.fadd(d1, d2), b.fsub(d2, d1), b.fsub(d1, d3)))
+                for i in range(4):
+                    e0, e1, e2, e3 = (e[j][i] for j in range(4))
+                    for j, v in enumerate((b.fsub(e0, e2), b.fadd(e1, e2), b.fsub(e2, e1),
+                                           b.fsub(e1, e3))):
+                        at = b.add(b.mul(b.add(b.mul(u.I64(4 * i + j), u.I64(p.cin)), ci),
+                                         u.I64(p.panel_width)), col)
+                        b.store(v, b.bitcast(b.gep(panel, [at]), self.vty.as_pointer()), align=64)
+
+    # -- 2. the sums of one position -------------------------------------------------------
+    def micro(self, v_tiles, w_pos):
+        """accs[r][h] += V[pos][ci][first + r] * U[block][pos][ci][h * lanes..] over ci."""
+        b, p = self.b, self.p
+        vptr = self.vty.as_pointer()
+        with u.for_range(b, u.I64(0), self.n_inner, 1, name="inner") as ci:
+            wk = b.gep(w_pos, [b.mul(ci, u.I64(p.nr))])
+            # unaligned: a prepacked constant's array is only element-aligned
+            wv = [b.load(b.bitcast(b.gep(wk, [u.I64(h * p.lanes)]), vptr), align=1)
+                  for h in range(p.nv)]
+            vk = b.gep(v_tiles, [b.mul(ci, u.I64(p.panel_width))])
+            for r in range(p.mr):
+                a = u.splat(b, b.load(b.gep(vk, [u.I64(r)])), p.lanes)
+                for h in range(p.nv):
+                    acc = self.accs[r][h]
+                    b.store(u.intrinsic(b, "fmuladd", [a, wv[h], b.load(acc)]), acc)
+
+    # -- 3. the output transform and the epilogue -------------------------------------------
+    def output_transform(self, n, blk, q, m):
+        """The 2x2 pixels of tile q (its 16 sums at `m`, [pos][NV] vectors) for every channel
+        vector of block blk, each through the epilogue where it lies inside the plane."""
+        b, p = self.b, self.p
+        n_var, oc_var, oh_var, ow_var = self.c.out_vars
+        self.env[n_var] = n
+        oy0 = b.mul(b.sdiv(q, u.I64(p.tw)), u.I64(2))
+        ox0 = b.mul(b.srem(q, u.I64(p.tw)), u.I64(2))
+        oc_block = b.mul(blk, u.I64(p.nr))
+        for h in range(p.nv):
+            mv = [b.load(b.gep(m, [u.I64(pos * p.nv + h)]), align=64) for pos in range(POSITIONS)]
+            s0, s1 = zip(*(_combine(b, mv[4 * i:4 * i + 4]) for i in range(4)))
+            y = [_combine(b, s0), _combine(b, s1)]        # y[b][a]: pixel (a, b) of the tile
+            first = b.add(oc_block, u.I64(h * p.lanes))
+            count = u.imin(b, u.I64(p.lanes), b.sub(u.I64(self.cout), first))
+            for a in range(2):
+                for col in range(2):
+                    oy, ox = b.add(oy0, u.I64(a)), b.add(ox0, u.I64(col))
+                    inside = b.and_(b.icmp_signed("<", oy, u.I64(self.oh)),
+                                    b.icmp_signed("<", ox, u.I64(self.ow)))
+                    with b.if_then(inside):
+                        self.env[oh_var], self.env[ow_var], self.env[oc_var] = oy, ox, first
+                        self.epilogue_counted(y[col][a], count)
