@@ -16,8 +16,10 @@ JITCORE_STREAM_STORES  bytes: elementwise kernels writing at least this much con
                        sizes, see jitcore/llvm/target.py)
 JITCORE_OUTPUT_CACHE_MB  megabytes of freed large output buffers kept for reuse (default 256;
                        0: off; see cache/outputs.py)
-JITCORE_WINOGRAD       0: compute 3x3 stride-1 convs directly, never as Winograd F(2x2, 3x3)
-                       (default 1; see jitcore/llvm/conv_winograd.py)
+JITCORE_WINOGRAD       the largest Winograd output tile for 3x3 stride-1 convs: 2 (default,
+                       F(2x2, 3x3)), 4 (F(4x4, 3x3) where the plane allows: faster, ~20x
+                       the rounding error, a NaN or Inf reaches a whole 6x6 patch's tile), or
+                       0 (every conv direct); see jitcore/llvm/conv_winograd.py
 JITCORE_PERF_MAP       1: name every compiled kernel in /tmp/perf-<pid>.map for Linux perf
                        (jitcore/perfmap.py; default 0)
 
@@ -45,7 +47,7 @@ class Config:
     stream_stores: int | None = None
     target: str = "native"
     perf_map: bool = False
-    winograd: bool = True
+    winograd: int = 2
 
 
 def _int_env(name: str, default, allowed=None, minimum=None):
@@ -79,7 +81,7 @@ def from_env() -> Config:
                   stream_stores=_int_env("JITCORE_STREAM_STORES", None, minimum=0),
                   target=os.environ.get("JITCORE_TARGET", "").strip().lower() or "native",
                   perf_map=bool(_int_env("JITCORE_PERF_MAP", 0, allowed=(0, 1))),
-                  winograd=bool(_int_env("JITCORE_WINOGRAD", 1, allowed=(0, 1))))
+                  winograd=_int_env("JITCORE_WINOGRAD", 2, allowed=(0, 2, 4)))
 
 
 _current = from_env()

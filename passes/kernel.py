@@ -223,8 +223,8 @@ class Conv:
     #                                 (jitcore/llvm/conv_channels.py; weights prepacked for it)
     im2col: bool = False   # pixels along the vectors, each pixel tile's inputs packed into an
     #                        im2col panel first (jitcore/llvm/conv.py; weights prepacked)
-    winograd: bool = False   # a 3x3 stride-1 conv computed as Winograd F(2x2, 3x3), weights
-    #                          prepacked transformed (jitcore/llvm/conv_winograd.py)
+    winograd: int = 0   # m > 0: a 3x3 stride-1 conv computed as Winograd F(m x m, 3x3),
+    #                     weights prepacked transformed (jitcore/llvm/conv_winograd.py)
 
     @property
     def taps(self) -> int:

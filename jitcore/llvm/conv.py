@@ -186,10 +186,10 @@ def plan(kernel: Kernel, vector_bits: int, threads: int):
 
 
 def choose_plan(kernel: Kernel, vector_bits: int, threads: int):
-    """For constant weights about to be prepacked: Winograd where it applies (unless
-    JITCORE_WINOGRAD=0), else the channel plan where it wastes fewer lanes than the pixel
+    """For constant weights about to be prepacked: Winograd where it applies (up to the
+    tile JITCORE_WINOGRAD allows), else the channel plan where it wastes fewer lanes than the pixel
     plan by more than its extra cost, else the pixel plan."""
-    if config.get().winograd and conv_winograd.eligible(kernel):
+    if conv_winograd.variant(kernel, config.get().winograd):
         return conv_winograd.plan(kernel, vector_bits, threads)
     pixel = pixel_plan(kernel, vector_bits, threads, packing=True)
     if conv_channels.eligible(kernel):
@@ -328,7 +328,7 @@ def prepack(lowered, vector_bits: int, threads: int) -> int:
         channel = isinstance(p, ChannelPlan)
         winograd = isinstance(p, WinogradPlan)
         if winograd:
-            panels = conv_winograd.packed_weights(dense, p.nr)
+            panels = conv_winograd.packed_weights(dense, p.m, p.nr)
         else:
             panels = packed_weights(dense, c.attrs.groups, p.nr if channel else p.mr,
                                     columns_inner=channel and p.columns_inner)
@@ -338,7 +338,8 @@ def prepack(lowered, vector_bits: int, threads: int) -> int:
         lowered.buffers[slot] = new
         const_bufs[index] = new
         kernel.conv = replace(c, w=Load(new, lin(0)), prepacked=True, channel_vectors=channel,
-                              im2col=isinstance(p, ConvPlan) and p.im2col, winograd=winograd)
+                              im2col=isinstance(p, ConvPlan) and p.im2col,
+                              winograd=p.m if winograd else 0)
         packed_bytes += panels.nbytes
     return packed_bytes
 

@@ -1,14 +1,15 @@
-"""Winograd F(2x2, 3x3) convolutions: the conv kind's plan for 3x3 stride-1 convs with
-constant weights and enough channels (the 3x3 layers of ResNet, VGG, U-Nets).
+"""Winograd convolutions: the conv kind's plan for 3x3 stride-1 float32 convs with constant
+weights and enough channels (the 3x3 layers of ResNet, VGG, U-Nets).
 
-Each 2x2 block of output pixels of one output channel (a "tile") is
+Each m x m block of output pixels of one output channel (a "tile") is
 
-    Y = A^T [ sum over input channels c of  U_c (.) V_c ] A,
-    U_c = G w_c G^T   (c's 3x3 weights, transformed at compile time: 4x4)
-    V_c = B^T d_c B   (c's 4x4 input patch under the tile, transformed per call)
+    Y = AT [ sum over input channels c of  U_c (.) V_c ] AT^T,
+    U_c = G w_c G^T     (c's 3x3 weights, transformed at compile time: alpha x alpha)
+    V_c = BT d_c BT^T   (c's alpha x alpha input patch under the tile, alpha = m + 2)
 
-so 16 products per input channel give 4 outputs where the direct conv spends 36. The 16
-positions of the 4x4 domain are 16 independent GEMMs, M[pos] = V[pos] (tiles x C_in) @
+with the matrices of `Transforms` (data: F2 and F4 below). F(2x2, 3x3), the default, spends 16
+products per input channel on 4 outputs where the direct conv spends 36; F(4x4, 3x3) spends
+36 on 16. The alpha^2 positions are independent GEMMs, M[pos] = V[pos] (tiles x C_in) @
 U[pos] (C_in x C_out), each run by the channel plan's micro-kernel (conv_channels.py): a
 register tile of MR tiles (broadcasts of V) x NV vectors of output channels (loads of U).
 
@@ -17,17 +18,24 @@ Per work item (image, group of tiles, chunk of channel blocks of NR = NV * lanes
      of `lanes` tiles at a time, each input value a masked gather (zero in the padding);
   2. per channel block, per position, per register tile: the sums over the input channels,
      kept in a stack buffer M[tile][pos][NV] (the block's U[pos] stays in L2 meanwhile);
-  3. per tile of the block, the output transform of its 16 M vectors into its 2x2 pixels,
-     each a vector along the output channels through the fused epilogue (bias, folded batch
-     norm, activations, residual adds), as in the channel plan.
+  3. per tile of the block, the output transform of its sums into its m x m pixels, each a
+     vector along the output channels through the fused epilogue (bias, folded batch norm,
+     activations, residual adds), as in the channel plan.
 Every output's sum runs in one order (input channels, then the output transform) whatever
 the thread count: results are bitwise identical for any number of threads.
 
-Accuracy: B and A hold 0 and +-1 and G 0, +-1/2 and 1, so the transforms add at most 4
-terms each; the error bound is the direct sum's gamma(C_in + k) taken over the transformed
-magnitudes |A^T (sum_c |U_c| (.) |V_c|) A|, which exceed the direct conv's sum of |terms| by
-a small factor (tests/test_conv_winograd.py checks that bound). `JITCORE_WINOGRAD=0` (or
-`config.override(winograd=False)`) keeps every conv direct.
+Accuracy. The transforms add only their nonzero terms. F2's matrices hold 0, +-1/2 and +-1:
+its error stays within gamma(C_in + 12) of the transformed magnitudes
+|AT (sum_c |U_c| (.) |V_c|) AT^T| (tests/test_conv_winograd.py), about the direct conv's
+(measured max error / max sum of |terms|: 8e-8 against 1e-7 direct, 64 channels at 56x56).
+F4's hold up to 8 and 5: about 20x the error (1.6e-6), so it is opt-in
+(JITCORE_WINOGRAD=4), for +9% (64 channels at 56x56) to +20% (128 at 28x28) more speed over
+F2 (AMD Zen 4, 1 thread). F2 keeps non-finite inputs local: each output's terms with
+nonzero coefficients read exactly its 3x3 window, so a NaN makes exactly the outputs NaN
+that the direct conv makes NaN; an Inf makes the same outputs non-finite, but some NaN where
+the direct sum gives +-Inf (the transforms subtract it from itself). F4's rows read a
+whole 6x6 patch: a NaN or Inf reaches every output of the tiles over it.
+JITCORE_WINOGRAD=0 (config.winograd = 0) keeps every conv direct.
 """
 from __future__ import annotations
 
@@ -36,6 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 from llvmlite import ir
 
+from jitcore import config
 from jitcore.ir import dtypes
 from jitcore.passes.kernel import Kernel
 
@@ -50,20 +59,47 @@ MIN_CHANNELS = 32          # input and output channels at least (below, the tran
 # the direct conv's), so few tiles make the weights' bandwidth the bound. Measured (AMD Zen 4,
 # 1 thread, ms, direct / Winograd): 512->512 at 7x7 (16 tiles) 2.2-2.5 / 2.1-2.8;
 # 256->256 at 14x14 (49 tiles) 2.36 / 1.31-1.48; 128->128 at 28x28 2.48 / 1.29-1.59
-MIN_TILES = 32
+MIN_TILES = {4: 32, 2: 32}
 # the item's V panel stays in half of L2, and within a stack frame any thread can afford
 MAX_PANEL_BYTES = min(cache_sizes()[2] // 2, 512 * 1024)
 MAX_SUMS_BYTES = 64 * 1024                    # M of one channel block's tiles
-POSITIONS = 16
 
-# F(2x2, 3x3) transforms (Lavin & Gray, "Fast Algorithms for Convolutional Neural Networks")
-G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])
-BT = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]])
-AT = np.array([[1, 1, 1, 0], [0, 1, -1, -1]])
+
+@dataclass(frozen=True)
+class Transforms:
+    """Winograd F(m x m, 3x3): Y = AT [(G w G^T) (.) (BT d BT^T)] AT^T over alpha x alpha
+    patches d (alpha = m + 2) giving m x m outputs (Lavin & Gray, "Fast Algorithms for
+    Convolutional Neural Networks", 2015)."""
+    m: int
+    BT: tuple
+    G: tuple
+    AT: tuple
+
+    @property
+    def alpha(self) -> int:
+        return self.m + 2
+
+    @property
+    def positions(self) -> int:
+        return self.alpha ** 2
+
+
+F2 = Transforms(2, BT=((1, 0, -1, 0), (0, 1, 1, 0), (0, -1, 1, 0), (0, 1, 0, -1)),
+                G=((1, 0, 0), (0.5, 0.5, 0.5), (0.5, -0.5, 0.5), (0, 0, 1)),
+                AT=((1, 1, 1, 0), (0, 1, -1, -1)))
+# interpolation points 0, +-1, +-2
+F4 = Transforms(4, BT=((4, 0, -5, 0, 1, 0), (0, -4, -4, 1, 1, 0), (0, 4, -4, -1, 1, 0),
+                       (0, -2, -1, 2, 1, 0), (0, 2, -1, -2, 1, 0), (0, 4, 0, -5, 0, 1)),
+                G=((1 / 4, 0, 0), (-1 / 6, -1 / 6, -1 / 6), (-1 / 6, 1 / 6, -1 / 6),
+                   (1 / 24, 1 / 12, 1 / 6), (1 / 24, -1 / 12, 1 / 6), (0, 0, 1)),
+                AT=((1, 1, 1, 1, 1, 0), (0, 1, -1, 2, -2, 0), (0, 1, 1, 4, 4, 0),
+                    (0, 1, -1, 8, -8, 1)))
+VARIANTS = {2: F2, 4: F4}
 
 
 @dataclass(frozen=True)
 class WinogradPlan:
+    m: int                # output tile size (VARIANTS[m] holds the transforms)
     lanes: int
     mr: int               # tiles per register tile
     nv: int               # channel vectors per register tile
@@ -82,6 +118,14 @@ class WinogradPlan:
         return self.nv * self.lanes
 
     @property
+    def transforms(self) -> Transforms:
+        return VARIANTS[self.m]
+
+    @property
+    def positions(self) -> int:
+        return self.transforms.positions
+
+    @property
     def tiles(self) -> int:
         return self.th * self.tw
 
@@ -95,20 +139,26 @@ class WinogradPlan:
         return self.batch * self.pixel_groups * self.chunks
 
 
-def eligible(kernel: Kernel) -> bool:
-    """A 3x3 stride-1 undilated float32 conv of one group with static extents, at least
-    MIN_CHANNELS input and output channels and MIN_TILES tiles per image, and an image whose
-    element offsets fit the gathers' 32-bit indices (its weights must be constant: prepack
+def variant(kernel: Kernel, largest: int = 2):
+    """The output tile size m of the Winograd variant the conv takes (None: direct): the
+    largest m <= `largest` (config.winograd) whose tiles the plane holds MIN_TILES of. Only a 3x3 stride-1 undilated float32 conv of one group with static
+    extents, at least MIN_CHANNELS input and output channels, and an image whose element
+    offsets fit the gathers' 32-bit indices (its weights must be constant: prepack
     decides)."""
     c = kernel.conv
     extents = [v.extent for v in c.out_vars + c.x_vars + c.w_vars]
     if not all(isinstance(e, int) for e in extents) or c.dtype != dtypes.float32:
-        return False
+        return None
     _, cout, oh, ow = (v.extent for v in c.out_vars)
     kh, kw = (v.extent for v in c.w_vars[2:])
-    return (kh, kw) == (3, 3) and c.attrs.stride == (1, 1) and c.attrs.dilation == (1, 1) \
-        and c.attrs.groups == 1 and c.cin_group >= MIN_CHANNELS and cout >= MIN_CHANNELS \
-        and -(-oh // 2) * -(-ow // 2) >= MIN_TILES and _plane_offsets_fit(c)
+    if (kh, kw) != (3, 3) or c.attrs.stride != (1, 1) or c.attrs.dilation != (1, 1) or \
+            c.attrs.groups != 1 or c.cin_group < MIN_CHANNELS or cout < MIN_CHANNELS or \
+            not _plane_offsets_fit(c):
+        return None
+    for m in sorted(VARIANTS, reverse=True):
+        if m <= largest and -(-oh // m) * -(-ow // m) >= MIN_TILES[m]:
+            return m
+    return None
 
 
 def _plane_offsets_fit(c) -> bool:
@@ -121,18 +171,20 @@ def _plane_offsets_fit(c) -> bool:
 def plan(kernel: Kernel, vector_bits: int, threads: int) -> WinogradPlan:
     c = kernel.conv
     n, cout, oh, ow = (v.extent for v in c.out_vars)
+    m = c.winograd or variant(kernel, config.get().winograd)
+    positions = VARIANTS[m].positions
     size = c.dtype.itemsize
     lanes = max(vector_bits // (8 * size), 1)
     regs = 32 if vector_bits >= 512 else 16
-    th, tw = -(-oh // 2), -(-ow // 2)
+    th, tw = -(-oh // m), -(-ow // m)
     tiles = th * tw
     mr, nv = choose_tile(tiles, cout, lanes, regs)
     nr = nv * lanes
     ocb = -(-cout // nr)
     cin = c.cin_group
     # the group's V panel in half of L2, its sums of one block in MAX_SUMS_BYTES
-    fit = min(MAX_PANEL_BYTES // (POSITIONS * cin * size),
-              MAX_SUMS_BYTES // (POSITIONS * nr * size))
+    fit = min(MAX_PANEL_BYTES // (positions * cin * size),
+              MAX_SUMS_BYTES // (positions * nr * size))
     group = max(mr, min(fit, -(-tiles // mr) * mr) // mr * mr)
     pixel_groups = -(-tiles // group)
     chunks = 1
@@ -141,29 +193,51 @@ def plan(kernel: Kernel, vector_bits: int, threads: int) -> WinogradPlan:
         chunks = min(ocb, -(-want // (n * pixel_groups)))
     chunk_blocks = -(-ocb // chunks)
     chunks = -(-ocb // chunk_blocks)
-    return WinogradPlan(lanes, mr, nv, ocb, th, tw, group, pixel_groups, chunk_blocks, chunks,
-                        n, cin)
+    return WinogradPlan(m, lanes, mr, nv, ocb, th, tw, group, pixel_groups, chunk_blocks,
+                        chunks, n, cin)
 
 
-def packed_weights(dense: np.ndarray, nr: int) -> np.ndarray:
+def packed_weights(dense: np.ndarray, m: int, nr: int) -> np.ndarray:
     """OIHW 3x3 weights -> U = G w G^T (in float64, rounded once) packed
     [block][position][C_in][NR], zero channels past C_out."""
     o, cin = dense.shape[:2]
-    u4 = np.einsum("ij,ocjk,lk->ocil", G, dense.astype(np.float64), G)     # (O, C, 4, 4)
+    g = np.array(VARIANTS[m].G)
+    positions = VARIANTS[m].positions
+    u = np.einsum("ij,ocjk,lk->ocil", g, dense.astype(np.float64), g)   # (O, C, alpha, alpha)
     blocks = -(-o // nr)
-    out = np.zeros((blocks * nr, cin, POSITIONS), dtype=np.float64)
-    out[:o] = u4.reshape(o, cin, POSITIONS)
-    out = out.reshape(blocks, nr, cin, POSITIONS).transpose(0, 3, 2, 1)
+    out = np.zeros((blocks * nr, cin, positions), dtype=np.float64)
+    out[:o] = u.reshape(o, cin, positions)
+    out = out.reshape(blocks, nr, cin, positions).transpose(0, 3, 2, 1)
     return np.ascontiguousarray(out, dtype=dense.dtype).ravel()
 
 
 def report(kernel: Kernel) -> str:
-    return "NCHW, Winograd F(2x2,3x3): 2x2 tiles, output channels along vectors"
+    m = kernel.conv.winograd
+    return f"NCHW, Winograd F({m}x{m},3x3): {m}x{m} tiles, output channels along vectors"
 
 
-def _combine(b, rows):
-    """(r0 + r1 + r2, r1 - r2 - r3) of four values (A^T applied along one axis)."""
-    return b.fadd(b.fadd(rows[0], rows[1]), rows[2]), b.fsub(b.fsub(rows[1], rows[2]), rows[3])
+def _apply(b, coeffs, values):
+    """sum of coeffs[k] * values[k], adding only the nonzero terms (so a NaN or Inf reaches
+    only the outputs whose coefficients read it), +-1 as adds and subtractions."""
+    acc = None
+    for coeff, v in zip(coeffs, values):
+        if coeff == 0:
+            continue
+        if acc is None:
+            acc = v if coeff == 1 else b.fneg(v) if coeff == -1 else \
+                b.fmul(v, u.const(v.type, coeff))
+        elif coeff in (1, -1):
+            acc = b.fadd(acc, v) if coeff == 1 else b.fsub(acc, v)
+        else:
+            acc = u.intrinsic(b, "fmuladd", [v, u.const(v.type, coeff), acc])
+    return acc
+
+
+def _transform(b, matrix, grid):
+    """matrix @ grid @ matrix^T of a square grid of values (lists of rows)."""
+    rows = [[_apply(b, row, [grid[k][j] for k in range(len(grid))])
+             for j in range(len(grid[0]))] for row in matrix]
+    return [[_apply(b, row, rows[i]) for row in matrix] for i in range(len(rows))]
 
 
 class WinogradConvEmitter(ConvKernelEmitter):
@@ -178,9 +252,9 @@ class WinogradConvEmitter(ConvKernelEmitter):
         self.accs = [[u.alloca_once(b, self.vty, name=f"acc{r}_{h}") for h in range(p.nv)]
                      for r in range(p.mr)]
         self.panel = u.alloca_once(
-            b, ir.ArrayType(self.elem, POSITIONS * p.cin * p.panel_width), name="panel")
+            b, ir.ArrayType(self.elem, p.positions * p.cin * p.panel_width), name="panel")
         self.panel.align = 64
-        self.sums = u.alloca_once(b, ir.ArrayType(self.vty, p.group * POSITIONS * p.nv),
+        self.sums = u.alloca_once(b, ir.ArrayType(self.vty, p.group * p.positions * p.nv),
                                   name="sums")
         self.sums.align = 64
         with b.goto_entry_block():    # a loop bound hidden from the full unroller
@@ -205,8 +279,8 @@ class WinogradConvEmitter(ConvKernelEmitter):
         panel = b.bitcast(self.panel, self.elem.as_pointer())
         sums = b.bitcast(self.sums, self.vty.as_pointer())
         with u.for_range(b, blk_lo, blk_hi, 1, name="blk", unroll=False) as blk:
-            w_block = b.mul(blk, u.I64(POSITIONS * p.cin * p.nr))
-            with u.for_range(b, u.I64(0), u.I64(POSITIONS), 1, name="pos", unroll=False) as pos:
+            w_block = b.mul(blk, u.I64(p.positions * p.cin * p.nr))
+            with u.for_range(b, u.I64(0), u.I64(p.positions), 1, name="pos", unroll=False) as pos:
                 w_pos = b.gep(w_base, [b.add(w_block, b.mul(pos, u.I64(p.cin * p.nr)))])
                 v_pos = b.gep(panel, [b.mul(pos, u.I64(p.cin * p.panel_width))])
                 with u.for_range(b, u.I64(0), reg_tiles, 1, name="rt", unroll=False) as rt:
@@ -216,16 +290,16 @@ class WinogradConvEmitter(ConvKernelEmitter):
                     for r in range(p.mr):
                         tile = b.add(first, u.I64(r))
                         for h in range(p.nv):
-                            at = b.add(b.mul(tile, u.I64(POSITIONS * p.nv)),
+                            at = b.add(b.mul(tile, u.I64(p.positions * p.nv)),
                                        b.add(b.mul(pos, u.I64(p.nv)), u.I64(h)))
                             b.store(b.load(self.accs[r][h]), b.gep(sums, [at]), align=64)
             with u.for_range(b, u.I64(0), count, 1, name="tile", unroll=False) as i:
                 self.output_transform(n, blk, b.add(t_lo, i),
-                                      b.gep(sums, [b.mul(i, u.I64(POSITIONS * p.nv))]))
+                                      b.gep(sums, [b.mul(i, u.I64(p.positions * p.nv))]))
 
     # -- 1. the input transform ------------------------------------------------------------
     def input_transform(self, t_lo, x_image):
-        """panel[pos][c][i] = (B^T d B)[pos] of tile t_lo + i's 4x4 input patch in channel c,
+        """panel[pos][c][i] = (BT d BT^T)[pos] of tile t_lo + i's input patch in channel c,
         for i up to the panel width (tiles past the plane: zeros). A vector of `lanes` tiles
         at a time; each d value a gather of 32-bit offsets within the image (`eligible`
         checks they fit), masked off in the padding."""
@@ -245,13 +319,14 @@ class WinogradConvEmitter(ConvKernelEmitter):
             q = b.add(u.splat(b, first, lanes), lane_ids)
             valid = b.icmp_signed("<", q, vec(p.tiles))
             ty, tx = b.sdiv(q, vec(p.tw)), b.srem(q, vec(p.tw))
-            iy0 = b.sub(b.mul(ty, vec(2)), vec(pt))
-            ix0 = b.sub(b.mul(tx, vec(2)), vec(pl))
+            iy0 = b.sub(b.mul(ty, vec(p.m)), vec(pt))
+            ix0 = b.sub(b.mul(tx, vec(p.m)), vec(pl))
             taps = []                     # (element offset vector, mask) of d[i][j]
-            for i in range(4):
+            alpha = p.transforms.alpha
+            for i in range(alpha):
                 iy = b.add(iy0, vec(i))
                 row_ok = b.and_(valid, b.icmp_unsigned("<", iy, vec(self.h)))
-                for j in range(4):
+                for j in range(alpha):
                     ix = b.add(ix0, vec(j))
                     ok = b.and_(row_ok, b.icmp_unsigned("<", ix, vec(self.w)))
                     off = b.add(b.mul(iy, vec(self.xs[2])), b.mul(ix, vec(self.xs[3])))
@@ -260,18 +335,13 @@ class WinogradConvEmitter(ConvKernelEmitter):
             with u.for_range(b, u.I64(0), self.n_inner, 1, name="ci", unroll=False) as ci:
                 base = b.gep(x_base, [b.add(x_image, b.mul(ci, u.I64(self.xs[1])))])
                 d = [u.gather(b, u.vector_gep(b, base, off), ok, self.vty) for off, ok in taps]
-                # B^T d B: rows first (e = B^T d), then columns
-                e = []
-                for j in range(4):
-                    d0, d1, d2, d3 = (d[4 * i + j] for i in range(4))
-                    e.append((b.fsub(d0, d2), b.fadd(d1, d2), b.fsub(d2, d1), b.fsub(d1, d3)))
-                for i in range(4):
-                    e0, e1, e2, e3 = (e[j][i] for j in range(4))
-                    for j, v in enumerate((b.fsub(e0, e2), b.fadd(e1, e2), b.fsub(e2, e1),
-                                           b.fsub(e1, e3))):
-                        at = b.add(b.mul(b.add(b.mul(u.I64(4 * i + j), u.I64(p.cin)), ci),
+                v = _transform(b, p.transforms.BT, [d[k:k + alpha] for k in range(0, len(d), alpha)])
+                for i in range(alpha):
+                    for j in range(alpha):
+                        at = b.add(b.mul(b.add(b.mul(u.I64(alpha * i + j), u.I64(p.cin)), ci),
                                          u.I64(p.panel_width)), col)
-                        b.store(v, b.bitcast(b.gep(panel, [at]), self.vty.as_pointer()), align=64)
+                        b.store(v[i][j], b.bitcast(b.gep(panel, [at]), self.vty.as_pointer()),
+                                align=64)
 
     # -- 2. the sums of one position -------------------------------------------------------
     def micro(self, v_tiles, w_pos):
@@ -291,26 +361,28 @@ class WinogradConvEmitter(ConvKernelEmitter):
                     b.store(u.intrinsic(b, "fmuladd", [a, wv[h], b.load(acc)]), acc)
 
     # -- 3. the output transform and the epilogue -------------------------------------------
-    def output_transform(self, n, blk, q, m):
-        """The 2x2 pixels of tile q (its 16 sums at `m`, [pos][NV] vectors) for every channel
-        vector of block blk, each through the epilogue where it lies inside the plane."""
+    def output_transform(self, n, blk, q, sums):
+        """The m x m pixels of tile q (its sums at `sums`, [position][NV] vectors) for every
+        channel vector of block blk, each through the epilogue where it lies inside the
+        plane."""
         b, p = self.b, self.p
         n_var, oc_var, oh_var, ow_var = self.c.out_vars
         self.env[n_var] = n
-        oy0 = b.mul(b.sdiv(q, u.I64(p.tw)), u.I64(2))
-        ox0 = b.mul(b.srem(q, u.I64(p.tw)), u.I64(2))
+        alpha = p.transforms.alpha
+        oy0 = b.mul(b.sdiv(q, u.I64(p.tw)), u.I64(p.m))
+        ox0 = b.mul(b.srem(q, u.I64(p.tw)), u.I64(p.m))
         oc_block = b.mul(blk, u.I64(p.nr))
         for h in range(p.nv):
-            mv = [b.load(b.gep(m, [u.I64(pos * p.nv + h)]), align=64) for pos in range(POSITIONS)]
-            s0, s1 = zip(*(_combine(b, mv[4 * i:4 * i + 4]) for i in range(4)))
-            y = [_combine(b, s0), _combine(b, s1)]        # y[b][a]: pixel (a, b) of the tile
+            mv = [b.load(b.gep(sums, [u.I64(pos * p.nv + h)]), align=64)
+                  for pos in range(p.positions)]
+            y = _transform(b, p.transforms.AT, [mv[k:k + alpha] for k in range(0, len(mv), alpha)])
             first = b.add(oc_block, u.I64(h * p.lanes))
             count = u.imin(b, u.I64(p.lanes), b.sub(u.I64(self.cout), first))
-            for a in range(2):
-                for col in range(2):
+            for a in range(p.m):
+                for col in range(p.m):
                     oy, ox = b.add(oy0, u.I64(a)), b.add(ox0, u.I64(col))
                     inside = b.and_(b.icmp_signed("<", oy, u.I64(self.oh)),
                                     b.icmp_signed("<", ox, u.I64(self.ow)))
                     with b.if_then(inside):
                         self.env[oh_var], self.env[ow_var], self.env[oc_var] = oy, ox, first
-                        self.epilogue_counted(y[col][a], count)
+                        self.epilogue_counted(y[a][col], count)
