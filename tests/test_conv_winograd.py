@@ -239,3 +239,21 @@ def test_bad_setting_warns_and_keeps_the_default(monkeypatch):
     monkeypatch.setenv("JITCORE_WINOGRAD", "3")
     with pytest.warns(RuntimeWarning, match="JITCORE_WINOGRAD"):
         assert config.from_env().winograd == 2
+
+
+@pytest.mark.parametrize("m", [2, 4])
+def test_row_segments_and_gathers_give_the_same_bits(m):
+    """Contiguous input rows are read as row segments (vector loads and shuffles), strided
+    ones gathered: the same values in the same panel, so the same bits."""
+    rng = np.random.default_rng(11)
+    wide = rand(rng, (2, 33, 27, 2 * 29), F32)
+    x = np.ascontiguousarray(wide[..., ::2])
+    w, b = rand(rng, (40, 33, 3, 3), F32), rand(rng, 40, F32)
+    with config.override(winograd=m):
+        f = jc.jit(lambda x: jc.relu(jc.conv2d(x, w, b, padding=1)))
+        rows, gathered = f(x), f(wide[..., ::2])
+        assert all(f"Winograd F({m}x{m}" in k.layout for k in f.kernels(x) if k.layout)
+    np.testing.assert_array_equal(rows, gathered)
+    ref, _ = ref_conv2d(x, w, b, padding=1)
+    mag = winograd_magnitude(x, w, 1, m) + np.abs(b)[:, None, None]
+    assert_close(rows, np.maximum(ref, 0), F32, rtol=0, atol=winograd_tol(33, m) * mag)

@@ -100,6 +100,7 @@ VARIANTS = {2: F2, 4: F4}
 @dataclass(frozen=True)
 class WinogradPlan:
     m: int                # output tile size (VARIANTS[m] holds the transforms)
+    rows: bool            # the input transform reads segments of tile rows (else gathers)
     lanes: int
     mr: int               # tiles per register tile
     nv: int               # channel vectors per register tile
@@ -131,8 +132,9 @@ class WinogradPlan:
 
     @property
     def panel_width(self) -> int:
-        """Tiles per panel row: the group rounded up to whole vectors."""
-        return -(-self.group // self.lanes) * self.lanes
+        """Tiles per panel row: the group rounded up to whole vectors (and a vector more that
+        the row segments' last vectors may write)."""
+        return (-(-self.group // self.lanes) + self.rows) * self.lanes
 
     @property
     def items(self) -> int:
@@ -193,7 +195,9 @@ def plan(kernel: Kernel, vector_bits: int, threads: int) -> WinogradPlan:
         chunks = min(ocb, -(-want // (n * pixel_groups)))
     chunk_blocks = -(-ocb // chunks)
     chunks = -(-ocb // chunk_blocks)
-    return WinogradPlan(m, lanes, mr, nv, ocb, th, tw, group, pixel_groups, chunk_blocks,
+    # row segments where a tile row fills at least half a vector and input rows are contiguous
+    rows = 2 * tw >= lanes and c.strides(c.x, c.x_vars)[3] == 1
+    return WinogradPlan(m, rows, lanes, mr, nv, ocb, th, tw, group, pixel_groups, chunk_blocks,
                         chunks, n, cin)
 
 
@@ -271,7 +275,10 @@ class WinogradConvEmitter(ConvKernelEmitter):
         t_lo = b.mul(pg, u.I64(p.group))
         count = u.imin(b, u.I64(p.group), b.sub(u.I64(p.tiles), t_lo))
         x_image = b.add(u.I64(c.x.offset.const), b.mul(n, u.I64(self.xs[0])))
-        self.input_transform(t_lo, x_image)
+        if p.rows:
+            self.input_transform_rows(t_lo, count, x_image)
+        else:
+            self.input_transform(t_lo, x_image)
         blk_lo = b.mul(ch, u.I64(p.chunk_blocks))
         blk_hi = u.imin(b, b.add(blk_lo, u.I64(p.chunk_blocks)), u.I64(p.ocb))
         reg_tiles = b.sdiv(b.add(count, u.I64(p.mr - 1)), u.I64(p.mr))
@@ -298,6 +305,87 @@ class WinogradConvEmitter(ConvKernelEmitter):
                                       b.gep(sums, [b.mul(i, u.I64(p.positions * p.nv))]))
 
     # -- 1. the input transform ------------------------------------------------------------
+    def store_transformed(self, d, ci, col, align):
+        """panel[pos][ci][col..] = (BT d BT^T)[pos], d: alpha x alpha vectors of tiles."""
+        b, p = self.b, self.p
+        alpha = p.transforms.alpha
+        panel = b.bitcast(self.panel, self.elem.as_pointer())
+        v = _transform(b, p.transforms.BT, d)
+        for i in range(alpha):
+            for j in range(alpha):
+                at = b.add(b.mul(b.add(b.mul(u.I64(alpha * i + j), u.I64(p.cin)), ci),
+                                 u.I64(p.panel_width)), col)
+                b.store(v[i][j], b.bitcast(b.gep(panel, [at]), self.vty.as_pointer()),
+                        align=align)
+
+    def input_transform_rows(self, t_lo, count, x_image):
+        """The input transform of tiles t_lo .. t_lo + count in segments along tile rows (at
+        most `lanes` tiles, not crossing a row): each patch row of a segment is m * lanes + 2
+        adjacent input elements, read as a few masked vector loads (zero in the padding)
+        and shuffled into the alpha vectors of its columns, where the gather variant pays a
+        gather per vector. A segment's vectors may write past its tiles' columns: the next
+        segment (or nothing: the panel has a vector of slack) overwrites them."""
+        b, p, c = self.b, self.p, self.c
+        lanes, m, alpha = p.lanes, p.m, p.transforms.alpha
+        pt, pl = c.attrs.padding[0], c.attrs.padding[2]
+        span = m * lanes + 2
+        loads = -(-span // lanes)
+        wide = 1
+        while wide < loads:
+            wide *= 2
+        x_base = self.base_ptr(c.x.buffer)
+        ity = ir.VectorType(u.I64, lanes)
+        iota = [ir.Constant(ity, [u.I64(v * lanes + e) for e in range(lanes)])
+                for v in range(loads)]
+        zero = u.const(self.vty, 0)
+        t_hi = b.add(t_lo, count)
+        q_addr = u.alloca_once(b, u.I64, name="segment")
+        b.store(t_lo, q_addr)
+        cond_bb = b.function.append_basic_block("seg.cond")
+        body_bb = b.function.append_basic_block("seg.body")
+        end_bb = b.function.append_basic_block("seg.end")
+        b.branch(cond_bb)
+        b.position_at_end(cond_bb)
+        q = b.load(q_addr)
+        b.cbranch(b.icmp_signed("<", q, t_hi), body_bb, end_bb)
+        b.position_at_end(body_bb)
+        ty, tx0 = b.sdiv(q, u.I64(p.tw)), b.srem(q, u.I64(p.tw))
+        seg = u.imin(b, u.imin(b, u.I64(lanes), b.sub(u.I64(p.tw), tx0)), b.sub(t_hi, q))
+        c0 = b.sub(b.mul(tx0, u.I64(m)), u.I64(pl))             # the segment's first column
+        in_row = []                                             # lanes inside the input row
+        for v in range(loads):
+            cols = b.add(u.splat(b, c0, lanes), iota[v])
+            in_row.append(b.icmp_unsigned("<", cols, u.splat(b, u.I64(self.w), lanes)))
+        rows = []                                               # (element offset, masks)
+        for i in range(alpha):
+            iy = b.sub(b.add(b.mul(ty, u.I64(m)), u.I64(i)), u.I64(pt))
+            ok = b.icmp_unsigned("<", iy, u.I64(self.h))
+            okv = u.splat(b, ok, lanes)
+            off = b.add(b.mul(b.select(ok, iy, u.I64(0)), u.I64(self.xs[2])), c0)
+            rows.append((off, [b.and_(mask, okv) for mask in in_row]))
+        picks = [ir.Constant(ir.VectorType(u.I32, lanes), [u.I32(m * k + j) for k in range(lanes)])
+                 for j in range(alpha)]
+        col = b.sub(q, t_lo)
+        with u.for_range(b, u.I64(0), self.n_inner, 1, name="ci", unroll=False) as ci:
+            base = b.gep(x_base, [b.add(x_image, b.mul(ci, u.I64(self.xs[1])))])
+            d = []
+            for off, masks in rows:
+                row = b.gep(base, [off])
+                parts = [u.masked_load(b, b.bitcast(b.gep(row, [u.I64(v * lanes)]),
+                                                    self.vty.as_pointer()), mask, self.vty)
+                         for v, mask in enumerate(masks)] + [zero] * (wide - loads)
+                while len(parts) > 2:           # concatenate pairwise into two halves
+                    parts = [b.shuffle_vector(parts[k], parts[k + 1], ir.Constant(
+                        ir.VectorType(u.I32, 2 * parts[k].type.count),
+                        [u.I32(e) for e in range(2 * parts[k].type.count)]))
+                        for k in range(0, len(parts), 2)]
+                lo, hi = parts if len(parts) == 2 else (parts[0], parts[0])
+                d.append([b.shuffle_vector(lo, hi, pick) for pick in picks])
+            self.store_transformed(d, ci, col, align=4)
+        b.store(b.add(q, seg), q_addr)
+        b.branch(cond_bb)
+        b.position_at_end(end_bb)
+
     def input_transform(self, t_lo, x_image):
         """panel[pos][c][i] = (BT d BT^T)[pos] of tile t_lo + i's input patch in channel c,
         for i up to the panel width (tiles past the plane: zeros). A vector of `lanes` tiles
@@ -311,7 +399,6 @@ class WinogradConvEmitter(ConvKernelEmitter):
             return u.splat(b, u.I32(v), lanes)
         pt, pl = c.attrs.padding[0], c.attrs.padding[2]
         x_base = self.base_ptr(c.x.buffer)
-        panel = b.bitcast(self.panel, self.elem.as_pointer())
         lane_ids = ir.Constant(ity, [ir.Constant(u.I32, k) for k in range(lanes)])
         with u.for_range(b, u.I64(0), u.I64(p.panel_width // lanes), 1, name="tv",
                          unroll=False) as tv:
@@ -335,13 +422,8 @@ class WinogradConvEmitter(ConvKernelEmitter):
             with u.for_range(b, u.I64(0), self.n_inner, 1, name="ci", unroll=False) as ci:
                 base = b.gep(x_base, [b.add(x_image, b.mul(ci, u.I64(self.xs[1])))])
                 d = [u.gather(b, u.vector_gep(b, base, off), ok, self.vty) for off, ok in taps]
-                v = _transform(b, p.transforms.BT, [d[k:k + alpha] for k in range(0, len(d), alpha)])
-                for i in range(alpha):
-                    for j in range(alpha):
-                        at = b.add(b.mul(b.add(b.mul(u.I64(alpha * i + j), u.I64(p.cin)), ci),
-                                         u.I64(p.panel_width)), col)
-                        b.store(v[i][j], b.bitcast(b.gep(panel, [at]), self.vty.as_pointer()),
-                                align=64)
+                self.store_transformed([d[k:k + alpha] for k in range(0, len(d), alpha)], ci,
+                                       col, align=64)
 
     # -- 2. the sums of one position -------------------------------------------------------
     def micro(self, v_tiles, w_pos):
