@@ -261,6 +261,10 @@ class WinogradConvEmitter(ConvKernelEmitter):
         self.sums = u.alloca_once(b, ir.ArrayType(self.vty, p.group * p.positions * p.nv),
                                   name="sums")
         self.sums.align = 64
+        if p.rows:        # outputs by row segments: the epilogue runs along the output rows
+            self.row_tile = u.alloca_once(b, ir.ArrayType(self.vty, p.lanes), name="row_tile")
+            self.row_tile.align = 64
+            self.setup_epilogue(self.c.out_vars[3], p.lanes)
         with b.goto_entry_block():    # a loop bound hidden from the full unroller
             self.n_inner = u.opaque(b, p.cin)
         per_image = p.pixel_groups * p.chunks
@@ -300,9 +304,33 @@ class WinogradConvEmitter(ConvKernelEmitter):
                             at = b.add(b.mul(tile, u.I64(p.positions * p.nv)),
                                        b.add(b.mul(pos, u.I64(p.nv)), u.I64(h)))
                             b.store(b.load(self.accs[r][h]), b.gep(sums, [at]), align=64)
-            with u.for_range(b, u.I64(0), count, 1, name="tile", unroll=False) as i:
-                self.output_transform(n, blk, b.add(t_lo, i),
-                                      b.gep(sums, [b.mul(i, u.I64(p.positions * p.nv))]))
+            if p.rows:
+                self.output_rows(n, blk, t_lo, count, sums)
+            else:
+                with u.for_range(b, u.I64(0), count, 1, name="tile", unroll=False) as i:
+                    self.output_transform(n, blk, b.add(t_lo, i),
+                                          b.gep(sums, [b.mul(i, u.I64(p.positions * p.nv))]))
+
+    def row_segments(self, t_lo, t_hi, most: int, body):
+        """body(q, ty, tx0, seg) over the tiles t_lo .. t_hi in segments of at most `most`
+        tiles that do not cross a tile row."""
+        b, p = self.b, self.p
+        q_addr = u.alloca_once(b, u.I64, name="segment")
+        b.store(t_lo, q_addr)
+        cond_bb = b.function.append_basic_block("seg.cond")
+        body_bb = b.function.append_basic_block("seg.body")
+        end_bb = b.function.append_basic_block("seg.end")
+        b.branch(cond_bb)
+        b.position_at_end(cond_bb)
+        q = b.load(q_addr)
+        b.cbranch(b.icmp_signed("<", q, t_hi), body_bb, end_bb)
+        b.position_at_end(body_bb)
+        ty, tx0 = b.sdiv(q, u.I64(p.tw)), b.srem(q, u.I64(p.tw))
+        seg = u.imin(b, u.imin(b, u.I64(most), b.sub(u.I64(p.tw), tx0)), b.sub(t_hi, q))
+        body(q, ty, tx0, seg)
+        b.store(b.add(q, seg), q_addr)
+        b.branch(cond_bb)
+        b.position_at_end(end_bb)
 
     # -- 1. the input transform ------------------------------------------------------------
     def store_transformed(self, d, ci, col, align):
@@ -326,9 +354,8 @@ class WinogradConvEmitter(ConvKernelEmitter):
         gather per vector. A segment's vectors may write past its tiles' columns: the next
         segment (or nothing: the panel has a vector of slack) overwrites them."""
         b, p, c = self.b, self.p, self.c
-        lanes, m, alpha = p.lanes, p.m, p.transforms.alpha
-        pt, pl = c.attrs.padding[0], c.attrs.padding[2]
-        span = m * lanes + 2
+        lanes = p.lanes
+        span = p.m * lanes + 2
         loads = -(-span // lanes)
         wide = 1
         while wide < loads:
@@ -338,19 +365,15 @@ class WinogradConvEmitter(ConvKernelEmitter):
         iota = [ir.Constant(ity, [u.I64(v * lanes + e) for e in range(lanes)])
                 for v in range(loads)]
         zero = u.const(self.vty, 0)
-        t_hi = b.add(t_lo, count)
-        q_addr = u.alloca_once(b, u.I64, name="segment")
-        b.store(t_lo, q_addr)
-        cond_bb = b.function.append_basic_block("seg.cond")
-        body_bb = b.function.append_basic_block("seg.body")
-        end_bb = b.function.append_basic_block("seg.end")
-        b.branch(cond_bb)
-        b.position_at_end(cond_bb)
-        q = b.load(q_addr)
-        b.cbranch(b.icmp_signed("<", q, t_hi), body_bb, end_bb)
-        b.position_at_end(body_bb)
-        ty, tx0 = b.sdiv(q, u.I64(p.tw)), b.srem(q, u.I64(p.tw))
-        seg = u.imin(b, u.imin(b, u.I64(lanes), b.sub(u.I64(p.tw), tx0)), b.sub(t_hi, q))
+        self.row_segments(t_lo, b.add(t_lo, count), lanes,
+                          lambda q, ty, tx0, seg: self.segment_transform(
+                              q, ty, tx0, t_lo, x_image, x_base, iota, loads, wide, zero))
+
+    def segment_transform(self, q, ty, tx0, t_lo, x_image, x_base, iota, loads, wide, zero):
+        """The input transform of one row segment from tile q = (ty, tx0) on."""
+        b, p, c = self.b, self.p, self.c
+        lanes, m, alpha = p.lanes, p.m, p.transforms.alpha
+        pt, pl = c.attrs.padding[0], c.attrs.padding[2]
         c0 = b.sub(b.mul(tx0, u.I64(m)), u.I64(pl))             # the segment's first column
         in_row = []                                             # lanes inside the input row
         for v in range(loads):
@@ -379,12 +402,9 @@ class WinogradConvEmitter(ConvKernelEmitter):
                         ir.VectorType(u.I32, 2 * parts[k].type.count),
                         [u.I32(e) for e in range(2 * parts[k].type.count)]))
                         for k in range(0, len(parts), 2)]
-                lo, hi = parts if len(parts) == 2 else (parts[0], parts[0])
+                lo, hi = parts
                 d.append([b.shuffle_vector(lo, hi, pick) for pick in picks])
             self.store_transformed(d, ci, col, align=4)
-        b.store(b.add(q, seg), q_addr)
-        b.branch(cond_bb)
-        b.position_at_end(end_bb)
 
     def input_transform(self, t_lo, x_image):
         """panel[pos][c][i] = (BT d BT^T)[pos] of tile t_lo + i's input patch in channel c,
@@ -443,6 +463,47 @@ class WinogradConvEmitter(ConvKernelEmitter):
                     b.store(u.intrinsic(b, "fmuladd", [a, wv[h], b.load(acc)]), acc)
 
     # -- 3. the output transform and the epilogue -------------------------------------------
+    def output_rows(self, n, blk, t_lo, count, sums):
+        """The output transform of the group's tiles in segments of lanes / m tiles along a
+        tile row: per channel vector and output row, the segment's lanes pixel vectors (each
+        along the channels) are transposed into vectors along the output row, one per
+        channel, each through the epilogue as vectors along the row (`epilogue_axis` 3)."""
+        b, p = self.b, self.p
+        most = p.lanes // p.m
+        self.row_segments(t_lo, b.add(t_lo, count), most,
+                          lambda q, ty, tx0, seg: self.segment_output(n, blk, q, ty, tx0, seg,
+                                                                      t_lo, count, sums))
+
+    def segment_output(self, n, blk, q, ty, tx0, seg, t_lo, count, sums):
+        b, p = self.b, self.p
+        m, alpha, lanes = p.m, p.transforms.alpha, p.lanes
+        n_var, oc_var, oh_var, ow_var = self.c.out_vars
+        ox0 = b.mul(tx0, u.I64(m))
+        pixels = u.imin(b, b.mul(seg, u.I64(m)), b.sub(u.I64(self.ow), ox0))
+        last = b.sub(count, u.I64(1))
+        tiles = [b.gep(sums, [b.mul(u.imin(b, b.add(b.sub(q, t_lo), u.I64(k)), last),
+                                    u.I64(p.positions * p.nv))]) for k in range(lanes // m)]
+        rows = b.bitcast(self.row_tile, self.vty.as_pointer())
+        for h in range(p.nv):
+            y = []
+            for tile in tiles:
+                mv = [b.load(b.gep(tile, [u.I64(pos * p.nv + h)]), align=64)
+                      for pos in range(p.positions)]
+                y.append(_transform(b, p.transforms.AT, [mv[k:k + alpha]
+                                                         for k in range(0, len(mv), alpha)]))
+            first = b.add(b.mul(blk, u.I64(p.nr)), u.I64(h * lanes))
+            channels = u.imin(b, u.I64(lanes), b.sub(u.I64(self.cout), first))
+            for a in range(m):
+                oy = b.add(b.mul(ty, u.I64(m)), u.I64(a))
+                with b.if_then(b.icmp_signed("<", oy, u.I64(self.oh))):
+                    along = u.transpose(b, [yk[a][col] for yk in y for col in range(m)])
+                    for k, v in enumerate(along):
+                        b.store(v, b.gep(rows, [u.I64(k)]), align=64)
+                    with u.for_range(b, u.I64(0), channels, 1, name="ch", unroll=False) as ch:
+                        self.env[n_var], self.env[oh_var], self.env[ow_var] = n, oy, ox0
+                        self.env[oc_var] = b.add(first, ch)
+                        self.epilogue_counted(b.load(b.gep(rows, [ch]), align=64), pixels)
+
     def output_transform(self, n, blk, q, sums):
         """The m x m pixels of tile q (its sums at `sums`, [position][NV] vectors) for every
         channel vector of block blk, each through the epilogue where it lies inside the
