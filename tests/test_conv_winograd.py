@@ -257,3 +257,23 @@ def test_row_segments_and_gathers_give_the_same_bits(m):
     ref, _ = ref_conv2d(x, w, b, padding=1)
     mag = winograd_magnitude(x, w, 1, m) + np.abs(b)[:, None, None]
     assert_close(rows, np.maximum(ref, 0), F32, rtol=0, atol=winograd_tol(33, m) * mag)
+
+
+def test_runs_on_a_thread_with_a_small_stack():
+    """The panel (here 16 positions x 256 channels x 32 tiles: 512 KB) and the sums are on
+    the heap: a thread with a 256 KB stack runs the conv (on its stack they overflowed it)."""
+    import threading
+    rng = np.random.default_rng(12)
+    x, w = rand(rng, (1, 256, 14, 14), F32), rand(rng, (256, 256, 3, 3), F32)
+    f = jc.jit(lambda x: jc.conv2d(x, w, padding=1), num_threads=1)
+    want = f(x)
+    assert any(WINOGRAD in k.layout for k in f.kernels(x) if k.layout)
+    got = []
+    old = threading.stack_size(256 * 1024)
+    try:
+        t = threading.Thread(target=lambda: got.append(f(x)))
+        t.start()
+        t.join()
+    finally:
+        threading.stack_size(old)
+    np.testing.assert_array_equal(got[0], want)

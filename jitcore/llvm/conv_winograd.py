@@ -60,7 +60,7 @@ MIN_CHANNELS = 32          # input and output channels at least (below, the tran
 # 1 thread, ms, direct / Winograd): 512->512 at 7x7 (16 tiles) 2.2-2.5 / 2.1-2.8;
 # 256->256 at 14x14 (49 tiles) 2.36 / 1.31-1.48; 128->128 at 28x28 2.48 / 1.29-1.59
 MIN_TILES = {4: 32, 2: 32}
-# the item's V panel stays in half of L2, and within a stack frame any thread can afford
+# the item's V panel stays in half of L2
 MAX_PANEL_BYTES = min(cache_sizes()[2] // 2, 512 * 1024)
 MAX_SUMS_BYTES = 64 * 1024                    # M of one channel block's tiles
 
@@ -255,12 +255,12 @@ class WinogradConvEmitter(ConvKernelEmitter):
         b, p = self.b, self.p
         self.accs = [[u.alloca_once(b, self.vty, name=f"acc{r}_{h}") for h in range(p.nv)]
                      for r in range(p.mr)]
-        self.panel = u.alloca_once(
-            b, ir.ArrayType(self.elem, p.positions * p.cin * p.panel_width), name="panel")
-        self.panel.align = 64
-        self.sums = u.alloca_once(b, ir.ArrayType(self.vty, p.group * p.positions * p.nv),
-                                  name="sums")
-        self.sums.align = 64
+        # the panel and the sums (up to MAX_PANEL_BYTES + MAX_SUMS_BYTES) on the heap, once per
+        # call: no thread's stack needs to hold them
+        self.panel, free_panel = u.heap_scratch(
+            b, ir.ArrayType(self.elem, p.positions * p.cin * p.panel_width), "panel")
+        self.sums, free_sums = u.heap_scratch(
+            b, ir.ArrayType(self.vty, p.group * p.positions * p.nv), "sums")
         if p.rows:        # outputs by row segments: the epilogue runs along the output rows
             self.row_tile = u.alloca_once(b, ir.ArrayType(self.vty, p.lanes), name="row_tile")
             self.row_tile.align = 64
@@ -273,6 +273,8 @@ class WinogradConvEmitter(ConvKernelEmitter):
             rem = b.srem(t, u.I64(per_image))
             pg, ch = b.sdiv(rem, u.I64(p.chunks)), b.srem(rem, u.I64(p.chunks))
             self.item(n, pg, ch)
+        free_panel()
+        free_sums()
 
     def item(self, n, pg, ch):
         b, p, c = self.b, self.p, self.c

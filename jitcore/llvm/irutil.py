@@ -121,6 +121,47 @@ def declare_intrinsic(module: ir.Module, name: str, overloads: list, fnty: ir.Fu
     return fn if fn is not None else ir.Function(module, fnty, name=full)
 
 
+def libc(module: ir.Module, name: str, fnty: ir.FunctionType):
+    """Declare (once) a C library function the JIT resolves in this process (malloc, free)."""
+    return module.globals.get(name) or ir.Function(module, fnty, name=name)
+
+
+def _type_bytes(ty: ir.Type) -> int:
+    if isinstance(ty, (ir.ArrayType, ir.VectorType)):
+        return ty.count * _type_bytes(ty.element)
+    return memory_type_bytes(ty)
+
+
+def heap_scratch(builder: ir.IRBuilder, ty: ir.Type, name: str):
+    """(pointer to a `ty` of scratch memory, release()): malloc'ed, 64-byte aligned, so a
+    large buffer costs no thread's stack; where malloc fails, a stack buffer instead (a
+    dynamic alloca, only on that path). release() frees it (at the kernel's end)."""
+    b = builder
+    size = _type_bytes(ty)
+    malloc = libc(b.module, "malloc", ir.FunctionType(I8P, [I64]))
+    free = libc(b.module, "free", ir.FunctionType(ir.VoidType(), [I8P]))
+    raw = b.call(malloc, [I64(size + 64)], name=f"{name}.raw")
+    got = b.icmp_unsigned("!=", raw, ir.Constant(I8P, None))
+    heap_bb, after = b.block, b.function.append_basic_block(f"{name}.ready")
+    stack_bb = b.function.append_basic_block(f"{name}.stack")
+    b.cbranch(got, after, stack_bb)
+    b.position_at_end(stack_bb)
+    on_stack = b.alloca(ir.IntType(8), size=I64(size + 64), name=f"{name}.stack")
+    b.branch(after)
+    b.position_at_end(after)
+    base = b.phi(I8P, name=f"{name}.base")
+    base.add_incoming(raw, heap_bb)
+    base.add_incoming(on_stack, stack_bb)
+    address = b.ptrtoint(base, I64)
+    aligned = b.and_(b.add(address, I64(63)), I64(-64))
+    ptr = b.inttoptr(aligned, ty.as_pointer())
+
+    def release():
+        with b.if_then(got):
+            b.call(free, [raw])
+    return ptr, release
+
+
 def intrinsic(builder: ir.IRBuilder, name: str, args: list, ret_type=None):
     """Call `llvm.<name>` overloaded on the first argument's type (e.g. llvm.sqrt.v16f32)."""
     ty = args[0].type
