@@ -82,12 +82,12 @@ def winograd_configs(count: int, seed: int, m: int = 2) -> list:
     rng, out = random.Random(seed), []
     while len(out) < count:
         padding = rng.choice([1, 1, 0, 2, (1, 0), (0, 2), "same"])
-        h, w = rng.randint(5 * m + 1, 15 * m), rng.randint(5 * m + 1, 15 * m)
-        cfg = dict(x=(rng.choice([1, 1, 2, 3]), rng.choice([32, 33, 48, 64, 67]), h, w),
-                   padding=padding)
+        n = rng.choice([1, 1, 2, 3])
+        h, w = rng.randint(5 * m // n + 1, 15 * m), rng.randint(5 * m // n + 1, 15 * m)
+        cfg = dict(x=(n, rng.choice([32, 33, 48, 64, 67]), h, w), padding=padding)
         cfg["w"] = (rng.choice([32, 40, 64, 65, 100]), cfg["x"][1], 3, 3)
         pt, pb, pl, pr = resolve_padding(padding, (3, 3), (1, 1))
-        if -(-(h + pt + pb - 2) // m) * -(-(w + pl + pr - 2) // m) >= 32:
+        if n * -(-(h + pt + pb - 2) // m) * -(-(w + pl + pr - 2) // m) >= 32:
             out.append(cfg)
     return out
 
@@ -120,6 +120,17 @@ def test_f4_falls_back_to_f2_on_planes_too_small_for_its_tiles():
 def test_resnet_layers(shape, cout, m):
     _, taken = check(dict(x=shape, w=(cout, shape[1], 3, 3), padding=1), m=m)
     assert taken
+
+
+def test_small_planes_take_winograd_over_a_batch():
+    """A work item's tiles may span images: 7x7 planes (16 tiles each) take Winograd from
+    batch 2 on, and a group that ends inside an image (9x11: 30 tiles) continues in the
+    next."""
+    for shape in ((2, 64, 7, 7), (3, 40, 9, 11), (8, 48, 7, 7)):
+        _, taken = check(dict(x=shape, w=(56, shape[1], 3, 3), padding=1))
+        assert taken, shape
+    _, taken = check(dict(x=(1, 64, 7, 7), w=(56, 64, 3, 3), padding=1))
+    assert not taken
 
 
 @pytest.mark.parametrize("m", [2, 4])

@@ -13,7 +13,8 @@ products per input channel on 4 outputs where the direct conv spends 36; F(4x4, 
 U[pos] (C_in x C_out), each run by the channel plan's micro-kernel (conv_channels.py): a
 register tile of MR tiles (broadcasts of V) x NV vectors of output channels (loads of U).
 
-Per work item (image, group of tiles, chunk of channel blocks of NR = NV * lanes channels):
+Per work item (group of tiles, numbered across the batch's images, and chunk of channel blocks
+of NR = NV * lanes channels):
   1. the input transform of the group's tiles into a stack panel V[pos][c][tile], a vector
      of `lanes` tiles at a time, each input value a masked gather (zero in the padding);
   2. per channel block, per position, per register tile: the sums over the input channels,
@@ -107,8 +108,8 @@ class WinogradPlan:
     ocb: int              # channel blocks of NR output channels
     th: int               # tile rows and columns of the output plane
     tw: int
-    group: int            # tiles per work item (a multiple of MR)
-    pixel_groups: int     # work items per image and channel chunk
+    group: int            # tiles per work item (a multiple of MR), numbered across the batch
+    pixel_groups: int     # work items per channel chunk
     chunk_blocks: int     # channel blocks per work item
     chunks: int
     batch: int
@@ -128,7 +129,8 @@ class WinogradPlan:
 
     @property
     def tiles(self) -> int:
-        return self.th * self.tw
+        """The batch's tiles."""
+        return self.batch * self.th * self.tw
 
     @property
     def panel_width(self) -> int:
@@ -138,7 +140,7 @@ class WinogradPlan:
 
     @property
     def items(self) -> int:
-        return self.batch * self.pixel_groups * self.chunks
+        return self.pixel_groups * self.chunks
 
 
 def variant(kernel: Kernel, largest: int = 2):
@@ -157,17 +159,19 @@ def variant(kernel: Kernel, largest: int = 2):
             c.attrs.groups != 1 or c.cin_group < MIN_CHANNELS or cout < MIN_CHANNELS or \
             not _plane_offsets_fit(c):
         return None
+    n = c.out_vars[0].extent
     for m in sorted(VARIANTS, reverse=True):
-        if m <= largest and -(-oh // m) * -(-ow // m) >= MIN_TILES[m]:
+        if m <= largest and n * -(-oh // m) * -(-ow // m) >= MIN_TILES[m]:
             return m
     return None
 
 
 def _plane_offsets_fit(c) -> bool:
-    """Every element offset within one input channel's plane fits an int32."""
-    _, _, h, w = (v.extent for v in c.x_vars)
-    _, _, sh, sw = c.strides(c.x, c.x_vars)
-    return (h + 1) * abs(sh) + (w + 1) * abs(sw) < 2 ** 31
+    """Every element offset within one input channel's planes of the batch fits an int32
+    (the gathers' offsets; the channel's own is added to their base pointer)."""
+    n, _, h, w = (v.extent for v in c.x_vars)
+    sn, _, sh, sw = c.strides(c.x, c.x_vars)
+    return n * abs(sn) + (h + 1) * abs(sh) + (w + 1) * abs(sw) < 2 ** 31
 
 
 def plan(kernel: Kernel, vector_bits: int, threads: int) -> WinogradPlan:
@@ -179,7 +183,7 @@ def plan(kernel: Kernel, vector_bits: int, threads: int) -> WinogradPlan:
     lanes = max(vector_bits // (8 * size), 1)
     regs = 32 if vector_bits >= 512 else 16
     th, tw = -(-oh // m), -(-ow // m)
-    tiles = th * tw
+    tiles = n * th * tw                 # the batch's tiles: a group may span images
     mr, nv = choose_tile(tiles, cout, lanes, regs)
     nr = nv * lanes
     ocb = -(-cout // nr)
@@ -191,8 +195,8 @@ def plan(kernel: Kernel, vector_bits: int, threads: int) -> WinogradPlan:
     pixel_groups = -(-tiles // group)
     chunks = 1
     want = 4 * threads if threads > 1 else 1
-    if 0 < n * pixel_groups < want:            # too few items: split the channel blocks
-        chunks = min(ocb, -(-want // (n * pixel_groups)))
+    if 0 < pixel_groups < want:                # too few items: split the channel blocks
+        chunks = min(ocb, -(-want // pixel_groups))
     chunk_blocks = -(-ocb // chunks)
     chunks = -(-ocb // chunk_blocks)
     # row segments where a tile row fills at least half a vector and input rows are contiguous
@@ -267,24 +271,19 @@ class WinogradConvEmitter(ConvKernelEmitter):
             self.setup_epilogue(self.c.out_vars[3], p.lanes)
         with b.goto_entry_block():    # a loop bound hidden from the full unroller
             self.n_inner = u.opaque(b, p.cin)
-        per_image = p.pixel_groups * p.chunks
         with u.for_range(b, self.start, self.stop, 1, name="item") as t:
-            n = b.sdiv(t, u.I64(per_image))
-            rem = b.srem(t, u.I64(per_image))
-            pg, ch = b.sdiv(rem, u.I64(p.chunks)), b.srem(rem, u.I64(p.chunks))
-            self.item(n, pg, ch)
+            self.item(b.sdiv(t, u.I64(p.chunks)), b.srem(t, u.I64(p.chunks)))
         free_panel()
         free_sums()
 
-    def item(self, n, pg, ch):
+    def item(self, pg, ch):
         b, p, c = self.b, self.p, self.c
         t_lo = b.mul(pg, u.I64(p.group))
         count = u.imin(b, u.I64(p.group), b.sub(u.I64(p.tiles), t_lo))
-        x_image = b.add(u.I64(c.x.offset.const), b.mul(n, u.I64(self.xs[0])))
         if p.rows:
-            self.input_transform_rows(t_lo, count, x_image)
+            self.input_transform_rows(t_lo, count)
         else:
-            self.input_transform(t_lo, x_image)
+            self.input_transform(t_lo)
         blk_lo = b.mul(ch, u.I64(p.chunk_blocks))
         blk_hi = u.imin(b, b.add(blk_lo, u.I64(p.chunk_blocks)), u.I64(p.ocb))
         reg_tiles = b.sdiv(b.add(count, u.I64(p.mr - 1)), u.I64(p.mr))
@@ -307,15 +306,22 @@ class WinogradConvEmitter(ConvKernelEmitter):
                                        b.add(b.mul(pos, u.I64(p.nv)), u.I64(h)))
                             b.store(b.load(self.accs[r][h]), b.gep(sums, [at]), align=64)
             if p.rows:
-                self.output_rows(n, blk, t_lo, count, sums)
+                self.output_rows(blk, t_lo, count, sums)
             else:
                 with u.for_range(b, u.I64(0), count, 1, name="tile", unroll=False) as i:
-                    self.output_transform(n, blk, b.add(t_lo, i),
+                    self.output_transform(blk, b.add(t_lo, i),
                                           b.gep(sums, [b.mul(i, u.I64(p.positions * p.nv))]))
 
+    def tile_at(self, q):
+        """(image, tile row, tile column) of tile q of the batch."""
+        b, p = self.b, self.p
+        per_image = p.th * p.tw
+        t = b.srem(q, u.I64(per_image))
+        return b.sdiv(q, u.I64(per_image)), b.sdiv(t, u.I64(p.tw)), b.srem(t, u.I64(p.tw))
+
     def row_segments(self, t_lo, t_hi, most: int, body):
-        """body(q, ty, tx0, seg) over the tiles t_lo .. t_hi in segments of at most `most`
-        tiles that do not cross a tile row."""
+        """body(q, image, ty, tx0, seg) over the tiles t_lo .. t_hi of the batch in segments
+        of at most `most` tiles that do not cross a tile row (nor so an image)."""
         b, p = self.b, self.p
         q_addr = u.alloca_once(b, u.I64, name="segment")
         b.store(t_lo, q_addr)
@@ -327,9 +333,9 @@ class WinogradConvEmitter(ConvKernelEmitter):
         q = b.load(q_addr)
         b.cbranch(b.icmp_signed("<", q, t_hi), body_bb, end_bb)
         b.position_at_end(body_bb)
-        ty, tx0 = b.sdiv(q, u.I64(p.tw)), b.srem(q, u.I64(p.tw))
+        image, ty, tx0 = self.tile_at(q)
         seg = u.imin(b, u.imin(b, u.I64(most), b.sub(u.I64(p.tw), tx0)), b.sub(t_hi, q))
-        body(q, ty, tx0, seg)
+        body(q, image, ty, tx0, seg)
         b.store(b.add(q, seg), q_addr)
         b.branch(cond_bb)
         b.position_at_end(end_bb)
@@ -348,7 +354,7 @@ class WinogradConvEmitter(ConvKernelEmitter):
                 b.store(v[i][j], b.bitcast(b.gep(panel, [at]), self.vty.as_pointer()),
                         align=align)
 
-    def input_transform_rows(self, t_lo, count, x_image):
+    def input_transform_rows(self, t_lo, count):
         """The input transform of tiles t_lo .. t_lo + count in segments along tile rows (at
         most `lanes` tiles, not crossing a row): each patch row of a segment is m * lanes + 2
         adjacent input elements, read as a few masked vector loads (zero in the padding)
@@ -368,12 +374,13 @@ class WinogradConvEmitter(ConvKernelEmitter):
                 for v in range(loads)]
         zero = u.const(self.vty, 0)
         self.row_segments(t_lo, b.add(t_lo, count), lanes,
-                          lambda q, ty, tx0, seg: self.segment_transform(
-                              q, ty, tx0, t_lo, x_image, x_base, iota, loads, wide, zero))
+                          lambda q, image, ty, tx0, seg: self.segment_transform(
+                              q, image, ty, tx0, t_lo, x_base, iota, loads, wide, zero))
 
-    def segment_transform(self, q, ty, tx0, t_lo, x_image, x_base, iota, loads, wide, zero):
-        """The input transform of one row segment from tile q = (ty, tx0) on."""
+    def segment_transform(self, q, image, ty, tx0, t_lo, x_base, iota, loads, wide, zero):
+        """The input transform of one row segment from tile q = (image, ty, tx0) on."""
         b, p, c = self.b, self.p, self.c
+        x_image = b.add(u.I64(c.x.offset.const), b.mul(image, u.I64(self.xs[0])))
         lanes, m, alpha = p.lanes, p.m, p.transforms.alpha
         pt, pl = c.attrs.padding[0], c.attrs.padding[2]
         c0 = b.sub(b.mul(tx0, u.I64(m)), u.I64(pl))             # the segment's first column
@@ -408,7 +415,7 @@ class WinogradConvEmitter(ConvKernelEmitter):
                 d.append([b.shuffle_vector(lo, hi, pick) for pick in picks])
             self.store_transformed(d, ci, col, align=4)
 
-    def input_transform(self, t_lo, x_image):
+    def input_transform(self, t_lo):
         """panel[pos][c][i] = (BT d BT^T)[pos] of tile t_lo + i's input patch in channel c,
         for i up to the panel width (tiles past the plane: zeros). A vector of `lanes` tiles
         at a time; each d value a gather of 32-bit offsets within the image (`eligible`
@@ -427,7 +434,8 @@ class WinogradConvEmitter(ConvKernelEmitter):
             first = b.trunc(b.add(t_lo, b.mul(tv, u.I64(lanes))), u.I32)
             q = b.add(u.splat(b, first, lanes), lane_ids)
             valid = b.icmp_signed("<", q, vec(p.tiles))
-            ty, tx = b.sdiv(q, vec(p.tw)), b.srem(q, vec(p.tw))
+            image, t = b.sdiv(q, vec(p.th * p.tw)), b.srem(q, vec(p.th * p.tw))
+            ty, tx = b.sdiv(t, vec(p.tw)), b.srem(t, vec(p.tw))
             iy0 = b.sub(b.mul(ty, vec(p.m)), vec(pt))
             ix0 = b.sub(b.mul(tx, vec(p.m)), vec(pl))
             taps = []                     # (element offset vector, mask) of d[i][j]
@@ -438,11 +446,13 @@ class WinogradConvEmitter(ConvKernelEmitter):
                 for j in range(alpha):
                     ix = b.add(ix0, vec(j))
                     ok = b.and_(row_ok, b.icmp_unsigned("<", ix, vec(self.w)))
-                    off = b.add(b.mul(iy, vec(self.xs[2])), b.mul(ix, vec(self.xs[3])))
+                    off = b.add(b.mul(image, vec(self.xs[0])),
+                                b.add(b.mul(iy, vec(self.xs[2])), b.mul(ix, vec(self.xs[3]))))
                     taps.append((b.select(ok, off, vec(0)), ok))
             col = b.mul(tv, u.I64(lanes))
             with u.for_range(b, u.I64(0), self.n_inner, 1, name="ci", unroll=False) as ci:
-                base = b.gep(x_base, [b.add(x_image, b.mul(ci, u.I64(self.xs[1])))])
+                base = b.gep(x_base, [b.add(u.I64(c.x.offset.const),
+                                            b.mul(ci, u.I64(self.xs[1])))])
                 d = [u.gather(b, u.vector_gep(b, base, off), ok, self.vty) for off, ok in taps]
                 self.store_transformed([d[k:k + alpha] for k in range(0, len(d), alpha)], ci,
                                        col, align=64)
@@ -465,7 +475,7 @@ class WinogradConvEmitter(ConvKernelEmitter):
                     b.store(u.intrinsic(b, "fmuladd", [a, wv[h], b.load(acc)]), acc)
 
     # -- 3. the output transform and the epilogue -------------------------------------------
-    def output_rows(self, n, blk, t_lo, count, sums):
+    def output_rows(self, blk, t_lo, count, sums):
         """The output transform of the group's tiles in segments of lanes / m tiles along a
         tile row: per channel vector and output row, the segment's lanes pixel vectors (each
         along the channels) are transposed into vectors along the output row, one per
@@ -473,10 +483,10 @@ class WinogradConvEmitter(ConvKernelEmitter):
         b, p = self.b, self.p
         most = p.lanes // p.m
         self.row_segments(t_lo, b.add(t_lo, count), most,
-                          lambda q, ty, tx0, seg: self.segment_output(n, blk, q, ty, tx0, seg,
-                                                                      t_lo, count, sums))
+                          lambda q, image, ty, tx0, seg: self.segment_output(
+                              blk, q, image, ty, tx0, seg, t_lo, count, sums))
 
-    def segment_output(self, n, blk, q, ty, tx0, seg, t_lo, count, sums):
+    def segment_output(self, blk, q, n, ty, tx0, seg, t_lo, count, sums):
         b, p = self.b, self.p
         m, alpha, lanes = p.m, p.transforms.alpha, p.lanes
         n_var, oc_var, oh_var, ow_var = self.c.out_vars
@@ -506,16 +516,16 @@ class WinogradConvEmitter(ConvKernelEmitter):
                         self.env[oc_var] = b.add(first, ch)
                         self.epilogue_counted(b.load(b.gep(rows, [ch]), align=64), pixels)
 
-    def output_transform(self, n, blk, q, sums):
-        """The m x m pixels of tile q (its sums at `sums`, [position][NV] vectors) for every
+    def output_transform(self, blk, q, sums):
+        """The m x m pixels of tile q of the batch (its sums at `sums`, [position][NV] vectors) for every
         channel vector of block blk, each through the epilogue where it lies inside the
         plane."""
         b, p = self.b, self.p
         n_var, oc_var, oh_var, ow_var = self.c.out_vars
+        n, ty, tx = self.tile_at(q)
         self.env[n_var] = n
         alpha = p.transforms.alpha
-        oy0 = b.mul(b.sdiv(q, u.I64(p.tw)), u.I64(p.m))
-        ox0 = b.mul(b.srem(q, u.I64(p.tw)), u.I64(p.m))
+        oy0, ox0 = b.mul(ty, u.I64(p.m)), b.mul(tx, u.I64(p.m))
         oc_block = b.mul(blk, u.I64(p.nr))
         for h in range(p.nv):
             mv = [b.load(b.gep(sums, [u.I64(pos * p.nv + h)]), align=64)
