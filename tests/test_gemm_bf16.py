@@ -37,7 +37,7 @@ def _runnable(level: str) -> bool:
 
 LEVEL_NAMES = [lv for lv in ("native",) + tuple(LEVELS) if _runnable(lv)]
 SHAPES = [(1, 5, 7), (3, 1, 16), (3, 33, 64), (17, 64, 65), (17, 130, 1), (128, 257, 95),
-          (128, 1024, 130), (6, 2050, 64)]
+          (128, 1024, 130), (6, 2051, 64)]
 
 
 def rounded(x) -> np.ndarray:
