@@ -117,26 +117,31 @@ def round_ir(b: ir.IRBuilder, x):
     return b.bitcast(b.and_(out, u.const(ity, -0x10000)), x.type)
 
 
+def halves_ir(b: ir.IRBuilder, low, high):
+    """Two <16 x float> -> <32 x bfloat>: low's values rounded in lanes 0-15, high's in
+    16-31 (one vcvtne2ps2bf16)."""
+    vty = ir.VectorType(BF16_TYPE, 32)
+    fnty = ir.FunctionType(vty, [low.type, high.type])
+    name = "llvm.x86.avx512bf16.cvtne2ps2bf16.512"
+    fn = b.module.globals.get(name) or ir.Function(b.module, fnty, name=name)
+    return b.call(fn, [high, low])          # (the instruction's second source is the low half)
+
+
 def pairs_ir(b: ir.IRBuilder, even, odd):
-    """Two <n x float> (k and k+1 at n columns) -> <n x i32>: per column the bf16 pair
-    (even, odd), even in the low half (vcvtneps2bf16 twice and an interleave)."""
+    """Two <16 x float> (k and k+1 at 16 columns) -> <16 x i32>: per column the bf16 pair
+    (even, odd), even in the low half (vcvtne2ps2bf16 and an interleaving vpermw)."""
     n = even.type.count
-    half = ir.VectorType(BF16_TYPE, n)
-    lo, hi = b.fptrunc(even, half), b.fptrunc(odd, half)
+    both = halves_ir(b, even, odd)
     order = [j for c in range(n) for j in (c, n + c)]
-    mixed = b.shuffle_vector(lo, hi, ir.Constant(ir.VectorType(u.I32, 2 * n),
-                                                 [u.I32(j) for j in order]))
+    mixed = b.shuffle_vector(both, both, ir.Constant(ir.VectorType(u.I32, 2 * n),
+                                                     [u.I32(j) for j in order]))
     return b.bitcast(mixed, ir.VectorType(u.I32, n))
 
 
 def contiguous_pairs_ir(b: ir.IRBuilder, first, second):
-    """Two <n x float> holding 2n consecutive values along k -> <n x i32> of their bf16
+    """Two <16 x float> holding 32 consecutive values along k -> <16 x i32> of their bf16
     pairs in order (one vcvtne2ps2bf16)."""
-    n = first.type.count
-    whole = b.shuffle_vector(first, second, ir.Constant(ir.VectorType(u.I32, 2 * n),
-                                                        [u.I32(j) for j in range(2 * n)]))
-    return b.bitcast(b.fptrunc(whole, ir.VectorType(BF16_TYPE, 2 * n)),
-                     ir.VectorType(u.I32, n))
+    return b.bitcast(halves_ir(b, first, second), ir.VectorType(u.I32, first.type.count))
 
 
 def dot_pairs(b: ir.IRBuilder, acc, x, y):
