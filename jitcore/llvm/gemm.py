@@ -30,7 +30,7 @@ its packing step.
 Under matmul_precision="bf16" (jitcore/llvm/bf16.py) a float32 GEMM either packs B (and A)
 into bf16 pairs for `vdpbf16ps` (plan.pairs: gemm_bf16.py, panels [KC/2][NR] of 32-bit
 pairs), or, without AVX512_BF16, runs this kernel on operands rounded to bf16 as they are
-packed (B) and loaded (A).
+packed: B into its panels, A into row blocks (plan.pack_a, gemm_bf16.py's RoundedGemmEmitter).
 """
 from __future__ import annotations
 
@@ -98,6 +98,7 @@ class GemmPlan:
     group_rows: int     # rows per group (0: M is a run-time extent, rows per group too)
     batch: int
     pairs: bool = False  # k in bf16 pairs: B panels hold KP = ceil(KC / 2) rows of NR pairs
+    pack_a: bool = False  # A's row blocks are packed (bf16 pairs, or bf16-rounded floats)
 
     @property
     def items(self) -> int:
@@ -110,7 +111,7 @@ class GemmPlan:
 
     @property
     def a_stride(self) -> int:
-        """Pairs per row of a packed A block (pairs only): KP rounded up to whole vectors."""
+        """Slots (pairs or floats) per row of a packed A block: KP, in whole vectors."""
         return -(-self.kp // self.lanes) * self.lanes
 
 
@@ -153,8 +154,9 @@ def plan(kernel: Kernel, vector_bits: int, threads: int) -> GemmPlan:
     if not n_dynamic:
         nc = min(nc, -(-max(n_ext, 1) // nr) * nr)
     mc = max(mr, caches[2] // 4 // (kc * size) // mr * mr)
-    if pairs:               # A's block is packed too, on the stack beside B's
-        a_row = -(-(-(-kc // 2)) // lanes) * lanes * 4
+    pack_a = g.precision != "fp32"
+    if pack_a:              # A's block is packed too, on the stack beside B's
+        a_row = -(-(-(-kc // 2) if pairs else kc) // lanes) * lanes * 4
         mc = max(mr, min(mc, MAX_PACK_BYTES // a_row // mr * mr))
     batch = math.prod(v.extent for v in g.batch)
     n_blocks = 1 if n_dynamic else -(-max(n_ext, 1) // nc)
@@ -166,7 +168,7 @@ def plan(kernel: Kernel, vector_bits: int, threads: int) -> GemmPlan:
         if threads > 1 and 0 < batch * n_blocks < 2 * threads:
             m_groups = -(-2 * threads // (batch * n_blocks))
         return GemmPlan(lanes, mr, nr, nv, kc, mc, nc, k_blocks, n_blocks, m_groups, 0, batch,
-                        pairs)
+                        pairs, pack_a)
     row_panels = max(-(-m_ext // mr), 1)
     m_groups = 1
     if threads > 1 and 0 < batch * n_blocks < 2 * threads:      # batch 0: nothing to split
@@ -174,7 +176,7 @@ def plan(kernel: Kernel, vector_bits: int, threads: int) -> GemmPlan:
     group_rows = -(-row_panels // m_groups) * mr
     m_groups = max(-(-max(m_ext, 1) // group_rows), 1)
     return GemmPlan(lanes, mr, nr, nv, kc, mc, nc, k_blocks, n_blocks, m_groups, group_rows,
-                    batch, pairs)
+                    batch, pairs, pack_a)
 
 
 def loads_per_slot(lowered) -> Counter:
@@ -296,8 +298,8 @@ class GemmEmitter(EpilogueEmitter):
         self.panel_ty = ir.ArrayType(self.elem, p.kc * p.nc)
         self.out = kernel.stores[0]
         self.setup_epilogue(self.g.n, p.lanes)
-        # the operands' values as the products use them (bf16-rounded under the bf16 policy
-        # where this float32 kernel stands in for the vdpbf16ps one)
+        # B's values as the products use them (bf16-rounded where this float32 kernel stands
+        # in for the vdpbf16ps one; A is then rounded as it is packed, RoundedGemmEmitter)
         emulated = self.g.precision == "bf16-emulated"
         self.operand = (lambda x: bf16.round_ir(self.b, x)) if emulated else (lambda x: x)
 
@@ -489,13 +491,7 @@ class GemmEmitter(EpilogueEmitter):
         others hold no valid column and stay zero)."""
         b, p, g = self.b, self.p, self.g
         nvec = nvec or p.nv
-        self.env[g.k] = pc
-        a_rows, a_base = [], self.base_ptr(g.a.buffer)
-        last_row = self.last_row()
-        for r in range(p.mr):           # rows past the edge read the last row, unused
-            self.env[g.m] = u.imin(b, b.add(row0, u.I64(r)), last_row)
-            a_rows.append(b.gep(a_base, [self.index(g.a.offset)]))
-        step = g.a.offset.coeff(g.k)        # None: A's index is not linear in k
+        a_rows, step = self.a_rows(pc, row0)
         vptr = self.vty.as_pointer()
 
         def products(kk, accs):
@@ -508,11 +504,23 @@ class GemmEmitter(EpilogueEmitter):
             for r in range(p.mr):
                 a = b.load(b.gep(a_rows[r], [ak])) if step is not None else \
                     self.a_element(row0, r, b.add(pc, kk))
-                a = u.splat(b, self.operand(a), p.lanes)
+                a = u.splat(b, a, p.lanes)
                 sums.append([u.intrinsic(b, "fmuladd", [a, bv[h], accs[r][h]])
                              for h in range(nvec)])
             return sums
         return self.k_loop(kc, nvec, products)
+
+    def a_rows(self, pc, row0) -> tuple:
+        """(pointers to A[row0 + r, pc] for the MR rows, A's stride along k: None where its
+        index is not linear in k). Rows past the edge read the last row, unused."""
+        b, p, g = self.b, self.p, self.g
+        self.env[g.k] = pc
+        a_rows, a_base = [], self.base_ptr(g.a.buffer)
+        last_row = self.last_row()
+        for r in range(p.mr):
+            self.env[g.m] = u.imin(b, b.add(row0, u.I64(r)), last_row)
+            a_rows.append(b.gep(a_base, [self.index(g.a.offset)]))
+        return a_rows, g.a.offset.coeff(g.k)
 
     def k_loop(self, trips, nvec: int, products):
         """The micro-kernel's loop: kk from 0 to `trips` (not unrolled), the MR x nvec
@@ -639,11 +647,12 @@ def _clamp(b, x, hi: int):
 
 
 def emitter(module, kernel, name: str, masked_tail: bool, stream_bytes: int = 0, plan=None):
-    """The GEMM emitter of the plan: bf16 pairs (gemm_bf16.py) or this module's."""
-    if plan.pairs:
-        from .gemm_bf16 import PairsGemmEmitter     # (it extends GemmEmitter)
-        return PairsGemmEmitter(module, kernel, name, masked_tail, stream_bytes, plan)
-    return GemmEmitter(module, kernel, name, masked_tail, stream_bytes, plan)
+    """The GEMM emitter of the plan: this module's, or one packing A (gemm_bf16.py)."""
+    cls = GemmEmitter
+    if plan.pack_a:
+        from . import gemm_bf16                      # (its emitters extend GemmEmitter)
+        cls = gemm_bf16.PairsGemmEmitter if plan.pairs else gemm_bf16.RoundedGemmEmitter
+    return cls(module, kernel, name, masked_tail, stream_bytes, plan)
 
 
 def report(kernel: Kernel) -> tuple:

@@ -1,4 +1,6 @@
-"""The bf16 GEMM: float32 operands packed into bf16 pairs, `vdpbf16ps`, float32 accumulation.
+"""The bf16 GEMMs: float32 operands packed into bf16 pairs for `vdpbf16ps` (PairsGemmEmitter),
+or, without AVX512_BF16, rounded to bf16 as they are packed for the float32 FMA kernel
+(RoundedGemmEmitter); float32 accumulation in both.
 
 A float32 GEMM under matmul_precision="bf16" on a target with AVX512_BF16 (jitcore/llvm/
 bf16.py: precision "bf16", GemmPlan.pairs) runs gemm.py's loop nest with k stepping by 2:
@@ -14,6 +16,12 @@ bf16.py: precision "bf16", GemmPlan.pairs) runs gemm.py's loop nest with k stepp
 Odd K: the last pair's second value is zero in both operands. The epilogue (bias,
 activations, residual) and the output are gemm.py's, in float32. A bf16 storage operand would
 skip the conversion in its pack (the pair layouts stay).
+
+The fallback ("bf16-emulated") packs A's row blocks as bf16-rounded float32 [MC][KC], once per
+row block and k block: rounding each A element in the micro-kernel instead, once per column
+panel, ran at 0.43x of the float32 GEMM's speed at x86-64-v3 (128x768 @ 768x768, 1 thread,
+Zen 4), packed at 0.8-0.9x. B is rounded as gemm.py packs it (or at compile time when
+prepacked).
 """
 from __future__ import annotations
 
@@ -174,3 +182,49 @@ class PairsGemmEmitter(GemmEmitter):
                 sums.append([bf16.dot_pairs(b, accs[r][h], bv[h], a) for h in range(nvec)])
             return sums
         return self.k_loop(self.pairs(kc), nvec, products)
+
+
+class RoundedGemmEmitter(GemmEmitter):
+    """gemm.py's float32 GEMM on bf16-rounded operands: A's row blocks packed rounded (B is
+    rounded by GemmEmitter's packing, `operand`)."""
+
+    def body(self):
+        p = self.p
+        self.apack = u.alloca_once(self.b, ir.ArrayType(self.elem, p.mc * p.a_stride),
+                                   name="apack")
+        self.apack.align = 64
+        super().body()
+
+    def row_block(self, ic, ic_end, pc, kc):
+        """apack[row - ic][kk] = A[row, pc + kk] rounded to bf16, rows ic..ic_end: whole
+        vectors where A is contiguous along k, element by element past them (no masked
+        loads: the levels without AVX-512 run this)."""
+        b, p, g = self.b, self.p, self.g
+        apack = b.gep(self.apack, [u.I64(0), u.I64(0)])
+        self.a_block = (apack, ic, b.sub(ic_end, ic))
+        vectors = u.I64(0)
+        if g.a.offset.coeff(g.k) == 1:
+            vectors = b.sdiv(kc, u.I64(p.lanes))
+        with _loop(b, ic, ic_end, 1, name="ra") as row:
+            self.env[g.m] = row
+            dst = b.gep(apack, [b.mul(b.sub(row, ic), u.I64(p.a_stride))])
+            with u.for_range(b, u.I64(0), vectors, 1, name="kv") as v:
+                k = b.mul(v, u.I64(p.lanes))
+                self.env[g.k] = b.add(pc, k)
+                src = b.gep(self.base_ptr(g.a.buffer), [self.index(g.a.offset)])
+                x = b.load(b.bitcast(src, self.vty.as_pointer()), align=1)
+                b.store(bf16.round_ir(b, x), b.bitcast(b.gep(dst, [k]), self.vty.as_pointer()),
+                        align=64)
+            with u.for_range(b, b.mul(vectors, u.I64(p.lanes)), kc, 1, name="ke") as k:
+                self.env[g.k] = b.add(pc, k)
+                x = b.load(b.gep(self.base_ptr(g.a.buffer), [self.index(g.a.offset)]))
+                b.store(bf16.round_ir(b, x), b.gep(dst, [k]))
+
+    def a_rows(self, pc, row0) -> tuple:
+        """The packed rows row0.. (rows past the block's end read its last row, unused),
+        contiguous along k."""
+        b, p = self.b, self.p
+        apack, ic, rows = self.a_block
+        last = b.sub(rows, u.I64(1))
+        return [b.gep(apack, [b.mul(u.imin(b, b.add(b.sub(row0, ic), u.I64(r)), last),
+                                    u.I64(p.a_stride))]) for r in range(p.mr)], 1
