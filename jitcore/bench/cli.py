@@ -16,9 +16,10 @@ First calls come cold (a child of its own with empty JITCORE/TORCHINDUCTOR/NUMBA
 directories, in the first run) and warm (the timing child, whose caches the cold child
 filled). --runs R repeats the whole suite R times interleaved, the system order rotated per
 run; the tables show the median over runs and the spread (min-max) of the natural-use
-medians. jitcore's child also measures the copy/triad bandwidth and a core's fp32 FMA peak:
-the tables show jitcore's GB/s as a share of that bandwidth and matmul GFLOP/s as a share of
-the peak times the threads. A missing, failing or wrong peer is reported as such. --json
+medians. jitcore's child also measures the copy/triad bandwidth and a core's fp32 FMA peak
+(and its vdpbf16ps peak, where the CPU has AVX512_BF16): the tables show jitcore's GB/s as a
+share of that bandwidth and matmul GFLOP/s as a share of the peak times the threads (the bf16
+matmul rows: of the bf16 peak). A missing, failing or wrong peer is reported as such. --json
 writes every number; --plot a PNG of natural-use speedups over numpy (needs matplotlib).
 --tiny runs small sizes and few repeats (the test suite uses it). --target LEVEL holds
 every system to one instruction-set level: jitcore builds for it (JITCORE_TARGET) and the

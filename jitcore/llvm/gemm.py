@@ -489,7 +489,7 @@ class GemmEmitter(EpilogueEmitter):
         the MR x NV accumulator vectors, phis of the k loop (SSA from the start: no stack
         slots for LLVM to promote); only the first `nvec` vectors are summed (0: all; the
         others hold no valid column and stay zero)."""
-        b, p, g = self.b, self.p, self.g
+        b, p = self.b, self.p
         nvec = nvec or p.nv
         a_rows, step = self.a_rows(pc, row0)
         vptr = self.vty.as_pointer()
