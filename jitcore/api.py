@@ -33,6 +33,7 @@ from .call.plan import MISMATCH, SCALAR_TYPES, CallPlan, ScalarArgs, output_spec
 from .call.shape_classes import class_key, shape_classes
 from .call.signature import describe, signature_of, to_array
 from .compiler import compile_graph
+from .llvm.bf16 import policy as bf16_policy
 from .ops import tensor_methods  # noqa: F401 -- gives Tracer its operators before any trace
 from .ops.tracer import TRACE, Tracer, WeakScalar, node_of
 from .targetinfo import select_target
@@ -131,7 +132,7 @@ class JitFunction:
 
     def __init__(self, fn, vector_width=None, num_threads=None, prepack_weights=True,
                  constants=None, static_argnums=(), static_argnames=(), dynamic=False,
-                 target=None):
+                 target=None, matmul_precision=None):
         # the options as given (every parameter but fn, so new ones travel too): a pickled
         # copy is rebuilt with them
         self._options = dict(locals())
@@ -163,6 +164,9 @@ class JitFunction:
             validate_count(num_threads, "jit(num_threads=)")
         # constant matmul operands are packed into the GEMM's panel layout at compile time
         self.prepack_weights = prepack_weights
+        # how float32 matmuls compute: "fp32" or "bf16" (None: JITCORE_MATMUL_PRECISION's)
+        self.matmul_precision = None if matmul_precision is None else \
+            bf16_policy(matmul_precision)
         # dynamic=True: leading extents are run-time values (jitcore/call/shape_classes.py); shape
         # class -> _Dynamic (the compiled graph, or why the class is compiled per shape)
         self.dynamic = bool(dynamic)
@@ -328,7 +332,8 @@ class JitFunction:
         specialized.__name__ = self.__name__
         variant = JitFunction(specialized, vector_width=self._vector_width, target=self._target,
                               num_threads=self.num_threads,
-                              prepack_weights=self.prepack_weights, dynamic=self.dynamic)
+                              prepack_weights=self.prepack_weights, dynamic=self.dynamic,
+                              matmul_precision=self.matmul_precision)
         names = self._arg_names(n_pos)
         variant._params = [names[i] for i in range(n_pos) if i not in static_at] + list(dyn_kw)
         return variant
@@ -359,7 +364,8 @@ class JitFunction:
         trace_seconds = time.perf_counter() - t0
         strides = tuple(s[2] for s in sigs)
         compiled = compile_graph(graph, strides, select_target(self._vector_width, self._target),
-                                 self.num_threads or 0, self.prepack_weights, trace_seconds)
+                                 self.num_threads or 0, self.prepack_weights, trace_seconds,
+                                 matmul_precision=self.matmul_precision)
         return compiled, _scalar_args(weak), ()
 
     def _dynamic(self, names: list, sigs: list, weak: list) -> "_Dynamic":
@@ -404,7 +410,7 @@ class JitFunction:
                                      select_target(self._vector_width, self._target),
                                      self.num_threads or 0, self.prepack_weights,
                                      time.perf_counter() - t0,
-                                     dynamic=True)
+                                     dynamic=True, matmul_precision=self.matmul_precision)
             return _Dynamic(compiled, sc, _scalar_args(weak), None)
         except NotDynamic as e:
             return _Dynamic(None, sc, None, e.reason)
@@ -576,7 +582,8 @@ class BoundJitFunction:
 
 
 def jit(fn=None, *, vector_width=None, num_threads=None, prepack_weights=True,
-        constants=None, static_argnums=(), static_argnames=(), dynamic=False, target=None):
+        constants=None, static_argnums=(), static_argnames=(), dynamic=False, target=None,
+        matmul_precision=None):
     """Decorator: `@jc.jit` or `@jc.jit(vector_width=256)`.
 
     target="x86-64-v3" (or "x86-64-v4", "x86-64-v2", "x86-64", "native"; default:
@@ -599,13 +606,19 @@ def jit(fn=None, *, vector_width=None, num_threads=None, prepack_weights=True,
     needs such an extent's value (a slice of it, a mean over it...) tries the batch alone,
     else is compiled per shape, and explain() says why (jitcore/call/shape_classes.py).
 
+    matmul_precision="bf16": float32 matmuls multiply their operands rounded to bfloat16 (to
+    nearest even) and accumulate in float32 (`vdpbf16ps` where the CPU has AVX512_BF16, else
+    the same values through float32 FMAs, slower; explain() says which); everything else
+    stays float32. "fp32" (or "highest") computes in float32; None (the default):
+    JITCORE_MATMUL_PRECISION's setting, fp32 unless set.
+
     Works on functions, functools.partial objects, callable objects and methods
     (`@jc.jit` in a class body binds `self` as a static argument)."""
     def wrap(f):
         return JitFunction(f, vector_width=vector_width, num_threads=num_threads,
                            prepack_weights=prepack_weights, constants=constants,
                            static_argnums=static_argnums, static_argnames=static_argnames,
-                           dynamic=dynamic, target=target)
+                           dynamic=dynamic, target=target, matmul_precision=matmul_precision)
     return wrap(fn) if fn is not None else wrap
 
 

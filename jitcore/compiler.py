@@ -29,7 +29,7 @@ from .cache import disk as diskcache
 from .cache import outputs as output_cache
 from .cache.fingerprint import host_caches
 from .cache.lru import LRU
-from .llvm import conv, engine, gemm, graph_module
+from .llvm import bf16, conv, engine, gemm, graph_module
 from .llvm import entry as abi
 from .llvm.entry import NDARRAY_TYPE_SYMBOL
 from .llvm.graph_module import build_module
@@ -223,25 +223,29 @@ def cache_info() -> dict:
 
 
 def cache_key(graph: Graph, strides: tuple, target: Target, threads: int,
-              prepack: bool) -> tuple:
+              prepack: bool, precision: str = bf16.FP32) -> tuple:
     # (a graph with run-time extents has their placeholders in its text: its own key; a
     # graph compiled for a perf map names its kernels there, so it is another entry)
     return (graph.text(), strides, target.key(), threads, prepack, VERSION,
-            config.get().perf_map, config.get().winograd)
+            config.get().perf_map, config.get().winograd) + \
+        ((precision,) if precision != bf16.FP32 else ())
 
 
 def compile_graph(graph: Graph, strides: tuple, target: Target, threads: int = 0,
                   prepack: bool = True, trace_seconds: float = 0.0,
-                  dynamic: bool = False) -> CompiledGraph:
+                  dynamic: bool = False, matmul_precision=None) -> CompiledGraph:
     """Compile (or fetch from the cache). `strides`: per input, strides in elements;
     `threads`: intra-op threads for this graph (0: the process-wide setting); `prepack`:
     pack constant GEMM weights at compile time (unless JITCORE_PREPACK=0); `trace_seconds`:
     what tracing the graph took, recorded with the compile's other stages; `dynamic`: the
     graph's shapes hold run-time extents (passes/symbolic.py), and the passes raise
-    passes.dynamic.NotDynamic when it needs their values."""
+    passes.dynamic.NotDynamic when it needs their values; `matmul_precision`: "fp32" or
+    "bf16", the policy of float32 matmuls (jitcore/llvm/bf16.py; None: the setting of
+    JITCORE_MATMUL_PRECISION)."""
     prepack = prepack and config.get().prepack
+    precision = bf16.policy(matmul_precision or config.get().matmul_precision)
     t0 = time.perf_counter()
-    key = cache_key(graph, strides, target, threads, prepack)
+    key = cache_key(graph, strides, target, threads, prepack, precision)
     key_seconds = time.perf_counter() - t0
     with _CACHE_LOCK:
         hit = _CACHE.lookup(key)
@@ -260,7 +264,7 @@ def compile_graph(graph: Graph, strides: tuple, target: Target, threads: int = 0
             with gcpause.paused():
                 hit = _compile(graph, strides, target, threads, prepack,
                                {"trace": trace_seconds, "cache_key": key_seconds}, dynamic,
-                               key)
+                               key, precision)
             with _CACHE_LOCK:
                 _CACHE.put(key, hit)
                 STATS["compiles"] += 1
@@ -354,9 +358,11 @@ class _Job:
     """One compile's inputs, and its two Python stages: the passes (with prepacking) and IR
     generation."""
 
-    def __init__(self, graph, strides, target, threads, prepack, dynamic):
+    def __init__(self, graph, strides, target, threads, prepack, dynamic,
+                 precision=bf16.FP32):
         self.graph, self.strides, self.target = graph, strides, target
         self.threads, self.prepack, self.dynamic = threads, prepack, dynamic
+        self.precision = precision
         self.mach = engine.machine(target)
 
     def lower(self) -> tuple:
@@ -367,6 +373,7 @@ class _Job:
         lowered = run_pipeline(self.graph, target.vector_bits, input_strides,
                                target.masked_tails, verify_stages=config.get().verify,
                                dynamic=self.dynamic)
+        bf16.apply(lowered, self.precision, target)   # before prepacking: it packs by it
         t1 = time.perf_counter()
         packed = 0
         if self.prepack:     # in place in `lowered`: the kernels read the packed constants
@@ -383,15 +390,15 @@ class _Job:
 
 def _compile(graph: Graph, strides: tuple, target: Target, threads: int,
              prepack: bool, front_seconds: dict, dynamic: bool = False,
-             key: tuple | None = None) -> CompiledGraph:
+             key: tuple | None = None, precision: str = bf16.FP32) -> CompiledGraph:
     """Compile: from the disk cache whole when it has the graph (without even the passes
     when it has the call layout), else the passes, IR generation and LLVM (per module, from
     the disk cache where it has the module)."""
-    job = _Job(graph, strides, target, threads, prepack, dynamic)
+    job = _Job(graph, strides, target, threads, prepack, dynamic, precision)
     whole = None
     # (a graph loaded whole has no kernel symbols to name in a perf map: build it from modules)
     if diskcache.directory() is not None and not config.get().perf_map:
-        key = key or cache_key(graph, strides, target, threads, prepack)
+        key = key or cache_key(graph, strides, target, threads, prepack, precision)
         whole = diskcache.GraphEntry(_code_key(key, threads, dynamic), target.key())
     t0 = time.perf_counter()
     manifest, stored = _find_whole(whole) if whole is not None else (None, None)

@@ -20,6 +20,9 @@ JITCORE_WINOGRAD       the largest Winograd output tile for 3x3 stride-1 convs: 
                        F(2x2, 3x3)), 4 (F(4x4, 3x3) where the plane allows: faster, ~20x
                        the rounding error, a NaN or Inf reaches a whole 6x6 patch's tile), or
                        0 (every conv direct); see jitcore/llvm/conv_winograd.py
+JITCORE_MATMUL_PRECISION  fp32 | bf16: how float32 matmuls compute when jit(matmul_precision=)
+                       does not say (default fp32; bf16: operands rounded to bfloat16,
+                       float32 accumulation, see jitcore/llvm/bf16.py)
 JITCORE_PERF_MAP       1: name every compiled kernel in /tmp/perf-<pid>.map for Linux perf
                        (jitcore/perfmap.py; default 0)
 
@@ -48,6 +51,7 @@ class Config:
     target: str = "native"
     perf_map: bool = False
     winograd: int = 2
+    matmul_precision: str = "fp32"
 
 
 def _int_env(name: str, default, allowed=None, minimum=None):
@@ -81,7 +85,22 @@ def from_env() -> Config:
                   stream_stores=_int_env("JITCORE_STREAM_STORES", None, minimum=0),
                   target=os.environ.get("JITCORE_TARGET", "").strip().lower() or "native",
                   perf_map=bool(_int_env("JITCORE_PERF_MAP", 0, allowed=(0, 1))),
-                  winograd=_int_env("JITCORE_WINOGRAD", 2, allowed=(0, 2, 4)))
+                  winograd=_int_env("JITCORE_WINOGRAD", 2, allowed=(0, 2, 4)),
+                  matmul_precision=_choice_env("JITCORE_MATMUL_PRECISION", "fp32",
+                                               ("fp32", "bf16")))
+
+
+def _choice_env(name: str, default: str, allowed: tuple) -> str:
+    """The value of environment variable `name`, one of `allowed` (lowercased); unset gives
+    the default, and so does another value, with a warning."""
+    raw = os.environ.get(name, "").strip().lower()
+    if not raw:
+        return default
+    if raw not in allowed:
+        warnings.warn(f"jitcore: ignoring {name}={raw!r} (expected {' | '.join(allowed)}); "
+                      f"using the default ({default})", RuntimeWarning, stacklevel=2)
+        return default
+    return raw
 
 
 _current = from_env()

@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jitcore.bench import child, cli, markdown, roofline
-from jitcore.bench.workloads import BY_NAME, SUITE
+from jitcore.bench import child, cli, markdown, peak, roofline
+from jitcore.bench.workloads import BF16_GEMMS, BY_NAME, SUITE
 
 REPO = str(Path(__file__).resolve().parents[1])
 TIMED_FIELDS = ("median_s", "min_s", "cpu_per_wall", "minflt_per_call", "sys_s_per_call")
@@ -129,6 +129,27 @@ def test_compute_cell_is_a_share_of_the_peak():
     assert roofline.compute_cell({"status": "wrong"}, 400.0) == "wrong"
     assert roofline.fma_peak({"fma_peak_gflops_per_core": 90.0}, 2) == 180.0
     assert roofline.fma_peak({}, 2) is None
+
+
+def test_bf16_rows_use_the_bf16_peak():
+    """bf16 matmul rows are a share of the vdpbf16ps peak where it was measured, else of the
+    fp32 FMA peak (no AVX512_BF16: jitcore ran the float32 fallback)."""
+    run = {"fma_peak_gflops_per_core": 100.0, "bf16_peak_gflops_per_core": 230.0}
+    assert roofline.peak_of(run, 2, "bf16") == 460.0 and roofline.peak_of(run, 2) == 200.0
+    assert roofline.peak_of(dict(run, bf16_peak_gflops_per_core=None), 1, "bf16") == 100.0
+    assert all(BY_NAME[n].precision == "bf16" and BY_NAME[n].gemm for n in BF16_GEMMS)
+
+
+def test_bf16_peak_is_measured_where_the_target_has_it():
+    """The vdpbf16ps loop does twice the flops of an FMA per instruction: its peak is well
+    above the fp32 one (None on a target without AVX512_BF16)."""
+    from jitcore.llvm import bf16
+    from jitcore.targetinfo import select_target
+    got = peak.bf16_peak_gflops()
+    if not bf16.native(select_target()):
+        assert got is None
+    else:
+        assert got > 1.2 * peak.fma_peak_gflops()
 
 
 def test_markdown_tables_have_both_columns(tiny_suite):

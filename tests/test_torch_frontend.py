@@ -570,3 +570,27 @@ def test_folded_constants_are_the_weights_read_at_compile_time(dtype):
         m.v.add_(1.0)
     assert_matches(c(x), want, ref)
     assert rel_err(eager(m, x), want) > 1e-2                  # the module did change
+
+
+def test_bf16_precision_runs_the_matmuls_in_bf16():
+    """precision="bf16" (jitcore.torch.compile, and torch.compile's options): the linears
+    multiply bf16-rounded operands, so the error against float64 is that of bf16 (above
+    2^-14 normwise, far from float32's 2^-22), no larger than torch autocast's on the same
+    model and input (autocast also rounds the activations between layers), and the two entry
+    points agree; without the option the model stays float32."""
+    torch.manual_seed(0)
+    m, x = MLP(width=256, layers=2), torch.randn(32, 256)
+    ref = in_double(m, x)
+    with torch.inference_mode():
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            autocast = eager(m, x).float()
+        got = jt.compile(m, x, precision="bf16")(x)
+        torch._dynamo.reset()
+        backend = torch.compile(m, backend="jitcore", options={"precision": "bf16"})(x)
+        torch._dynamo.reset()
+    err = rel_err(got, ref)
+    assert 2.0 ** -14 < err <= rel_err(autocast, ref), (err, rel_err(autocast, ref))
+    assert torch.equal(got, backend)
+    check(jt.compile(m, x), m, x)
+    with pytest.raises(jc.JitcoreError, match="matmul_precision"):
+        jt.compile(m, x, precision="fp8")

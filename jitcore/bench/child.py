@@ -185,9 +185,10 @@ def main(argv=None) -> int:
         import torch
         report["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
     if opts.system == "jitcore" and not opts.first_calls_only:
-        from .peak import fma_peak_gflops
+        from .peak import bf16_peak_gflops, fma_peak_gflops
         report["bandwidth_gbs"] = bandwidth(opts.threads, opts.tiny, opts.repeat)
         report["fma_peak_gflops_per_core"] = fma_peak_gflops()
+        report["bf16_peak_gflops_per_core"] = bf16_peak_gflops()
     print(json.dumps(report), flush=True)
     return 0
 

@@ -16,9 +16,10 @@ First calls come cold (a child of its own with empty JITCORE/TORCHINDUCTOR/NUMBA
 directories, in the first run) and warm (the timing child, whose caches the cold child
 filled). --runs R repeats the whole suite R times interleaved, the system order rotated per
 run; the tables show the median over runs and the spread (min-max) of the natural-use
-medians. jitcore's child also measures the copy/triad bandwidth and a core's fp32 FMA peak:
-the tables show jitcore's GB/s as a share of that bandwidth and matmul GFLOP/s as a share of
-the peak times the threads. A missing, failing or wrong peer is reported as such. --json
+medians. jitcore's child also measures the copy/triad bandwidth and a core's fp32 FMA peak
+(and its vdpbf16ps peak, where the CPU has AVX512_BF16): the tables show jitcore's GB/s as a
+share of that bandwidth and matmul GFLOP/s as a share of the peak times the threads (the bf16
+matmul rows: of the bf16 peak). A missing, failing or wrong peer is reported as such. --json
 writes every number; --plot a PNG of natural-use speedups over numpy (needs matplotlib).
 --tiny runs small sizes and few repeats (the test suite uses it). --target LEVEL holds
 every system to one instruction-set level: jitcore builds for it (JITCORE_TARGET) and the
@@ -44,7 +45,7 @@ import time
 from jitcore.llvm.target import LEVELS
 
 from .levels import restriction
-from .roofline import add_roofline, compute_cell, fma_peak, roofline_text
+from .roofline import add_roofline, compute_cell, peak_of, roofline_text
 from .systems import CONV_LAYOUTS, INTO_NOTES, SYSTEM_MODULES, SYSTEMS
 from .workloads import BY_NAME, SUITE, WEIGHTS_AFTER_FIRST
 
@@ -270,6 +271,7 @@ def merge_runs(system: str, threads: int, names: list, reports: list, cold) -> d
     if bws:
         entry["bandwidth_gbs"] = {k: _median_of(bws, k) for k in bws[0]}
         entry["fma_peak_gflops_per_core"] = _median_of(reports, "fma_peak_gflops_per_core")
+        entry["bf16_peak_gflops_per_core"] = _median_of(reports, "bf16_peak_gflops_per_core")
     return entry
 
 
@@ -376,10 +378,13 @@ def print_tables(data: dict):
         jit = at.get("jitcore", {"results": {}})
         bws = jit.get("bandwidth_gbs") or {}
         peak = (jit.get("fma_peak_gflops_per_core") or 0) * threads
+        bf16_peak = (jit.get("bf16_peak_gflops_per_core") or 0) * threads
         cores = next((r["cores"] for r in at.values() if r.get("cores")), "unpinned")
         measured = (f"; bandwidth measured in this run: copy {bws['copy']:.1f} GB/s, triad "
                     f"{bws.get('triad', 0):.1f} GB/s; fp32 FMA peak: {peak:.0f} GFLOP/s "
                     f"({peak / threads:.0f} per core)") if bws.get("copy") else ""
+        if measured and bf16_peak:
+            measured += f"; bf16 (vdpbf16ps) peak: {bf16_peak:.0f} GFLOP/s"
         print(f"\n=== {threads} thread(s), pinned to cores {cores}{measured} ===")
         numpy_at = at.get("numpy", {"results": {}})
 
@@ -402,7 +407,8 @@ def print_tables(data: dict):
             flops = cell(jit, name).get("flops")
             if BY_NAME[name].gemm and flops:
                 gflops = flops / c["median_s"] / 1e9
-                text += f"{gflops:9.1f}{(gflops / peak if peak else 0):7.0%}"
+                bound = peak_of(jit, threads, BY_NAME[name].precision) or 0
+                text += f"{gflops:9.1f}{(gflops / bound if bound else 0):7.0%}"
             return text
         extra_head = f"{'jc GB/s':>10s}{'% copy':>7s}{'GFLOP/s':>9s}{'% peak':>7s}"
         spread = " (±half the min-max spread over runs)" if several else ""
@@ -421,9 +427,11 @@ def print_tables(data: dict):
                         lambda n, s: roofline_cell(cell(at[s], n)), width=26)
         if gemm_names:
             print_table(f"compute roofline (matmul and convolution workloads): GFLOP/s and % "
-                        f"of the fp32 FMA peak of {threads} core(s), natural use / compute only",
+                        f"of the fp32 FMA peak of {threads} core(s) (bf16 rows: of the "
+                        f"vdpbf16ps peak), natural use / compute only",
                         gemm_names, systems, at,
-                        lambda n, s: compute_cell(cell(at[s], n), fma_peak(jit, threads)),
+                        lambda n, s: compute_cell(cell(at[s], n),
+                                                  peak_of(jit, threads, BY_NAME[n].precision)),
                         width=30)
         cold = cold_measured(data)
         print_table(first_call_title(data), names, systems, at,

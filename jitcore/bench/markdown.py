@@ -9,7 +9,7 @@ import json
 import sys
 
 from .cli import cell, cold_measured, first_call_cell, first_call_title, fmt_seconds, roofline_cell
-from .roofline import compute_cell, fma_peak
+from .roofline import compute_cell, fma_peak, peak_of
 from .systems import SYSTEMS
 from .workloads import BY_NAME
 
@@ -58,10 +58,14 @@ def tables(data: dict) -> str:
         if compute_bound:
             measured = (f"{peak:.0f} GFLOP/s fp32 FMA peak of {threads} core(s)" if peak else
                         "no FMA peak")
+            bf16_peak = peak_of(at.get("jitcore", {}), threads, "bf16")
+            if bf16_peak and bf16_peak != peak:
+                measured += f"; bf16 rows: of the {bf16_peak:.0f} GFLOP/s vdpbf16ps peak"
             lines += [f"\n{threads} thread(s): GFLOP/s (% of the {measured} measured in the "
                       f"same run), natural use / compute only\n", head, rule]
             for n in compute_bound:
-                lines.append(f"| {n} | " + " | ".join(compute_cell(cell(at[s], n), peak)
+                bound = peak_of(at.get("jitcore", {}), threads, BY_NAME[n].precision)
+                lines.append(f"| {n} | " + " | ".join(compute_cell(cell(at[s], n), bound)
                                                       for s in systems) + " |")
         cold = cold_measured(data)
         lines += [f"\n{threads} thread(s): {first_call_title(data)}\n", head, rule]

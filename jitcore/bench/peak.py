@@ -3,6 +3,10 @@ accumulators to cover the FMA latency on every port), compiled by jitcore's own 
 at the kernels' vector width and target level, timed on the calling thread. GFLOP/s = 2 flops
 per lane per FMA. The loop uses llvm.fmuladd: one FMA where the level has them, a multiply and
 an add where it has not (x86-64, x86-64-v2: the peak of that code, not a libm fma call).
+
+The bf16 peak (`bf16_peak_gflops`) is the same loop of `vdpbf16ps` (AVX512_BF16, 512 bits):
+each adds 16 lanes x 2 bf16 products to float32 accumulators, 64 flops, the count a bf16
+GEMM's 2*M*N*K flops are measured against. None where the target has no AVX512_BF16.
 """
 from __future__ import annotations
 
@@ -14,21 +18,32 @@ TARGET_S = 0.03           # one timed run
 RUNS = 7                  # the best run counts: a peak, and the machine may be busy
 
 
-def _ir(lanes: int) -> str:
+DPBF16 = "llvm.x86.avx512bf16.dpbf16ps.512"
+
+
+def _ir(lanes: int, bf16: bool = False) -> str:
+    """The peak loop: ACCUMULATORS independent chains of FMAs (or of vdpbf16ps, `bf16`:
+    %m and %c reinterpreted as 32 bf16 values each)."""
     vec = f"<{lanes} x float>"
     splat = lambda v: "<" + ", ".join([f"float {v}"] * lanes) + ">"   # noqa: E731
     acc = [f"%acc{k}" for k in range(ACCUMULATORS)]
     nxt = [f"%next{k}" for k in range(ACCUMULATORS)]
     body = [f"  {a} = phi {vec} [ {splat(float(k + 1))}, %entry ], [ {n}, %loop ]"
             for k, (a, n) in enumerate(zip(acc, nxt))]
-    body += [f"  {n} = call {vec} @llvm.fmuladd.v{lanes}f32({vec} {a}, {vec} %m, {vec} %c)"
-             for a, n in zip(acc, nxt)]
+    pairs = "<32 x bfloat>"
+    if bf16:
+        body += [f"  {n} = call {vec} @{DPBF16}({vec} {a}, {pairs} %mb, {pairs} %cb)"
+                 for a, n in zip(acc, nxt)]
+    else:
+        body += [f"  {n} = call {vec} @llvm.fmuladd.v{lanes}f32({vec} {a}, {vec} %m, {vec} %c)"
+                 for a, n in zip(acc, nxt)]
     total = nxt[0]
     tail = []
     for k, n in enumerate(nxt[1:]):
         tail.append(f"  %sum{k} = fadd {vec} {total}, {n}")
         total = f"%sum{k}"
     return "\n".join([
+        f"declare {vec} @{DPBF16}({vec}, {pairs}, {pairs})" if bf16 else
         f"declare {vec} @llvm.fmuladd.v{lanes}f32({vec}, {vec}, {vec})",
         "define float @jc_fma_peak(i64 %iters, float %mul, float %add) {",
         "entry:",
@@ -36,6 +51,8 @@ def _ir(lanes: int) -> str:
         f"  %m = shufflevector {vec} %m0, {vec} undef, <{lanes} x i32> zeroinitializer",
         f"  %c0 = insertelement {vec} undef, float %add, i32 0",
         f"  %c = shufflevector {vec} %c0, {vec} undef, <{lanes} x i32> zeroinitializer",
+        *([f"  %mb = bitcast {vec} %m to {pairs}", f"  %cb = bitcast {vec} %c to {pairs}"]
+          if bf16 else []),
         "  br label %loop",
         "loop:",
         "  %i = phi i64 [ 0, %entry ], [ %i1, %loop ]",
@@ -54,13 +71,28 @@ def _ir(lanes: int) -> str:
 def fma_peak_gflops() -> float:
     """Best-of-RUNS GFLOP/s of one thread running vector FMAs at the kernels' width."""
     from jitcore.targetinfo import select_target
-    from jitcore.llvm import engine
     target = select_target()
     lanes = target.vector_bits // 32
-    lib = engine.compile_ir(_ir(lanes), ["jc_fma_peak"], target)
+    return _measure(_ir(lanes), target, 2 * lanes * ACCUMULATORS)
+
+
+def bf16_peak_gflops() -> float | None:
+    """Best-of-RUNS GFLOP/s of one thread running vdpbf16ps (64 flops each), or None where
+    the kernels' target has no AVX512_BF16 at 512 bits (the bf16 GEMM then emulates)."""
+    from jitcore.llvm import bf16
+    from jitcore.targetinfo import select_target
+    target = select_target()
+    if not bf16.native(target):
+        return None
+    return _measure(_ir(16, bf16=True), target, 2 * 2 * 16 * ACCUMULATORS)
+
+
+def _measure(text: str, target, flops_per_iter: int) -> float:
+    """Best-of-RUNS GFLOP/s of the peak loop `text` (jc_fma_peak) compiled for `target`."""
+    from jitcore.llvm import engine
+    lib = engine.compile_ir(text, ["jc_fma_peak"], target)
     fn = ctypes.CFUNCTYPE(ctypes.c_float, ctypes.c_int64, ctypes.c_float,
                           ctypes.c_float)(lib.addresses["jc_fma_peak"])
-    flops_per_iter = 2 * lanes * ACCUMULATORS
     iters = 1000
     while True:                               # size one run to about TARGET_S
         t0 = time.perf_counter()

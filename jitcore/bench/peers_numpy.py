@@ -115,6 +115,11 @@ def np_global_pool(x, out=None):
     return x.mean(axis=(2, 3), keepdims=True, out=out)
 
 
+def np_matmul(x, W, out=None):
+    """float32 x @ W: numpy has no bf16, so the bf16 rows' base is its float32 matmul."""
+    return np.matmul(x, W, out=out)
+
+
 NUMPY = {"chain": np_chain, "gelu_tanh": np_gelu, "dispatch_1024": np_triad,
          "softmax": np_softmax, "layer_norm": np_layer_norm, "row_sum": np_row_sum,
          "col_sum": np_col_sum, "broadcast3": np_broadcast3, "transpose_add": np_transpose_add,
@@ -122,6 +127,8 @@ NUMPY = {"chain": np_chain, "gelu_tanh": np_gelu, "dispatch_1024": np_triad,
          "linear_gelu": np_linear_gelu, "mlp2": np_mlp, "fork_wait": np_fork_wait,
          "max_pool_3x3s2": np_max_pool, "avg_pool_2x2": np_avg_pool,
          "global_avg_pool": np_global_pool, "global_avg_pool_b8": np_global_pool}
+NUMPY.update({name: np_matmul for name in ("bf16_gemm_512x1024x4096", "bf16_bert_qkv",
+                                            "bf16_bert_ffn_up", "bf16_bert_ffn_down")})
 
 # numexpr: (expression, input names, float32 constants); float32 constants keep it in float32
 NUMEXPR = {

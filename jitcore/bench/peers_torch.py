@@ -7,6 +7,10 @@ a bool mask prepared once; the child runs every call under one `torch.inference_
 has one (n/a where it has none: gelu, layer_norm). torch.compile (dynamic=False) compiles the
 eager function; compute only compiles `out.copy_(fn(...))`, which inductor turns into
 kernels that store into `out`.
+
+bf16 rows (workloads.BF16_GEMMS): the weight converted to torch.bfloat16 once, each call
+`(x.bfloat16() @ W).float()` (oneDNN's bf16 GEMM, float32 accumulation; the float32 result
+as jitcore returns it); torch.compile compiles the same function.
 """
 from __future__ import annotations
 
@@ -166,15 +170,27 @@ def setup(threads: int):
     return mode
 
 
-def _tensors(args: tuple) -> list:
-    return [torch.from_numpy(np.ascontiguousarray(a)) for a in args]
+def t_bf16_matmul(x, w_bf16):
+    return torch.matmul(x.bfloat16(), w_bf16).float()
+
+
+BF16 = dict.fromkeys(("bf16_gemm_512x1024x4096", "bf16_bert_qkv", "bf16_bert_ffn_up",
+                      "bf16_bert_ffn_down"), t_bf16_matmul)
+
+
+def _tensors(args: tuple, name: str = "") -> list:
+    """The arguments as tensors (a bf16 row's weight converted to bfloat16, once)."""
+    tensors = [torch.from_numpy(np.ascontiguousarray(a)) for a in args]
+    if name in BF16:
+        tensors[1:] = [t.bfloat16() for t in tensors[1:]]
+    return tensors
 
 
 def eager_calls(name: str, args: tuple, out: np.ndarray):
-    targs, tout = _tensors(args), torch.from_numpy(out)
+    targs, tout = _tensors(args, name), torch.from_numpy(out)
     if name == "fork_wait":
         return lambda: t_fork_wait(*targs), None
-    fn = EAGER.get(name)
+    fn = EAGER.get(name) or BF16.get(name)
     if fn is None:
         return None
     into = (lambda: fn(*targs, out=tout)) if name in HAS_OUT else None
@@ -188,7 +204,7 @@ def _copy_into(fn):
 
 
 def compiled_calls(name: str, args: tuple, out: np.ndarray):
-    targs, tout = _tensors(args), torch.from_numpy(out)
+    targs, tout = _tensors(args, name), torch.from_numpy(out)
     if name in CONV:
         import torch._inductor.config as inductor_config
         inductor_config.freezing = True
@@ -196,7 +212,7 @@ def compiled_calls(name: str, args: tuple, out: np.ndarray):
         natural = torch.compile(module, dynamic=False)
         x = targs[0]
         return (lambda: natural(x)), (lambda: tout.copy_(natural(x)))
-    fn = t_fork_wait_eager if name == "fork_wait" else EAGER.get(name)
+    fn = t_fork_wait_eager if name == "fork_wait" else EAGER.get(name) or BF16.get(name)
     if fn is None:
         return None
     natural = torch.compile(fn, dynamic=False)

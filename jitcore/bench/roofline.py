@@ -53,6 +53,14 @@ def fma_peak(run: dict, threads: int) -> float | None:
     return per_core * threads if per_core else None
 
 
+def peak_of(run: dict, threads: int, precision: str = "fp32") -> float | None:
+    """The peak a workload of matmul `precision` is measured against: fma_peak, or for
+    "bf16" the vdpbf16ps peak (None where the CPU has no AVX512_BF16: jitcore then runs the
+    float32 fallback, and the fp32 FMA peak is its bound)."""
+    per_core = run.get("bf16_peak_gflops_per_core") if precision == "bf16" else None
+    return per_core * threads if per_core else fma_peak(run, threads)
+
+
 def gflops_text(c: dict, flops: float, peak: float | None) -> str:
     """'GFLOP/s (x% of peak)' of one cell (natural use or compute only), '-' where it was not
     timed."""

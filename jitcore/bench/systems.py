@@ -44,19 +44,20 @@ def _jitcore(threads: int):
     import inspect
 
     import jitcore as jc
-    from .workloads import JITCORE, WEIGHTS_AFTER_FIRST
+    from .workloads import BY_NAME, JITCORE, WEIGHTS_AFTER_FIRST
     jc.set_num_threads(threads)
     jc.set_num_interop_threads(threads)        # fork/wait tasks get the cell's threads too
     jc.jit(lambda a: a + 1.0, num_threads=threads)(TINY)
 
     def calls(name, args, out):
         fn = JITCORE[name]
+        opts = dict(num_threads=threads, matmul_precision=BY_NAME[name].precision)
         if name in WEIGHTS_AFTER_FIRST:       # weights bound as constants (prepacked, folded)
             params = list(inspect.signature(fn).parameters)
-            f = jc.jit(fn, num_threads=threads, constants=dict(zip(params[1:], args[1:])))
+            f = jc.jit(fn, constants=dict(zip(params[1:], args[1:])), **opts)
             args = args[:1]
         else:
-            f = jc.jit(fn, num_threads=threads)
+            f = jc.jit(fn, **opts)
         return (lambda: f(*args)), (lambda: f(*args, out=out))
     return calls
 

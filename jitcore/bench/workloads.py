@@ -29,6 +29,7 @@ class Workload:
     atol: float = 1e-4
     unit: str = "ms"                     # how the table shows times ("us" for dispatch)
     gemm: bool = False                   # matmul-bound: the table shows GFLOP/s and % of peak
+    precision: str = "fp32"              # jitcore's matmul_precision; "bf16": % of the bf16 peak
     memory_bound: bool = False           # bandwidth-bound: GB/s and % of copy (roofline.py)
 
 
@@ -158,6 +159,10 @@ def jc_resblock(x, w1, m1, v1, g1, b1, w2, m2, v2, g2, b2):
     return jc.relu(jc.batch_norm(jc.conv2d(y, w2, padding=1), m2, v2, g2, b2) + x)
 
 
+def jc_matmul(x, W):
+    return x @ W
+
+
 JITCORE = {"chain": jc_chain, "gelu_tanh": jc_gelu, "dispatch_1024": jc_triad,
            "softmax": jc_softmax, "layer_norm": jc_layer_norm, "row_sum": jc_row_sum,
            "col_sum": jc_col_sum, "broadcast3": jc_broadcast3,
@@ -174,6 +179,13 @@ JITCORE = {"chain": jc_chain, "gelu_tanh": jc_gelu, "dispatch_1024": jc_triad,
 # with freezing; eager torch and JAX: arguments as usual)
 WEIGHTS_AFTER_FIRST = {"conv3x3_64", "conv1x1_64_256", "conv3x3_256", "conv7x7s2_stem",
                        "dwconv3x3_96", "conv_bn_relu", "resblock"}
+# bf16 matmul rows (x @ W, W a weight): name -> (M, K, N, tiny M, K, N)
+BF16_GEMMS = {"bf16_gemm_512x1024x4096": (512, 1024, 4096, 32, 64, 128),
+              "bf16_bert_qkv": (128, 768, 768, 16, 64, 64),
+              "bf16_bert_ffn_up": (128, 768, 3072, 16, 64, 128),
+              "bf16_bert_ffn_down": (128, 3072, 768, 16, 128, 64)}
+JITCORE.update(dict.fromkeys(BF16_GEMMS, jc_matmul))
+WEIGHTS_AFTER_FIRST |= set(BF16_GEMMS)
 
 
 # ---- the suite --------------------------------------------------------------------------------
@@ -411,5 +423,27 @@ SUITE += [
              _conv_shapes(64, 64, 56, 3, 8, 8, 12), _resblock_inputs, _resblock64,
              _conv_bytes(), _conv_flops(convs=2), **CONV_TOL),
 ]
+
+
+
+def _bf16_gemm(name: str, title: str) -> Workload:
+    """x @ W under matmul_precision="bf16": jitcore's vdpbf16ps GEMM (W prepacked as bf16
+    pairs), torch on bf16 tensors (W converted once), numpy's float32 matmul as the base.
+    Tolerance: bf16 operands (unit roundoff 2^-8 each) on a product of standard deviation ~1."""
+    m, k, n, tm, tk, tn = BF16_GEMMS[name]
+    return Workload(name, f"{title}: x @ W, {m}x{k} @ {k}x{n}, bf16 operands, fp32 accumulation",
+                    lambda t: {"m": tm if t else m, "k": tk if t else k, "n": tn if t else n},
+                    lambda s, rng: (randn(rng, s["m"], s["k"]),
+                                    randn(rng, s["k"], s["n"]) * F32(1 / math.sqrt(s["k"]))),
+                    lambda x, W: x @ W,
+                    lambda s: 4 * (s["m"] * s["k"] + s["m"] * s["n"]) + 2 * s["k"] * s["n"],
+                    _mm_flops(("m", "k", "n")), rtol=3e-2, atol=3e-2, gemm=True,
+                    precision="bf16")
+
+
+SUITE += [_bf16_gemm("bf16_gemm_512x1024x4096", "bf16 GEMM"),
+          _bf16_gemm("bf16_bert_qkv", "bf16 BERT-base attention projection"),
+          _bf16_gemm("bf16_bert_ffn_up", "bf16 BERT-base FFN up"),
+          _bf16_gemm("bf16_bert_ffn_down", "bf16 BERT-base FFN down")]
 
 BY_NAME = {w.name: w for w in SUITE}

@@ -26,6 +26,11 @@ so that the packed block fits the 256 KiB stack buffer, MC so that the A rows of
 Weight prepacking: when B is a constant, `prepack` packs it once at compile time into the
 panel layout the kernel reads ([pc block][column block][panel][KC][NR]) and the kernel skips
 its packing step.
+
+Under matmul_precision="bf16" (jitcore/llvm/bf16.py) a float32 GEMM either packs B (and A)
+into bf16 pairs for `vdpbf16ps` (plan.pairs: gemm_bf16.py, panels [KC/2][NR] of 32-bit
+pairs), or, without AVX512_BF16, runs this kernel on operands rounded to bf16 as they are
+packed: B into its panels, A into row blocks (plan.pack_a, gemm_bf16.py's RoundedGemmEmitter).
 """
 from __future__ import annotations
 
@@ -38,10 +43,12 @@ from dataclasses import dataclass, replace
 import numpy as np
 from llvmlite import ir
 
+from jitcore.ir import dtypes as dt
 from jitcore.ir.graph import ConstArray
 from jitcore.passes.kernel import Buffer, Kernel, Kind, Load
 from jitcore.passes.symbolic import lin, monomial
 
+from . import bf16
 from . import irutil as u
 from .epilogue import EpilogueEmitter
 from .registry import KindEntry, plan_items, register
@@ -90,10 +97,22 @@ class GemmPlan:
     m_groups: int       # row groups per column block (work items for the pool)
     group_rows: int     # rows per group (0: M is a run-time extent, rows per group too)
     batch: int
+    pairs: bool = False  # k in bf16 pairs: B panels hold KP = ceil(KC / 2) rows of NR pairs
+    pack_a: bool = False  # A's row blocks are packed (bf16 pairs, or bf16-rounded floats)
 
     @property
     def items(self) -> int:
         return self.batch * self.n_blocks * self.m_groups
+
+    @property
+    def kp(self) -> int:
+        """Rows of a packed panel: KC, or KC / 2 pairs (rounded up)."""
+        return -(-self.kc // 2) if self.pairs else self.kc
+
+    @property
+    def a_stride(self) -> int:
+        """Slots (pairs or floats) per row of a packed A block: KP, in whole vectors."""
+        return -(-self.kp // self.lanes) * self.lanes
 
 
 def k_block(nr: int, itemsize: int) -> int:
@@ -112,8 +131,9 @@ def plan_threads(threads: int) -> int:
 
 def plan(kernel: Kernel, vector_bits: int, threads: int) -> GemmPlan:
     g = kernel.gemm
-    size = g.dtype.itemsize
-    lanes = max(vector_bits // (8 * size), 1)
+    lanes = max(vector_bits // (8 * g.dtype.itemsize), 1)
+    pairs = g.precision == "bf16"
+    size = 2 if pairs else g.dtype.itemsize        # bytes of a packed element
     # accumulators mr x nv vectors, plus nv B vectors and an A broadcast, in registers: 32 at
     # 512 bits (6 x 4 measured 5-10% above 12 x 2 on Zen 5: fewer loads per FMA), else 16
     nv = 4 if vector_bits >= 512 else 2
@@ -126,9 +146,18 @@ def plan(kernel: Kernel, vector_bits: int, threads: int) -> GemmPlan:
     if not k_dynamic:
         kc = min(kc, max(k_ext, 1))
     nc = max(nr, MAX_PACK_BYTES // (kc * size) // nr * nr)
+    if pairs and g.prepacked:
+        # no stack buffer to fit: one column block, so A is packed once per row and k
+        # block, not once per column block too (the panels stream from L3 meanwhile;
+        # 512x1024x4096 at 1 thread, Zen 4: 154 -> 200 GFLOP/s over NC = 128)
+        nc = max(nc, -(-max(n_ext, 1) // nr) * nr)
     if not n_dynamic:
         nc = min(nc, -(-max(n_ext, 1) // nr) * nr)
     mc = max(mr, caches[2] // 4 // (kc * size) // mr * mr)
+    pack_a = g.precision != "fp32"
+    if pack_a:              # A's block is packed too, on the stack beside B's
+        a_row = -(-(-(-kc // 2) if pairs else kc) // lanes) * lanes * 4
+        mc = max(mr, min(mc, MAX_PACK_BYTES // a_row // mr * mr))
     batch = math.prod(v.extent for v in g.batch)
     n_blocks = 1 if n_dynamic else -(-max(n_ext, 1) // nc)
     k_blocks = 0 if k_dynamic else max(-(-k_ext // kc), 1)
@@ -138,7 +167,8 @@ def plan(kernel: Kernel, vector_bits: int, threads: int) -> GemmPlan:
         m_groups = 1
         if threads > 1 and 0 < batch * n_blocks < 2 * threads:
             m_groups = -(-2 * threads // (batch * n_blocks))
-        return GemmPlan(lanes, mr, nr, nv, kc, mc, nc, k_blocks, n_blocks, m_groups, 0, batch)
+        return GemmPlan(lanes, mr, nr, nv, kc, mc, nc, k_blocks, n_blocks, m_groups, 0, batch,
+                        pairs, pack_a)
     row_panels = max(-(-m_ext // mr), 1)
     m_groups = 1
     if threads > 1 and 0 < batch * n_blocks < 2 * threads:      # batch 0: nothing to split
@@ -146,7 +176,7 @@ def plan(kernel: Kernel, vector_bits: int, threads: int) -> GemmPlan:
     group_rows = -(-row_panels // m_groups) * mr
     m_groups = max(-(-max(m_ext, 1) // group_rows), 1)
     return GemmPlan(lanes, mr, nr, nv, kc, mc, nc, k_blocks, n_blocks, m_groups, group_rows,
-                    batch)
+                    batch, pairs, pack_a)
 
 
 def loads_per_slot(lowered) -> Counter:
@@ -178,14 +208,21 @@ def prepack(lowered, vector_bits: int, threads: int) -> int:
     for kernel in lowered.kernels:
         if kernel.gemm is None or not prepackable(kernel, lowered, loads):
             continue
-        g, p = kernel.gemm, plan(kernel, vector_bits, threads)
+        g = kernel.gemm
+        kernel.gemm = replace(g, prepacked=True)       # planned as the emitter will see it
+        p = plan(kernel, vector_bits, threads)
         buf = g.b.buffer
         index = const_bufs.index(buf)
         dense = _operand_matrix(lowered.consts[index].array, g.b.offset, g.k, g.n)
-        panels = _panels(dense, p, g.dtype.np)
+        if g.precision == "bf16":
+            panels, dtype = _pair_panels(dense, p), dt.int32
+        else:
+            if g.precision == "bf16-emulated":
+                dense = bf16.rounded(dense)
+            panels, dtype = _panels(dense, p, g.dtype.np), buf.dtype
         lowered.consts[index] = ConstArray.derived(panels, lowered.consts[index],
                                                    f"gemm panels {p}")
-        new = Buffer(buf.name, "const", buf.dtype, panels.shape, (1,), buf.slot)
+        new = Buffer(buf.name, "const", dtype, panels.shape, (1,), buf.slot)
         lowered.buffers[buf.slot] = new
         const_bufs[index] = new
         kernel.gemm = replace(g, b=Load(new, lin(0)), prepacked=True)
@@ -215,6 +252,16 @@ def _panels(dense: np.ndarray, p: GemmPlan, dtype) -> np.ndarray:
             if rest:
                 panels[kb, nb, whole, :kn, :rest] = block[:, whole * p.nr:]
     return panels.ravel()
+
+
+def _pair_panels(dense: np.ndarray, p: GemmPlan) -> np.ndarray:
+    """B (K, N) rounded to bf16 in the pairs kernel's order, flat int32: [k block][n block]
+    [panel][KC/2][c] of (B[2j, c], B[2j+1, c]) pairs, the even k in the low half, zero past
+    K and N: the 16-bit panels of an even KC (KC + 1 when K itself is an odd KC), paired."""
+    even = replace(p, kc=2 * p.kp, pairs=False)
+    halves = _panels(bf16.bits(dense), even, np.uint16)
+    halves = halves.reshape(-1, p.kp, 2, p.nr).transpose(0, 1, 3, 2)
+    return np.ascontiguousarray(halves).view(np.int32).ravel()
 
 
 def _operand_matrix(flat: np.ndarray, offset, k, n) -> np.ndarray:
@@ -251,6 +298,10 @@ class GemmEmitter(EpilogueEmitter):
         self.panel_ty = ir.ArrayType(self.elem, p.kc * p.nc)
         self.out = kernel.stores[0]
         self.setup_epilogue(self.g.n, p.lanes)
+        # B's values as the products use them (bf16-rounded where this float32 kernel stands
+        # in for the vdpbf16ps one; A is then rounded as it is packed, RoundedGemmEmitter)
+        emulated = self.g.precision == "bf16-emulated"
+        self.operand = (lambda x: bf16.round_ir(self.b, x)) if emulated else (lambda x: x)
 
     def body(self):
         b, p, g = self.b, self.p, self.g
@@ -312,7 +363,7 @@ class GemmEmitter(EpilogueEmitter):
         """Pointer to the packed KC x NC block: the prepacked constant's, or packed now."""
         b, p, g = self.b, self.p, self.g
         if g.prepacked:
-            block = b.mul(b.add(b.mul(pci, u.I64(p.n_blocks)), j), u.I64(p.kc * p.nc))
+            block = b.mul(b.add(b.mul(pci, u.I64(p.n_blocks)), j), u.I64(p.kp * p.nc))
             base = self.base_ptr(g.b.buffer)
             return b.gep(base, [block])
         panels = b.gep(self.pack_buf, [u.I64(0), u.I64(0)])
@@ -336,7 +387,7 @@ class GemmEmitter(EpilogueEmitter):
                 dst = b.add(dst0, b.mul(kk, u.I64(p.nr)))
                 for h in range(p.nv):
                     col = b.add(col0, u.I64(h * p.lanes))
-                    vec = self.load_row(col, counts[h], masks[h])
+                    vec = self.operand(self.load_row(col, counts[h], masks[h]))
                     ptr = b.gep(panels, [b.add(dst, u.I64(h * p.lanes))])
                     b.store(vec, b.bitcast(ptr, self.vty.as_pointer()), align=64)
 
@@ -363,7 +414,7 @@ class GemmEmitter(EpilogueEmitter):
                 with u.for_range(b, u.I64(0), kc, 1, name="kk") as kk:
                     self.env[g.k] = b.add(pc, kk)
                     x = b.load(b.gep(self.base_ptr(g.b.buffer), [self.index(g.b.offset)]))
-                    b.store(x, b.gep(panel, [b.add(b.mul(kk, u.I64(p.nr)), c)]))
+                    b.store(self.operand(x), b.gep(panel, [b.add(b.mul(kk, u.I64(p.nr)), c)]))
 
     def load_row(self, col, count, mask):
         """lanes of B's row env[k] from column `col`, `count` of them valid (the rest zero,
@@ -390,10 +441,11 @@ class GemmEmitter(EpilogueEmitter):
         b, p = self.b, self.p
         with _loop(b, m_lo, m_hi, p.mc, "ic", partial=True) as ic:
             ic_end = u.imin(b, b.add(ic, u.I64(p.mc)), m_hi)
+            self.row_block(ic, ic_end, pc, kc)
             with _loop(b, u.I64(0), npanels, 1, name="jr") as jp:
                 col0 = b.add(n0, b.mul(jp, u.I64(p.nr)))
                 ncol = u.imin(b, u.I64(p.nr), b.sub(b.add(n0, ncols), col0))
-                panel = b.gep(panels, [b.mul(jp, u.I64(p.kc * p.nr))])
+                panel = b.gep(panels, [b.mul(jp, u.I64(p.kp * p.nr))])
                 with _loop(b, ic, ic_end, p.mr, "ir", partial=True) as row0:
                     nrow = u.imin(b, u.I64(p.mr), b.sub(ic_end, row0))
                     if monomial(self.g.n.extent) is None:
@@ -401,6 +453,10 @@ class GemmEmitter(EpilogueEmitter):
                     else:
                         accs = self.micro_to(panel, pc, kc, row0, ncol)
                     self.update(accs, row0, nrow, col0, ncol, first, last)
+
+    def row_block(self, ic, ic_end, pc, kc):
+        """Before the panels of rows ic..ic_end at k block pc: nothing (A is read in place;
+        the pairs kernel packs it here)."""
 
     def micro_to(self, panel, pc, kc, row0, ncol):
         """The micro-kernel over the vectors that hold the panel's `ncol` valid columns: a
@@ -433,36 +489,53 @@ class GemmEmitter(EpilogueEmitter):
         the MR x NV accumulator vectors, phis of the k loop (SSA from the start: no stack
         slots for LLVM to promote); only the first `nvec` vectors are summed (0: all; the
         others hold no valid column and stay zero)."""
-        b, p, g = self.b, self.p, self.g
+        b, p = self.b, self.p
         nvec = nvec or p.nv
+        a_rows, step = self.a_rows(pc, row0)
+        vptr = self.vty.as_pointer()
+
+        def products(kk, accs):
+            bk = b.gep(panel, [b.mul(kk, u.I64(p.nr))])
+            # unaligned loads: a prepacked constant's array is only element-aligned
+            bv = [b.load(b.bitcast(b.gep(bk, [u.I64(h * p.lanes)]), vptr), align=1)
+                  for h in range(nvec)]
+            ak = kk if step == 1 else b.mul(kk, self.extent(step or 0))
+            sums = []
+            for r in range(p.mr):
+                a = b.load(b.gep(a_rows[r], [ak])) if step is not None else \
+                    self.a_element(row0, r, b.add(pc, kk))
+                a = u.splat(b, a, p.lanes)
+                sums.append([u.intrinsic(b, "fmuladd", [a, bv[h], accs[r][h]])
+                             for h in range(nvec)])
+            return sums
+        return self.k_loop(kc, nvec, products)
+
+    def a_rows(self, pc, row0) -> tuple:
+        """(pointers to A[row0 + r, pc] for the MR rows, A's stride along k: None where its
+        index is not linear in k). Rows past the edge read the last row, unused."""
+        b, p, g = self.b, self.p, self.g
         self.env[g.k] = pc
         a_rows, a_base = [], self.base_ptr(g.a.buffer)
         last_row = self.last_row()
-        for r in range(p.mr):           # rows past the edge read the last row, unused
+        for r in range(p.mr):
             self.env[g.m] = u.imin(b, b.add(row0, u.I64(r)), last_row)
             a_rows.append(b.gep(a_base, [self.index(g.a.offset)]))
-        step = g.a.offset.coeff(g.k)        # None: A's index is not linear in k
-        vptr = self.vty.as_pointer()
+        return a_rows, g.a.offset.coeff(g.k)
+
+    def k_loop(self, trips, nvec: int, products):
+        """The micro-kernel's loop: kk from 0 to `trips` (not unrolled), the MR x nvec
+        accumulators phis of it, updated by products(kk, accs) -> the new sums; returns
+        them with the vectors past nvec zero."""
+        b, p = self.b, self.p
         fn, before = b.function, b.block
         cond, body, done = (fn.append_basic_block(f"k.{part}") for part in ("cond", "body", "end"))
         b.branch(cond)
         b.position_at_end(cond)
         kk = b.phi(u.I64, name="k")
         accs = [[b.phi(self.vty, name=f"acc{r}_{h}") for h in range(nvec)] for r in range(p.mr)]
-        b.cbranch(b.icmp_signed("<", kk, kc), body, done)
+        b.cbranch(b.icmp_signed("<", kk, trips), body, done)
         b.position_at_end(body)
-        bk = b.gep(panel, [b.mul(kk, u.I64(p.nr))])
-        # unaligned loads: a prepacked constant's array is only element-aligned
-        bv = [b.load(b.bitcast(b.gep(bk, [u.I64(h * p.lanes)]), vptr), align=1)
-              for h in range(nvec)]
-        ak = kk if step == 1 else b.mul(kk, self.extent(step or 0))
-        sums = []
-        for r in range(p.mr):
-            a = b.load(b.gep(a_rows[r], [ak])) if step is not None else \
-                self.a_element(row0, r, b.add(pc, kk))
-            a = u.splat(b, a, p.lanes)
-            sums.append([u.intrinsic(b, "fmuladd", [a, bv[h], accs[r][h]])
-                         for h in range(nvec)])
+        sums = products(kk, accs)
         after = b.block
         kk.add_incoming(u.I64(0), before)
         kk.add_incoming(b.add(kk, u.I64(1)), after)
@@ -573,4 +646,19 @@ def _clamp(b, x, hi: int):
     return u.imin(b, b.select(b.icmp_signed(">", x, zero), x, zero), u.I64(hi))
 
 
-register(KindEntry(Kind.GEMM, GemmEmitter, plan=plan, work=plan_items, unrolled=True))
+def emitter(module, kernel, name: str, masked_tail: bool, stream_bytes: int = 0, plan=None):
+    """The GEMM emitter of the plan: this module's, or one packing A (gemm_bf16.py)."""
+    cls = GemmEmitter
+    if plan.pack_a:
+        from . import gemm_bf16                      # (its emitters extend GemmEmitter)
+        cls = gemm_bf16.PairsGemmEmitter if plan.pairs else gemm_bf16.RoundedGemmEmitter
+    return cls(module, kernel, name, masked_tail, stream_bytes, plan)
+
+
+def report(kernel: Kernel) -> tuple:
+    """The loop nest, and how the products compute under the matmul precision policy."""
+    return None, kernel.loop_nest + bf16.describe(kernel.gemm.precision)
+
+
+register(KindEntry(Kind.GEMM, emitter, plan=plan, work=plan_items, report=report,
+                   unrolled=True))

@@ -22,6 +22,9 @@ the axis along which Mat is contiguous:
 Mat strided along both axes runs the rows shape with element-wise loads (correct, slower); so
 does a strided x in the rows shape.
 
+Under matmul_precision="bf16" (jitcore/llvm/bf16.py: precision "bf16-emulated") both
+operands are rounded to bf16 as they are loaded, and the products accumulate in float32.
+
 Every output is computed by one work item, in an order that depends only on the shapes: the
 result is the same for any thread count (work is split over outputs, never over k).
 """
@@ -34,6 +37,7 @@ from llvmlite import ir
 
 from jitcore.passes.kernel import Kind
 
+from . import bf16
 from . import irutil as u
 from .epilogue import EpilogueEmitter
 from .registry import KindEntry, register
@@ -108,6 +112,9 @@ class GemvEmitter(EpilogueEmitter):
         self.elem = u.value_type(self.g.dtype)
         self.vty = ir.VectorType(self.elem, p.lanes)
         self.setup_epilogue(self.i, p.lanes)
+        # the operands' values as the products use them (bf16-rounded under the bf16 policy)
+        emulated = self.g.precision == "bf16-emulated"
+        self.operand = (lambda x: bf16.round_ir(self.b, x)) if emulated else (lambda x: x)
 
     def body(self):
         b, p, g = self.b, self.p, self.g
@@ -135,7 +142,11 @@ class GemvEmitter(EpilogueEmitter):
 
     def along_k(self, load, k0, count):
         """lanes elements of `load` at k0, k0+1, ... (env fixes the other vars); `count`: the
-        valid ones (None: all), the rest zero and not read."""
+        valid ones (None: all), the rest zero and not read; as the products use them."""
+        return self.operand(self.read_along_k(load, k0, count))
+
+    def read_along_k(self, load, k0, count):
+        """along_k's elements as stored."""
         b, p, k = self.b, self.p, self.g.k
         if load.offset.coeff(k) == 1:
             ptr = b.bitcast(self.pointer(load, k0), self.vty.as_pointer())
@@ -227,8 +238,8 @@ class GemvEmitter(EpilogueEmitter):
 
         def rows_pass(k0, rows: int):
             """y += the pairwise sum of x[k0 + j] * Mat[k0 + j] over j < rows."""
-            xs = [u.splat(b, b.load(self.pointer(self.x, b.add(k0, u.I64(j)))), lanes)
-                  for j in range(rows)]
+            xs = [u.splat(b, self.operand(b.load(self.pointer(self.x, b.add(k0, u.I64(j))))),
+                          lanes) for j in range(rows)]
             starts = [self.pointer(self.mat, b.add(k0, u.I64(j)), lo) for j in range(rows)]
             tail_mask = u.lane_mask(b, tail, lanes)
 
@@ -237,8 +248,8 @@ class GemvEmitter(EpilogueEmitter):
                 loads = []
                 for s in starts:
                     ptr = b.bitcast(b.gep(s, [col]), self.vty.as_pointer())
-                    loads.append(b.load(ptr, align=1) if mask is None else
-                                 u.masked_load(b, ptr, mask, self.vty))
+                    loads.append(self.operand(b.load(ptr, align=1) if mask is None else
+                                              u.masked_load(b, ptr, mask, self.vty)))
                 y_ptr = b.gep(ys, [v])
                 y = b.load(y_ptr, align=64)
                 if rows == 1:
@@ -283,4 +294,9 @@ def _work(kernel, plan: GemvPlan) -> tuple:
     return plan.items, grain(kernel, plan.items)
 
 
-register(KindEntry(Kind.GEMV, GemvEmitter, plan=plan, work=_work))
+def report(kernel) -> tuple:
+    """The loop nest, and how the products compute under the matmul precision policy."""
+    return None, kernel.loop_nest + bf16.describe(kernel.gemm.precision)
+
+
+register(KindEntry(Kind.GEMV, GemvEmitter, plan=plan, work=_work, report=report))

@@ -15,12 +15,23 @@ import logging
 
 import torch
 
+from jitcore.llvm.bf16 import policy as bf16_policy
+
 from .module import CompiledModule
 
 log = logging.getLogger("jitcore")
 
 
-def jitcore_backend(gm: torch.fx.GraphModule, example_inputs: list):
+def jitcore_backend(gm: torch.fx.GraphModule, example_inputs: list, options: dict | None = None):
+    """The backend; `options` (torch.compile(options=)): {"precision": "bf16"} runs the float32
+    matmuls with bf16 operands (jitcore.torch.compile's `precision`), other keys are refused."""
+    options = dict(options or {})
+    precision = options.pop("precision", None)
+    if precision is not None:
+        bf16_policy(precision)                 # a bad name is the caller's error, not torch's
+    if options:
+        raise ValueError(f"jitcore backend: unknown options {sorted(options)} (it takes "
+                         "'precision')")
     if any(not isinstance(x, torch.Tensor) for x in example_inputs):
         log.info("jitcore.torch backend: symbolic inputs; graph runs as dynamo gave it")
         return gm.forward
@@ -28,7 +39,8 @@ def jitcore_backend(gm: torch.fx.GraphModule, example_inputs: list):
     constants = {k: x.detach() for k, (x, node) in enumerate(zip(example_inputs, placeholders))
                  if _is_module_state(x, node)}
     try:
-        compiled = CompiledModule(gm, tuple(example_inputs), constant_inputs=constants)
+        compiled = CompiledModule(gm, tuple(example_inputs), constant_inputs=constants,
+                                  precision=precision)
     except Exception as e:                   # never break the user's model: run it in torch
         log.warning("jitcore.torch backend: %s: %s; graph runs in torch", type(e).__name__, e)
         return gm.forward

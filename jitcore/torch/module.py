@@ -7,6 +7,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from jitcore.ir.errors import DTypeError, ShapeError
+from jitcore.llvm.bf16 import policy as bf16_policy
 
 from . import threads
 from .program import export_graph, fallback_nodes, fold_constants, partition
@@ -31,7 +32,7 @@ class Program:
     input), and the parts are jc.jit(dynamic=True) functions."""
 
     def __init__(self, module, args: tuple, kwargs: dict, name: str, constant_inputs=None,
-                 dynamic: bool = False):
+                 dynamic: bool = False, precision: str | None = None):
         t0 = time.perf_counter()
         exported, self.dynamic_note = None, None
         if dynamic:
@@ -58,7 +59,7 @@ class Program:
         n = pytree.tree_flatten((tuple(args), kwargs))[1].num_leaves
         self.flat_args = self.in_spec == pytree.tree_flatten((tuple(range(n)), {}))[1]
         self.single_out = self.out_spec.is_leaf()
-        self.parts = partition(self.gm, name, dynamic)
+        self.parts = partition(self.gm, name, dynamic, precision)
         self.fallbacks, self.views_in_torch = fallback_nodes(self.gm)
         self.decomposed = exported.decomposed
         self.seconds = {"export": t1 - t0, "partition": time.perf_counter() - t1}
@@ -105,8 +106,10 @@ class CompiledModule:
     module's own output structure). Compiled at construction with the example inputs."""
 
     def __init__(self, module: torch.nn.Module, example_inputs: tuple, dynamic: bool = False,
-                 constant_inputs: dict | None = None):
+                 constant_inputs: dict | None = None, precision: str | None = None):
         self.module, self.dynamic = module, dynamic
+        # the parts' matmul_precision (None: JITCORE_MATMUL_PRECISION's), checked here
+        self.precision = None if precision is None else bf16_policy(precision)
         self.__name__ = type(module).__name__
         self._constant_inputs = constant_inputs
         t0 = time.perf_counter()
@@ -118,7 +121,7 @@ class CompiledModule:
 
     def _build(self, args: tuple) -> Program:
         program = Program(self.module, args, {}, self.__name__, self._constant_inputs,
-                          self.dynamic)
+                          self.dynamic, self.precision)
         key = tuple(map(str, program.signature))
         self._programs[key] = program
         return program
@@ -212,7 +215,8 @@ class CompiledModule:
                 f"{len(self._program.fallbacks)} fallback node(s)>")
 
 
-def compile(module: torch.nn.Module, *example_inputs, dynamic: bool = False) -> CompiledModule:  # noqa: A001
+def compile(module: torch.nn.Module, *example_inputs, dynamic: bool = False,  # noqa: A001
+            precision: str | None = None) -> CompiledModule:
     """Compile `module` (its eval form) for inputs like `example_inputs`.
 
     torch.export gives the graph (decomposed to core ATen unless every node lowers as
@@ -226,7 +230,12 @@ def compile(module: torch.nn.Module, *example_inputs, dynamic: bool = False) -> 
     reuses the export and compiles the parts for it (a sequence axis is not a leading one);
     a shape the export does not admit exports again. dynamic=False: a new shape raises
     ShapeError.
+    precision="bf16": the float32 matmuls and linears multiply bf16-rounded operands (weights
+    converted and prepacked as bf16 pairs at compile time, `vdpbf16ps` where the CPU has
+    AVX512_BF16, else a slower float32 fallback on the same values) and accumulate in
+    float32; every other op stays float32 (jc.jit's matmul_precision). None: the setting of
+    JITCORE_MATMUL_PRECISION (fp32 unless set).
     The module's parameters and buffers are read once, here: weights changed afterwards are
     not seen (compile again). Each submodule keeps the training flag it had.
     """
-    return CompiledModule(module, example_inputs, dynamic)
+    return CompiledModule(module, example_inputs, dynamic, precision=precision)

@@ -43,11 +43,11 @@ class Part(JitFunction):
     """The jitted function of one part. `constants`: placeholder index -> ConstArray."""
 
     def __init__(self, name: str, graph: torch.fx.Graph, constants: dict,
-                 dynamic: bool = False):
+                 dynamic: bool = False, matmul_precision: str | None = None):
         def fn(*args):
             raise TraceError("a jitcore.torch part is traced from its fx graph")
         fn.__name__ = name
-        super().__init__(fn, dynamic=dynamic)
+        super().__init__(fn, dynamic=dynamic, matmul_precision=matmul_precision)
         self._fx = graph
         placeholders = [n for n in graph.nodes if n.op == "placeholder"]
         self._fx_inputs = [n for k, n in enumerate(placeholders) if k not in constants]

@@ -242,9 +242,11 @@ class _Support(OperatorSupportBase):
         return why_unsupported(node) is None
 
 
-def partition(gm: torch.fx.GraphModule, name: str = "model", dynamic: bool = False) -> list:
+def partition(gm: torch.fx.GraphModule, name: str = "model", dynamic: bool = False,
+              precision: str | None = None) -> list:
     """Replace every maximal supported region by one PartModule (one jitcore graph).
-    Returns the part names. `dynamic`: the parts are jc.jit(dynamic=True) functions."""
+    Returns the part names. `dynamic`: the parts are jc.jit(dynamic=True) functions;
+    `precision`: their matmul_precision."""
     partitioner = CapabilityBasedPartitioner(gm, _Support(), allows_single_node_partition=True)
     proposed = [p for p in partitioner.propose_partitions()
                 if any(str(n.target) not in VIEW_OPS for n in p.nodes)]
@@ -271,7 +273,8 @@ def partition(gm: torch.fx.GraphModule, name: str = "model", dynamic: bool = Fal
         single = not isinstance(out, (tuple, list))
         scalars = {k: _python_type(n) for k, n in enumerate([out] if single else out)
                    if _python_type(n) is not None}
-        part = Part(f"{name}_{node.target[len(PART_PREFIX):]}", sub.graph, constants, dynamic)
+        part = Part(f"{name}_{node.target[len(PART_PREFIX):]}", sub.graph, constants, dynamic,
+                    matmul_precision=precision)
         delattr(fused, node.target)
         fused.add_submodule(node.target, PartModule(part, 1 if single else len(out), single,
                                                     scalars))
