@@ -113,3 +113,13 @@ def test_hf_models_over_sequence_lengths(make):
     text = c.explain()
     biggest = max(text.split("== ")[1:], key=len)       # the part with the layers
     assert "run-time extents" in biggest.splitlines()[1], biggest[:600]
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_parts_follow_the_dynamic_argument(dynamic):
+    """Each part is jc.jit(dynamic=...) as compile was asked (partition once passed its list
+    of run-time inputs where the flag goes, so every part with an input was dynamic)."""
+    m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU())
+    c = jt.compile(m, torch.randn(4, 8), dynamic=dynamic)
+    parts = c._program.part_modules()
+    assert parts and all(pm.part.dynamic is dynamic for pm in parts)

@@ -259,7 +259,7 @@ def partition(gm: torch.fx.GraphModule, name: str = "model", dynamic: bool = Fal
         if node.op != "call_module" or not node.target.startswith(PART_PREFIX):
             continue
         sub = getattr(fused, node.target)
-        constants, dynamic = {}, []
+        constants, inputs = {}, []
         for k, arg in enumerate(node.args):
             if arg.op == "get_attr":
                 if arg.target not in arrays:
@@ -268,17 +268,17 @@ def partition(gm: torch.fx.GraphModule, name: str = "model", dynamic: bool = Fal
                         arg.target.startswith(FOLDED_PREFIX) else ConstArray(value)
                 constants[k] = arrays[arg.target]
             else:
-                dynamic.append(arg)
+                inputs.append(arg)
         out = next(n for n in sub.graph.nodes if n.op == "output").args[0]
         single = not isinstance(out, (tuple, list))
         scalars = {k: _python_type(n) for k, n in enumerate([out] if single else out)
                    if _python_type(n) is not None}
-        part = Part(f"{name}_{node.target[len(PART_PREFIX):]}", sub.graph, constants, dynamic,
-                    matmul_precision=precision)
+        part = Part(f"{name}_{node.target[len(PART_PREFIX):]}", sub.graph, constants,
+                    dynamic=dynamic, matmul_precision=precision)
         delattr(fused, node.target)
         fused.add_submodule(node.target, PartModule(part, 1 if single else len(out), single,
                                                     scalars))
-        node.args = tuple(dynamic)
+        node.args = tuple(inputs)
         parts.append(node.target)
     fused.graph.eliminate_dead_code()
     drop_unused_constants(fused)
