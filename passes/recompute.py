@@ -11,6 +11,11 @@ recompute all the previous ones). The rule, in op units per element:
   - a value read by r kernels is materialized when (r - 1) * cost(cone) > ROUND_TRIP_COST,
     the price of storing it and loading it back (r counted with only the always-materialized
     nodes as kernels: reductions, outputs, matmul operands, broadcast sources, task results);
+  - such a value is stored at the end of its chain: where its one user is an elementwise op
+    of its shape and dtype with the same readers (silu's x * sigmoid(x) of a sigmoid read by
+    a mean and a product), that user is stored instead, so the readers load the finished
+    value and a contraction before the chain can take it as its epilogue (a depthwise conv
+    then writes silu's result, not its own and a sigmoid's);
   - no kernel inlines more than MAX_CONE_COST: a value whose cone would exceed it gets its
     most expensive inlined sources materialized first (each within the bound already), so
     the work per kernel stays bounded however long the graph is.
@@ -67,9 +72,23 @@ def recompute_materialized(nodes: list, chosen: set) -> set:
     no value's recomputation costs more than its round trip and no kernel inlines more than
     MAX_CONE_COST. `nodes` is in topological order."""
     readers = _readers(nodes, chosen)
+    users = _users(nodes)
     chosen = set(chosen)
     added = set()
     inlined = {}             # id(node) -> {id: cost} of what a kernel reading it computes
+    deferred = set()         # ids of nodes whose chain's end is stored in their place
+
+    def chain_end(n):        # the node to store for n: down its single-user elementwise chain
+        while True:
+            after = users.get(id(n), ())
+            if len(after) != 1:
+                return n
+            u = after[0]
+            if u.op not in ELEMENTWISE or u.shape != n.shape or u.dtype != n.dtype or \
+                    id(u) in chosen or readers[id(u)] != readers[id(n)]:
+                return n
+            deferred.add(id(n))
+            n = u
 
     def source(s):           # the node a kernel reading `s` evaluates: views are indices
         while s.op in VIEWS_THROUGH and id(s) not in chosen:
@@ -99,10 +118,25 @@ def recompute_materialized(nodes: list, chosen: set) -> set:
             cone = body(n)
         if id(n) in chosen:
             inlined[id(n)] = {}
-        elif n.op in ELEMENTWISE and \
+        elif n.op in ELEMENTWISE and id(n) not in deferred and \
                 (len(readers[id(n)]) - 1) * _cost(cone) > ROUND_TRIP_COST:
-            materialize(n)
+            end = chain_end(n)
+            if end is n:
+                materialize(n)
+            else:
+                chosen.add(id(end))
+                added.add(id(end))
+                inlined[id(n)] = cone
         else:
             inlined[id(n)] = cone
     return added
+
+
+def _users(nodes: list) -> dict:
+    """id(node) -> the nodes that read it (each once)."""
+    users = {}
+    for n in nodes:
+        for s in dict.fromkeys(id(s) for s in n.src):
+            users.setdefault(s, []).append(n)
+    return users
 

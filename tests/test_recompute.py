@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import jitcore as jc
-from helpers import assert_close
+from helpers import assert_close, ref_conv2d
 from jitcore.ir import Op
 from jitcore.ir import build as b
 from jitcore.ir import dtypes as dt
@@ -213,3 +213,27 @@ def test_the_numpy_peers_compute_the_same_plan(program):
     for steps in (1, 2, 7):
         np.testing.assert_allclose(sinkhorn.NUMPY_PEERS[program](steps)(*args),
                                    sinkhorn.PROGRAMS[program](steps)(*args), rtol=1e-12)
+
+
+@pytest.mark.parametrize("groups", [1, 32])
+def test_a_costly_value_is_stored_at_the_end_of_its_chain(groups):
+    """silu(conv) read by a mean and a product (EfficientNet's squeeze-excitation): the
+    sigmoid inside silu costs more than a round trip for its two readers; storing silu's
+    product instead (its chain's end, read by the same kernels) lets the conv write silu as
+    its epilogue. Two kernels, not a conv, a sigmoid and the rest; against float64."""
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((32, 32 // groups, 3, 3)).astype(np.float32) / 3
+
+    def f(x):
+        s = jc.silu(jc.conv2d(x, w, padding=1, groups=groups))
+        return s * jc.sigmoid(jc.mean(s, axis=(2, 3), keepdims=True))
+    x = rng.standard_normal((1, 32, 20, 20)).astype(np.float32)
+    jf = jc.jit(f)
+    got = jf(x)
+    kernels = jf.kernels(x)
+    assert len(kernels) == 2, [k.name for k in kernels]
+    assert "exp" in kernels[0].ops and kernels[0].kind in ("conv", "depthwise")
+    conv, _ = ref_conv2d(x, w, padding=1, groups=groups)
+    s = conv / (1 + np.exp(-conv))
+    want = s / (1 + np.exp(-s.mean(axis=(2, 3), keepdims=True)))
+    assert_close(got, want, np.float32, rtol=1e-5, atol=1e-5 * np.abs(s).max())
