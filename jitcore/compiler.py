@@ -378,7 +378,8 @@ class _Job:
         packed = 0
         if self.prepack:     # in place in `lowered`: the kernels read the packed constants
             packed += gemm.prepack(lowered, target.vector_bits, threads)
-            packed += conv.prepack(lowered, target.vector_bits, threads)
+            packed += conv.prepack(lowered, target.vector_bits, threads,
+                                   config.get().winograd)
         return lowered, packed, t1 - t0, time.perf_counter() - t1
 
     def generate(self, lowered):

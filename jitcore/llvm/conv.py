@@ -46,7 +46,6 @@ from dataclasses import dataclass, replace
 import numpy as np
 from llvmlite import ir
 
-from jitcore import config
 from jitcore.ir.graph import ConstArray
 from jitcore.ir.ops import info
 from jitcore.passes.kernel import Buffer, Compute, Kernel, Kind, Load, walk
@@ -185,12 +184,13 @@ def plan(kernel: Kernel, vector_bits: int, threads: int):
     return pixel_plan(kernel, vector_bits, threads)
 
 
-def choose_plan(kernel: Kernel, vector_bits: int, threads: int):
-    """For constant weights about to be prepacked: Winograd where it applies (up to the
-    tile JITCORE_WINOGRAD allows), else the channel plan where it wastes fewer lanes than the pixel
+def choose_plan(kernel: Kernel, vector_bits: int, threads: int, winograd: int = 2):
+    """For constant weights about to be prepacked: Winograd where it applies (with tiles up
+    to `winograd`: JITCORE_WINOGRAD, 0 for none), else the channel plan where it wastes fewer lanes than the pixel
     plan by more than its extra cost, else the pixel plan."""
-    if conv_winograd.variant(kernel, config.get().winograd):
-        return conv_winograd.plan(kernel, vector_bits, threads)
+    m = conv_winograd.variant(kernel, winograd)
+    if m:
+        return conv_winograd.plan(kernel, vector_bits, threads, m)
     pixel = pixel_plan(kernel, vector_bits, threads, packing=True)
     if conv_channels.eligible(kernel):
         channel = conv_channels.plan(kernel, vector_bits, threads)
@@ -309,7 +309,7 @@ def _dense_weights(flat: np.ndarray, load: Load, variables) -> np.ndarray:
     return flat.ravel()[idx] if flat.size else np.zeros(shape, flat.dtype)
 
 
-def prepack(lowered, vector_bits: int, threads: int) -> int:
+def prepack(lowered, vector_bits: int, threads: int, winograd: int = 2) -> int:
     """Pack constant conv weights for the kernels (in place in `lowered`, as gemm.prepack
     does for GEMM operands). Returns the bytes packed."""
     packed_bytes = 0
@@ -322,7 +322,7 @@ def prepack(lowered, vector_bits: int, threads: int) -> int:
         slot = c.w.buffer.slot
         if loads[slot] != 1:
             continue
-        p = choose_plan(kernel, vector_bits, threads)
+        p = choose_plan(kernel, vector_bits, threads, winograd)
         index = const_bufs.index(c.w.buffer)
         dense = _dense_weights(lowered.consts[index].array, c.w, c.w_vars)
         channel = isinstance(p, ChannelPlan)

@@ -36,7 +36,8 @@ nonzero coefficients read exactly its 3x3 window, so a NaN makes exactly the out
 that the direct conv makes NaN; an Inf makes the same outputs non-finite, but some NaN where
 the direct sum gives +-Inf (the transforms subtract it from itself). F4's rows read a
 whole 6x6 patch: a NaN or Inf reaches every output of the tiles over it.
-JITCORE_WINOGRAD=0 (config.winograd = 0) keeps every conv direct.
+JITCORE_WINOGRAD=0 (config.winograd = 0, which the compiler passes to conv.prepack) keeps
+every conv direct.
 """
 from __future__ import annotations
 
@@ -45,7 +46,6 @@ from dataclasses import dataclass
 import numpy as np
 from llvmlite import ir
 
-from jitcore import config
 from jitcore.ir import dtypes
 from jitcore.passes.kernel import Kernel
 
@@ -145,10 +145,10 @@ class WinogradPlan:
 
 def variant(kernel: Kernel, largest: int = 2):
     """The output tile size m of the Winograd variant the conv takes (None: direct): the
-    largest m <= `largest` (config.winograd) whose tiles the plane holds MIN_TILES of. Only a 3x3 stride-1 undilated float32 conv of one group with static
-    extents, at least MIN_CHANNELS input and output channels, and an image whose element
-    offsets fit the gathers' 32-bit indices (its weights must be constant: prepack
-    decides)."""
+    largest m <= `largest` (JITCORE_WINOGRAD) of which the batch holds MIN_TILES tiles.
+    Only a 3x3 stride-1 undilated float32 conv of one group with static extents, at least
+    MIN_CHANNELS input and output channels, and an input whose element offsets fit the
+    gathers' 32-bit indices (its weights must be constant: prepack decides)."""
     c = kernel.conv
     extents = [v.extent for v in c.out_vars + c.x_vars + c.w_vars]
     if not all(isinstance(e, int) for e in extents) or c.dtype != dtypes.float32:
@@ -174,10 +174,11 @@ def _plane_offsets_fit(c) -> bool:
     return n * abs(sn) + (h + 1) * abs(sh) + (w + 1) * abs(sw) < 2 ** 31
 
 
-def plan(kernel: Kernel, vector_bits: int, threads: int) -> WinogradPlan:
+def plan(kernel: Kernel, vector_bits: int, threads: int, m: int = 0) -> WinogradPlan:
+    """The plan of F(m x m, 3x3) (m = 0: the variant prepacking chose, kernel.conv.winograd)."""
     c = kernel.conv
     n, cout, oh, ow = (v.extent for v in c.out_vars)
-    m = c.winograd or variant(kernel, config.get().winograd)
+    m = m or c.winograd
     positions = VARIANTS[m].positions
     size = c.dtype.itemsize
     lanes = max(vector_bits // (8 * size), 1)

@@ -45,13 +45,12 @@ from llvmlite import ir
 
 from jitcore.ir import dtypes as dt
 from jitcore.ir.graph import ConstArray
-from jitcore.passes.kernel import Buffer, Kernel, Kind, Load
+from jitcore.passes.kernel import Buffer, Kernel, Load
 from jitcore.passes.symbolic import lin, monomial
 
 from . import bf16
 from . import irutil as u
 from .epilogue import EpilogueEmitter
-from .registry import KindEntry, plan_items, register
 
 DEFAULT_CACHES = {1: 32 * 1024, 2: 512 * 1024}
 MAX_PACK_BYTES = 256 * 1024      # the stack buffer of one packed B block
@@ -644,21 +643,3 @@ def _clamp(b, x, hi: int):
     """min(max(x, 0), hi) for i64 x."""
     zero = u.I64(0)
     return u.imin(b, b.select(b.icmp_signed(">", x, zero), x, zero), u.I64(hi))
-
-
-def emitter(module, kernel, name: str, masked_tail: bool, stream_bytes: int = 0, plan=None):
-    """The GEMM emitter of the plan: this module's, or one packing A (gemm_bf16.py)."""
-    cls = GemmEmitter
-    if plan.pack_a:
-        from . import gemm_bf16                      # (its emitters extend GemmEmitter)
-        cls = gemm_bf16.PairsGemmEmitter if plan.pairs else gemm_bf16.RoundedGemmEmitter
-    return cls(module, kernel, name, masked_tail, stream_bytes, plan)
-
-
-def report(kernel: Kernel) -> tuple:
-    """The loop nest, and how the products compute under the matmul precision policy."""
-    return None, kernel.loop_nest + bf16.describe(kernel.gemm.precision)
-
-
-register(KindEntry(Kind.GEMM, emitter, plan=plan, work=plan_items, report=report,
-                   unrolled=True))
