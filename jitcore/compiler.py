@@ -385,7 +385,7 @@ class _Job:
         t = self.target
         return build_module(lowered, t.vector_bits, t.triple, self.mach.data_layout,
                             t.masked_tails, self.threads, diskcache.KernelIR(t.key()),
-                            t.stream_bytes, t.has("fma"))
+                            t.stream_bytes, t.has("fma"), t.has("avx512bf16"))
 
 
 def _compile(graph: Graph, strides: tuple, target: Target, threads: int,

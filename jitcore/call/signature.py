@@ -34,7 +34,7 @@ def spec(shape, dtype=dt.float32, strides=None) -> Spec:
     return Spec(shape, dt.as_dtype(dtype), tuple(strides) if strides else None)
 
 
-_READY_DTYPES = frozenset(d.np for d in dt.ALL)     # supported, in native byte order
+_READY_DTYPES = frozenset(d.np for d in dt.available())  # supported, in native byte order
 
 
 def to_array(x, position: int, name: str) -> np.ndarray:
