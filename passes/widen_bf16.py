@@ -20,7 +20,7 @@ from __future__ import annotations
 from jitcore.ir import build
 from jitcore.ir import dtypes as dt
 from jitcore.ir.graph import ConstArray, Graph, Node
-from jitcore.ir.ops import Op
+from jitcore.ir.ops import Op, info
 
 
 def widen_bf16(graph: Graph) -> Graph:
@@ -69,3 +69,20 @@ def _stored(original: Node, value: Node, narrow: dict) -> Node:
         return value
     found = narrow.get(id(original))
     return found if found is not None else build.cast(value, dt.bfloat16)
+
+
+def note(graph: Graph) -> str | None:
+    """What explain() says of a graph with bfloat16 values (None without any)."""
+    nodes = graph.nodes()
+    if not any(n.dtype == dt.bfloat16 for n in nodes):
+        return None
+    text = ("bfloat16: stored as bfloat16, computed in float32, rounded to nearest even on "
+            "store")
+    # contractions (matmul, conv) run as float32 GEMM/conv kernels on widened operands
+    slow = sorted({info(n.op).name for n in nodes if info(n.op).contraction
+                   and any(s.dtype == dt.bfloat16 for s in n.src)})
+    if slow:
+        text += (f"; {', '.join(slow)} on bfloat16 operands: the slow float32 path (operands "
+                 "widened to float32 copies, float32 kernels; no bfloat16 GEMM/conv kernels "
+                 "in this build)")
+    return text

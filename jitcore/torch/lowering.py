@@ -29,6 +29,7 @@ import torch
 
 import jitcore as jc
 from jitcore.ir import build
+from jitcore.ir import dtypes as dt
 from jitcore.ir.errors import ShapeError
 from jitcore.ir.ops import info
 from jitcore.ir.sizes import Size, shape_text
@@ -41,6 +42,23 @@ aten = torch.ops.aten
 
 TORCH_TO_NUMPY = {torch.float32: np.float32, torch.float64: np.float64, torch.int32: np.int32,
                   torch.int64: np.int64, torch.uint8: np.uint8, torch.bool: np.bool_}
+if dt.bfloat16 in dt.available():        # numpy's bfloat16 is ml_dtypes' (optional)
+    TORCH_TO_NUMPY[torch.bfloat16] = dt.bfloat16.np
+
+
+def tensor_array(t: torch.Tensor) -> np.ndarray:
+    """A numpy view of a CPU tensor's memory (never a copy); bfloat16 tensors, which torch
+    cannot hand to numpy, as their int16 bits relabelled ml_dtypes.bfloat16."""
+    if t.dtype is torch.bfloat16:
+        return t.view(torch.int16).numpy().view(dt.bfloat16.np)
+    return t.numpy()
+
+
+def array_tensor(a: np.ndarray) -> torch.Tensor:
+    """A tensor of a numpy array's memory (never a copy; bfloat16 through its int16 bits)."""
+    if a.dtype.name == "bfloat16":
+        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(a)
 
 
 @dataclass(frozen=True)
