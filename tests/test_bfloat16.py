@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 
 import jitcore as jc
+from jitcore.ir.dtypes import convert
 from jitcore.ir.errors import TargetError
 from jitcore.llvm.target import LEVELS, level_target
 from helpers import F32, SIZES, f64, make, rng_for, softmax_ref
@@ -82,6 +83,34 @@ def bf16_input(x):
     """x rounded to bfloat16 (the test's input) and its exact float64 values."""
     b = np.asarray(x).astype(BF16)
     return b, b.astype(np.float64)
+
+
+# ---- the pass -----------------------------------------------------------------------------------
+
+def test_widened_graph_holds_bf16_only_in_memory():
+    """After passes/widen_bf16.py, bfloat16 is only an input, a rounding cast (a user's
+    astype or a stored output), or the source of a widening cast."""
+    from jitcore.ir import build
+    from jitcore.ir.graph import Graph
+    from jitcore.ir.ops import Op
+    from jitcore.passes.widen_bf16 import widen_bf16
+    a = build.input_node("a", (4, 8), jc.bfloat16)
+    b = build.input_node("b", (4, 8), jc.bfloat16)
+    prod = build.elementwise(Op.MUL, a, b)
+    rounded = build.cast(build.elementwise(Op.EXP, prod), jc.bfloat16)     # (a no-op cast)
+    user = build.cast(build.cast(prod, jc.float32), jc.bfloat16)          # a user's astype
+    total = build.reduce(Op.SUM, build.elementwise(Op.ADD, rounded, user), (1,))
+    graph = widen_bf16(Graph("g", [a, b], [total, prod, a]))
+    for n in graph.nodes():
+        if n.dtype == jc.bfloat16:
+            assert n.op in (Op.INPUT, Op.CAST), n
+        if n.op == Op.CAST and n.src[0].dtype == jc.bfloat16:
+            assert n.dtype == jc.float32, n
+    assert [o.dtype for o in graph.outputs] == [jc.bfloat16] * 3
+    assert graph.outputs[2] is a                        # an input returned as it is
+    assert widen_bf16(graph).text() == graph.text()     # nothing left to widen
+    plain = Graph("p", [], [build.const(1.0, jc.float32)])
+    assert widen_bf16(plain) is plain
 
 
 # ---- conversions, bit-exact, at every level ---------------------------------------------------
@@ -229,8 +258,9 @@ def test_bf16_to_every_dtype(target, dst):
     truncate, saturate, NaN -> 0)."""
     x = ALL_BITS.view(BF16)
     got = jc.jit(lambda a: a.astype(dst), target=target)(x)
-    want = jc.ir.dtypes.convert(x.astype(np.float32), dst) if dst.is_int else \
-        x.astype(np.float32).astype(dst.np)
+    with np.errstate(invalid="ignore"):        # (NaN patterns)
+        wide = x.astype(np.float32)
+        want = convert(wide, dst) if dst.is_int else wide.astype(dst.np)
     assert got.dtype == dst.np
     assert np.array_equal(got, want, equal_nan=dst.is_float)
 
@@ -418,6 +448,18 @@ def test_matmul_and_conv_through_float32():
     assert "conv2d on bfloat16 operands: the slow float32 path" in conv.explain(x, w)
     mixed = jc.jit(lambda p, q: p @ q)(a, b64.astype(np.float32))    # bf16 @ f32 -> f32
     assert mixed.dtype == np.float32
+
+
+def test_large_outputs_keep_their_dtype():
+    """Outputs of 32 MB and more come from the output cache, built through the array
+    interface, whose typestr cannot name bfloat16 ("|V2"): they are relabelled."""
+    from jitcore.llvm.entry import LARGE_OUTPUT_BYTES
+    x = np.full(LARGE_OUTPUT_BYTES // 2 + 3, 1.5, BF16)
+    f = jc.jit(lambda v: v * 2)
+    for _ in range(2):                       # a fresh block, then a cached one
+        got = f(x)
+        assert got.dtype == BF16 and float(got[-1]) == 3.0
+        del got
 
 
 def test_out_argument():
