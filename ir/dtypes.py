@@ -11,6 +11,8 @@ float64, ...). The compiler computes it in float32 (passes/widen_bf16.py).
 """
 from __future__ import annotations
 
+import functools
+import importlib.util
 from dataclasses import dataclass
 
 import numpy as np
@@ -65,7 +67,8 @@ SUPPORTED_NAMES = ", ".join(d.name for d in ALL + STORAGE)
 
 
 def bfloat16_np() -> np.dtype:
-    """numpy's bfloat16 (ml_dtypes'); DTypeError naming the package when it is missing."""
+    """numpy's bfloat16 (ml_dtypes'; imported here, on first use: the import takes most of a
+    second); DTypeError naming the package when it is missing."""
     try:
         import ml_dtypes
     except ImportError:
@@ -74,13 +77,11 @@ def bfloat16_np() -> np.dtype:
     return np.dtype(ml_dtypes.bfloat16)
 
 
+@functools.lru_cache(maxsize=None)
 def available() -> tuple:
-    """Every dtype usable in this process: ALL, and bfloat16 when ml_dtypes imports."""
-    try:
-        bfloat16_np()
-    except DTypeError:
-        return ALL
-    return ALL + STORAGE
+    """Every dtype usable in this process: ALL, and bfloat16 when ml_dtypes is installed
+    (found, not imported)."""
+    return ALL + STORAGE if importlib.util.find_spec("ml_dtypes") is not None else ALL
 
 
 def as_dtype(x) -> DType:

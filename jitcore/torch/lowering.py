@@ -40,10 +40,11 @@ from . import convolution, resize
 
 aten = torch.ops.aten
 
+# (bfloat16 by name: numpy's is ml_dtypes', optional and imported on first use)
 TORCH_TO_NUMPY = {torch.float32: np.float32, torch.float64: np.float64, torch.int32: np.int32,
                   torch.int64: np.int64, torch.uint8: np.uint8, torch.bool: np.bool_}
-if dt.bfloat16 in dt.available():        # numpy's bfloat16 is ml_dtypes' (optional)
-    TORCH_TO_NUMPY[torch.bfloat16] = dt.bfloat16.np
+if dt.bfloat16 in dt.available():
+    TORCH_TO_NUMPY[torch.bfloat16] = "bfloat16"
 
 
 def tensor_array(t: torch.Tensor) -> np.ndarray:
@@ -86,7 +87,7 @@ def missing_ops(entry: Lowering) -> list:
 
 # ---- helpers -----------------------------------------------------------------------------------
 def np_dtype(t) -> np.dtype:
-    return np.dtype(TORCH_TO_NUMPY[t.dtype])
+    return dt.as_dtype(TORCH_TO_NUMPY[t.dtype]).np
 
 
 def as_dtype(x, dtype):
