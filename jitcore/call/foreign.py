@@ -62,12 +62,14 @@ def _is_bfloat16(x) -> bool:
 
 def _view_bfloat16(x) -> np.ndarray:
     """A bfloat16 array of x's memory: torch's bits viewed as int16, then as ml_dtypes'
-    bfloat16 (no copy); a JAX (or other) array through np.asarray."""
-    if type(x).__module__.startswith("torch"):
-        import torch
-        if x.dtype is not torch.bfloat16:       # (a steady path's other tensors)
-            return x.numpy()
-        return x.view(torch.int16).numpy().view(dt.bfloat16.np)
+    bfloat16 (no copy); a JAX (or other) array through np.asarray. Arrays of other dtypes
+    (a steady path's other arguments) are viewed as `view` views them."""
+    torch = type(x).__module__.startswith("torch")
+    if not _is_bfloat16(x):
+        return x.numpy() if torch else np.from_dlpack(x)
+    if torch:
+        int16 = sys.modules["torch"].int16      # (x is a tensor: torch is imported)
+        return x.view(int16).numpy().view(dt.bfloat16.np)
     return np.asarray(x, dtype=dt.bfloat16.np)
 
 
