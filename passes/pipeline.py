@@ -29,8 +29,9 @@ def run_pipeline(graph: Graph, vector_bits: int, input_strides: dict | None = No
     the graph's shapes hold run-time extents (symbolic.dynamic_extent); raises
     dynamic.NotDynamic when the graph needs the value of one."""
     verify = verify_graph if verify_stages else _unchecked
-    # stages: bfloat16 computed as float32 (stored as bfloat16), zero paddings read by convs into the convs, fold batch norms into constant
-    # convs and matmuls, decompose composites,
+    # stages: bfloat16 computed as float32 (stored as bfloat16), zero paddings read by
+    # convs into the convs, fold batch norms into constant convs and matmuls, decompose
+    # composites,
     # simplify (CSE, folding), move elementwise ops into the concatenations they read, split
     # big full reductions into
     # fixed blocks, lower to loop nests, decide vectorization per kernel, merge pointwise
