@@ -27,7 +27,7 @@ def widen_bf16(graph: Graph) -> Graph:
     """The graph with its bfloat16 computations done in float32 (the graph itself when it
     has no bfloat16 value)."""
     nodes = graph.nodes()
-    if not any(n.dtype == dt.bfloat16 for n in nodes):
+    if not any(n.dtype is dt.bfloat16 for n in nodes):    # (DTypes are singletons)
         return graph
     wide: dict = {}      # id(original) -> the node giving its value (float32 for bf16 values)
     narrow: dict = {}    # id(original) -> its bfloat16 node, where one exists (inputs, casts)
