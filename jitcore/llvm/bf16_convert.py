@@ -6,9 +6,9 @@
   `set_native`), 16- and 8-lane vectors use `vcvtneps2bf16`; elsewhere the integer sequence
   bits + 0x7FFF + ((bits >> 16) & 1), shifted right by 16, with NaN kept a quiet NaN
   ((bits >> 16) | 0x40, sign and top payload kept, as the instruction gives). The instruction
-  flushes float32 denormals to zero; lanes whose exponent is zero are redone with the
-  integer sequence (a branch taken only when a vector holds one), so both give the same bits
-  for every input (tests/test_bfloat16.py).
+  flushes float32 denormals to zero; vectors holding one (vfpclassps says which) are redone
+  with the integer sequence (a branch not taken otherwise), so both give the same bits for
+  every input (tests/test_bfloat16.py).
 - float64 -> bf16 rounds once, as ml_dtypes does (not through a rounded float32, which rounds
   twice): the float32 step rounds to odd, which then rounds to bf16 correctly.
 """
@@ -21,6 +21,7 @@ from . import irutil as u
 I16 = ir.IntType(16)
 BF16 = "bfloat"                  # LLVM's type name (llvmlite has no class for it)
 _NATIVE_LANES = {16: "512", 8: "256"}     # vcvtneps2bf16 forms without a mask operand
+_FPCLASS_DENORMAL = 0x20                  # vfpclassps's category bit for denormals
 
 
 class _BFloat(ir.Type):
@@ -61,10 +62,8 @@ def narrow(b: ir.IRBuilder, x):
     lanes = u.lanes_of(x)
     if not _native(b) or lanes not in _NATIVE_LANES:
         return _narrow_bits(b, x)
-    i32 = _like(x, u.I32)
     fast = _narrow_native(b, x)
-    exponent = b.and_(b.bitcast(x, i32), u.const(i32, 0x7F800000))
-    denormal = b.icmp_unsigned("==", exponent, u.const(i32, 0))      # (and zeros: harmless)
+    denormal = _denormal_lanes(b, x)
     result = u.alloca_once(b, fast.type, name="bf16.res")
     b.store(fast, result)
     with b.if_then(u.intrinsic(b, "vector.reduce.or", [denormal], ret_type=u.I1),
@@ -80,6 +79,18 @@ def _narrow_native(b: ir.IRBuilder, x):
     fn = b.module.globals.get(name) or ir.Function(b.module, ir.FunctionType(bty, [x.type]),
                                                    name=name)
     return b.bitcast(b.call(fn, [x]), ir.VectorType(I16, lanes))
+
+
+def _denormal_lanes(b: ir.IRBuilder, x):
+    """<N x i1>: the lanes of x that are float32 denormals (not zeros: a vector of relu
+    zeros would take the redo branch every time), by vfpclassps (AVX512DQ, which every CPU
+    with AVX512_BF16 has)."""
+    lanes = u.lanes_of(x)
+    name = f"llvm.x86.avx512.fpclass.ps.{_NATIVE_LANES[lanes]}"
+    mask = ir.VectorType(u.I1, lanes)
+    fn = b.module.globals.get(name) or ir.Function(
+        b.module, ir.FunctionType(mask, [x.type, u.I32]), name=name)
+    return b.call(fn, [x, u.I32(_FPCLASS_DENORMAL)])
 
 
 def _narrow_bits(b: ir.IRBuilder, x):
