@@ -491,6 +491,22 @@ def test_torch_tensors_in_place():
     assert_bf16_close(out.view(torch.int16).numpy().view(BF16), want, msg="torch out=")
 
 
+def test_torch_conversions_of_bfloat16():
+    """torch's rules on bf16 values: float -> uint8 truncates and wraps (not jitcore's
+    saturation), a bf16 sum stays bf16."""
+    torch = pytest.importorskip("torch")
+    jt = pytest.importorskip("jitcore.torch")
+
+    class Convert(torch.nn.Module):
+        def forward(self, x):
+            return (x * 3).to(torch.uint8), x.sum(-1)
+
+    x = torch.tensor([[1.5, 100.0, 300.0, -3.5, 0.0]]).to(torch.bfloat16)
+    got, want = jt.compile(Convert(), x)(x), Convert()(x)
+    assert torch.equal(got[0], want[0])
+    assert got[1].dtype == torch.bfloat16 and torch.equal(got[1], want[1])
+
+
 def _normwise(got, ref):
     got, ref = got.double(), ref.double()
     return float((got - ref).norm() / ref.norm())

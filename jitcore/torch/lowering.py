@@ -90,13 +90,18 @@ def np_dtype(t) -> np.dtype:
     return dt.as_dtype(TORCH_TO_NUMPY[t.dtype]).np
 
 
+def is_float(dtype: np.dtype) -> bool:
+    """A float dtype, bfloat16 included (numpy's kind for ml_dtypes' bfloat16 is "V")."""
+    return dtype.kind == "f" or dtype.name == "bfloat16"
+
+
 def as_dtype(x, dtype):
     """x (a Tracer or a Python scalar) in `dtype`: torch computes an op in its result dtype,
     with torch's conversions (a Python int wraps into an integer dtype; float -> uint8
     wraps), not numpy's (OverflowError; saturation in jitcore)."""
     dtype = np.dtype(dtype)
     if isinstance(x, Tracer) and x.dtype != dtype:
-        if x.dtype.kind == "f" and dtype == np.uint8:
+        if is_float(x.dtype) and dtype == np.uint8:
             x = jc.astype(x, np.int64)      # torch: truncate, then keep the low 8 bits
         return jc.astype(x, dtype)
     if isinstance(x, int) and not isinstance(x, bool) and dtype.kind in "iu":
@@ -151,7 +156,7 @@ def _reduce(jc_fn):
     .default overloads (all axes) too."""
     def fn(out, x, dims=None, keepdim=False, dtype=None):
         want = np_dtype(out)
-        x = as_dtype(x, want) if want.kind == "f" or dtype is not None else x
+        x = as_dtype(x, want) if is_float(want) or dtype is not None else x
         return as_dtype(jc_fn(x, axis=_axes(dims, x.ndim), keepdims=keepdim), want)
     return fn
 
