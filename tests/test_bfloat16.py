@@ -29,6 +29,7 @@ from jitcore.ir.dtypes import convert
 from jitcore.ir.errors import TargetError
 from jitcore.llvm.target import LEVELS, level_target
 from helpers import F32, SIZES, WIDTHS, f64, make, rng_for, softmax_ref
+import test_spellings as spellings
 from test_elementwise import BINARY, UNARY, UNARY_SCALE, binary_inputs, unary_input
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
@@ -330,6 +331,37 @@ def test_binary(name, size):
         assert got.dtype == np.bool_ and np.array_equal(got, ref), name
         return
     assert_bf16_close(got, ref, msg=f"jc.{name}(bf16[{size}])")
+
+
+SPELLED = [r for r in spellings.ELEMENTWISE if "float32" in r.dtypes]
+
+
+@pytest.mark.parametrize("row", SPELLED, ids=lambda r: r.name)
+def test_every_spelling_row(row):
+    """Every elementwise row of the spelling table (numpy's math included: arctan2, hypot,
+    logaddexp, cbrt, ...) on bf16 operands: numpy's result dtype with ml_dtypes, values
+    within 1 ulp of the float64 result rounded to bf16."""
+    arrays = [a if a.dtype == np.bool_ else a.astype(BF16)
+              for a in spellings._inputs(row.arity, "float32")]
+    fn = spellings.implementation(row.name)
+    f = [lambda x: fn(x), lambda x, y: fn(x, y), lambda c, x, y: fn(c, x, y)][row.arity - 1]
+    got = np.asarray(jc.jit(f)(*arrays))
+    ref = spellings._reference(row, arrays)
+    with np.errstate(all="ignore"):
+        want = np.asarray(ref(*[a if a.dtype == np.bool_ else f64(a) for a in arrays]))
+        if row.name in spellings.REFERENCE:      # (a float64 formula: a float result)
+            expected = np.dtype(np.bool_) if want.dtype == np.bool_ else BF16
+        else:
+            expected = np.asarray(ref(*arrays)).dtype
+    if row.name == "matmul":
+        # ml_dtypes' np.matmul gives float32; jitcore promotes (bf16), as np.dot and torch
+        assert np.matmul(*arrays).dtype == np.float32 and np.dot(*arrays).dtype == BF16
+        expected = BF16
+    assert got.dtype == expected, (row.name, got.dtype, expected)
+    if got.dtype == BF16:
+        assert_bf16_close(got, want, msg=row.name)
+    else:
+        np.testing.assert_array_equal(got, want, err_msg=row.name)
 
 
 def test_where_clip_and_chains():
