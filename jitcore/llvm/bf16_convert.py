@@ -18,7 +18,6 @@ from llvmlite import ir
 
 from . import irutil as u
 
-I16 = ir.IntType(16)
 BF16 = "bfloat"                  # LLVM's type name (llvmlite has no class for it)
 _NATIVE_LANES = {16: "512", 8: "256"}     # vcvtneps2bf16 forms without a mask operand
 _FPCLASS_DENORMAL = 0x20                  # vfpclassps's category bit for denormals
@@ -78,7 +77,7 @@ def _narrow_native(b: ir.IRBuilder, x):
     bty = ir.VectorType(_BFloat(), lanes)
     fn = b.module.globals.get(name) or ir.Function(b.module, ir.FunctionType(bty, [x.type]),
                                                    name=name)
-    return b.bitcast(b.call(fn, [x]), ir.VectorType(I16, lanes))
+    return b.bitcast(b.call(fn, [x]), ir.VectorType(u.I16, lanes))
 
 
 def _denormal_lanes(b: ir.IRBuilder, x):
@@ -101,7 +100,7 @@ def _narrow_bits(b: ir.IRBuilder, x):
     rounded = b.lshr(b.add(b.add(bits, u.const(i32, 0x7FFF)), odd), u.const(i32, 16))
     quiet = b.or_(high, u.const(i32, 0x40))
     nan = b.fcmp_unordered("uno", x, x)
-    return b.trunc(b.select(nan, quiet, rounded), _like(x, I16))
+    return b.trunc(b.select(nan, quiet, rounded), _like(x, u.I16))
 
 
 def f64_to_f32_odd(b: ir.IRBuilder, x):
