@@ -2,7 +2,7 @@
 
 The spec these tests hold the compiler to: bfloat16 values are widened to float32 exactly,
 computed in float32, and rounded to nearest even once, on store (passes/widen_bf16.py,
-jitcore/llvm/bf16.py). References are computed in float64 from the bfloat16 inputs' values
+jitcore/llvm/bf16_convert.py). References are computed in float64 from the bfloat16 inputs' values
 and rounded to bfloat16 by ml_dtypes. Tolerance: 1 bfloat16 ulp of the rounded reference for
 single ops and short chains (the float32 result is within a float32 ulp or so of the true
 value, so its rounding may land on the neighbour of the correctly rounded bfloat16, never

@@ -19,7 +19,7 @@ I8P = I8.as_pointer()
 if hasattr(ir.values, "_escape_string"):
     ir.values._escape_string(b"")
 
-# bfloat16 values are their bits (an i16): only casts and loads/stores see them (bf16.py)
+# bfloat16 values are their bits (an i16): only casts and loads/stores see them (bf16_convert.py)
 _SCALAR = {"bool": I1, "uint8": I8, "int32": I32, "int64": I64, "float32": F32, "float64": F64,
            "bfloat16": I16}
 
