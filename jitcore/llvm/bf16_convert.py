@@ -17,23 +17,10 @@ from __future__ import annotations
 from llvmlite import ir
 
 from . import irutil as u
+from .bf16 import BF16_TYPE
 
-BF16 = "bfloat"                  # LLVM's type name (llvmlite has no class for it)
 _NATIVE_LANES = {16: "512", 8: "256"}     # vcvtneps2bf16 forms without a mask operand
 _FPCLASS_DENORMAL = 0x20                  # vfpclassps's category bit for denormals
-
-
-class _BFloat(ir.Type):
-    """LLVM's `bfloat` (the native conversion's result type, bitcast to i16 at once)."""
-
-    def _to_string(self):
-        return BF16
-
-    def __eq__(self, other):
-        return isinstance(other, _BFloat)
-
-    def __hash__(self):
-        return hash(BF16)
 
 
 def set_native(module: ir.Module, native: bool) -> None:
@@ -74,7 +61,7 @@ def narrow(b: ir.IRBuilder, x):
 def _narrow_native(b: ir.IRBuilder, x):
     lanes = u.lanes_of(x)
     name = f"llvm.x86.avx512bf16.cvtneps2bf16.{_NATIVE_LANES[lanes]}"
-    bty = ir.VectorType(_BFloat(), lanes)
+    bty = ir.VectorType(BF16_TYPE, lanes)
     fn = b.module.globals.get(name) or ir.Function(b.module, ir.FunctionType(bty, [x.type]),
                                                    name=name)
     return b.bitcast(b.call(fn, [x]), ir.VectorType(u.I16, lanes))
