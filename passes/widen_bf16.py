@@ -74,7 +74,7 @@ def _stored(original: Node, value: Node, narrow: dict) -> Node:
 def note(graph: Graph) -> str | None:
     """What explain() says of a graph with bfloat16 values (None without any)."""
     nodes = graph.nodes()
-    if not any(n.dtype == dt.bfloat16 for n in nodes):
+    if not any(n.dtype is dt.bfloat16 for n in nodes):
         return None
     text = ("bfloat16: stored as bfloat16, computed in float32, rounded to nearest even on "
             "store")
@@ -83,6 +83,8 @@ def note(graph: Graph) -> str | None:
                    and any(s.dtype == dt.bfloat16 for s in n.src)})
     if slow:
         text += (f"; {', '.join(slow)} on bfloat16 operands: the slow float32 path (operands "
-                 "widened to float32 copies, float32 kernels; no bfloat16 GEMM/conv kernels "
-                 "in this build)")
+                 "widened to float32 copies, float32 kernels)")
+    if "matmul" in slow:
+        text += (", except matmuls under matmul_precision='bf16' (their kernels below say "
+                 "vdpbf16ps: exact products of bfloat16 operands)")
     return text

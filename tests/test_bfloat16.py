@@ -482,6 +482,11 @@ def test_matmul_and_conv_through_float32():
     assert "conv2d on bfloat16 operands: the slow float32 path" in conv.explain(x, w)
     mixed = jc.jit(lambda p, q: p @ q)(a, b64.astype(np.float32))    # bf16 @ f32 -> f32
     assert mixed.dtype == np.float32
+    # matmul_precision="bf16" (vdpbf16ps, or its float32 fallback): the same products, as
+    # bf16 operands are exact in bf16
+    fast = jc.jit(lambda p, q: p @ q, matmul_precision="bf16")
+    assert_bf16_close(fast(a, b), a64 @ b64, msg="matmul_precision=bf16")
+    assert "bf16 operands" in fast.explain(a, b)
 
 
 def test_large_outputs_keep_their_dtype():
