@@ -1,11 +1,18 @@
-"""The six element types of the IR and numpy's promotion rules over them.
+"""The element types of the IR and numpy's promotion rules over them.
 
 A `DType` is a small frozen value; the module-level constants are the only instances.
 Promotion follows numpy 2 (NEP 50): arrays and numpy scalars are "strong", Python
 scalars are "weak" and take the array's dtype when their kind allows it.
+
+`bfloat16` is a storage dtype: numpy knows it through the optional package ml_dtypes
+(JAX's), imported only when a bfloat16 is asked for, so jitcore imports without it. Its
+promotions are ml_dtypes' (bf16 with bf16 -> bf16, with float32 -> float32, with int32 ->
+float64, ...). The compiler computes it in float32 (passes/widen_bf16.py).
 """
 from __future__ import annotations
 
+import functools
+import importlib.util
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,6 +29,8 @@ class DType:
 
     @property
     def np(self) -> np.dtype:
+        if self.name == "bfloat16":
+            return bfloat16_np()
         return np.dtype(self.name)
 
     @property
@@ -47,10 +56,32 @@ int64 = DType("int64", "i64", "i", 64)
 float32 = DType("float32", "f32", "f", 32)
 float64 = DType("float64", "f64", "f", 64)
 
-ALL = (bool_, uint8, int32, int64, float32, float64)
-_BY_NAME = {d.name: d for d in ALL}
-_BY_SHORT = {d.short: d for d in ALL}
-SUPPORTED_NAMES = ", ".join(d.name for d in ALL)
+# stored as 16 bits, computed as float32 (kind "f": it takes float ops; numpy says kind "V")
+bfloat16 = DType("bfloat16", "bf16", "f", 16)
+
+ALL = (bool_, uint8, int32, int64, float32, float64)     # the dtypes of numpy itself
+STORAGE = (bfloat16,)                                    # computed in float32 (ml_dtypes)
+_BY_NAME = {d.name: d for d in ALL + STORAGE}
+_BY_SHORT = {d.short: d for d in ALL + STORAGE}
+SUPPORTED_NAMES = ", ".join(d.name for d in ALL + STORAGE)
+
+
+def bfloat16_np() -> np.dtype:
+    """numpy's bfloat16 (ml_dtypes'; imported here, on first use: the import takes most of a
+    second); DTypeError naming the package when it is missing."""
+    try:
+        import ml_dtypes
+    except ImportError:
+        raise DTypeError("bfloat16 needs the package ml_dtypes (pip install ml_dtypes), "
+                         "which gives numpy its bfloat16 dtype") from None
+    return np.dtype(ml_dtypes.bfloat16)
+
+
+@functools.lru_cache(maxsize=None)
+def available() -> tuple:
+    """Every dtype usable in this process: ALL, and bfloat16 when ml_dtypes is installed
+    (found, not imported)."""
+    return ALL + STORAGE if importlib.util.find_spec("ml_dtypes") is not None else ALL
 
 
 def as_dtype(x) -> DType:
@@ -59,6 +90,8 @@ def as_dtype(x) -> DType:
         return x
     if isinstance(x, str) and x in _BY_SHORT:
         return _BY_SHORT[x]
+    if isinstance(x, str) and x in _BY_NAME:      # ("bfloat16": numpy does not know the name)
+        return _BY_NAME[x]
     try:
         npd = np.dtype(x)
     except TypeError:
@@ -70,7 +103,7 @@ def as_dtype(x) -> DType:
 
 
 def promote(a: DType, b: DType) -> DType:
-    """numpy's promotion of two strong dtypes, restricted to our six."""
+    """numpy's promotion of two strong dtypes (ml_dtypes' rules for bfloat16)."""
     r = np.promote_types(a.np, b.np)
     if r.name == "uint64":      # never arises from our six, kept for clarity
         raise DTypeError(f"no common dtype for {a.name} and {b.name}")
@@ -103,6 +136,7 @@ def float_result(d: DType) -> DType:
     """The dtype of a float-valued function (exp, sqrt, ...) of `d`.
 
     numpy gives float16 for bool/uint8 inputs; there is no float16 here, so those become float32.
+    (bfloat16 stays bfloat16, as numpy with ml_dtypes gives.)
     """
     if d.is_float:
         return d
@@ -119,6 +153,8 @@ def convert(values, dtype: DType) -> np.ndarray:
     float -> integer, which numpy leaves undefined out of range and jitcore defines as the
     kernels compute it: truncate toward zero, saturate at the target's bounds, NaN -> 0."""
     a = np.asarray(values)
+    if a.dtype.name == "bfloat16":       # (numpy's kind "V"): exactly its float32 values
+        a = a.astype(np.float32)
     if a.dtype.kind != "f" or not dtype.is_int:
         return a.astype(dtype.np)
     t = np.trunc(a.astype(np.float64))            # float32 -> float64 is exact

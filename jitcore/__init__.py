@@ -11,7 +11,7 @@
     print(f.llvm_ir(a, b, c))      # the optimized LLVM IR (f.asm for machine code)
 """
 from . import source_layout  # noqa: F401 -- first: in a checkout, maps jitcore.ir/passes/runtime
-from jitcore.ir.dtypes import bool_, float32, float64, int32, int64, uint8
+from jitcore.ir.dtypes import bfloat16, bool_, float32, float64, int32, int64, uint8
 from jitcore.ir.errors import (CompileError, DTypeError, JitcoreError, ShapeError, TargetError,
                                TraceError)
 

@@ -386,7 +386,7 @@ class _Job:
         t = self.target
         return build_module(lowered, t.vector_bits, t.triple, self.mach.data_layout,
                             t.masked_tails, self.threads, diskcache.KernelIR(t.key()),
-                            t.stream_bytes, t.has("fma"))
+                            t.stream_bytes, t.has("fma"), t.has("avx512bf16"))
 
 
 def _compile(graph: Graph, strides: tuple, target: Target, threads: int,
@@ -534,7 +534,16 @@ def _code_key(key: tuple, threads: int, dynamic: bool) -> tuple:
     between (diskcache.GraphEntry, jitcore/cache/fingerprint.py). A new setting that changes
     the generated code (or the optimizer's output) must join this key, or a warm start would
     link code built under the old setting."""
-    return key + (gemm.plan_threads(threads), dynamic, host_caches())
+    return key + (gemm.plan_threads(threads), dynamic, host_caches(), _user_type_numbers())
+
+
+def _user_type_numbers() -> tuple:
+    """numpy's numbers of the user dtypes (ml_dtypes' bfloat16) in this process: the native
+    entry checks an array's dtype by its number, which numpy gives out in registration
+    order, so code linked from disk must come from a process that numbered them alike."""
+    if sys.modules.get("ml_dtypes") is None:    # (no bfloat16 array exists without it)
+        return ()
+    return tuple((d.name, d.np.num) for d in dt.STORAGE)
 
 
 def _link_whole_graph(whole, manifest, target: Target):

@@ -1,6 +1,8 @@
 """`f.explain(...)`: a human-readable report of what a compiled graph became."""
 from __future__ import annotations
 
+from jitcore.passes import widen_bf16
+
 
 def explain(compiled, extents: tuple = (), paths: tuple = ()) -> str:
     """`extents`: a call's run-time extents (jc.jit(dynamic=True)): bytes and flops are
@@ -12,6 +14,9 @@ def explain(compiled, extents: tuple = (), paths: tuple = ()) -> str:
              f"target: {compiled.target.cpu}, {compiled.target.isa}, "
              f"{compiled.target.vector_bits}-bit vectors",
              f"kernels: {total}  (vectorized {vec}/{total})"]
+    bf16 = widen_bf16.note(compiled.graph)
+    if bf16:
+        lines.append(bf16)
     kernels = compiled.kernels_at(extents)
     for k in kernels:
         lines.append("  " + str(k).replace("\n", "\n  "))

@@ -17,6 +17,7 @@ from .simplify import simplify
 from .sink_concat import sink_into_concat
 from .split_reductions import split_reductions
 from .tasks import schedule
+from .widen_bf16 import widen_bf16
 
 
 def run_pipeline(graph: Graph, vector_bits: int, input_strides: dict | None = None,
@@ -28,14 +29,16 @@ def run_pipeline(graph: Graph, vector_bits: int, input_strides: dict | None = No
     the graph's shapes hold run-time extents (symbolic.dynamic_extent); raises
     dynamic.NotDynamic when the graph needs the value of one."""
     verify = verify_graph if verify_stages else _unchecked
-    # stages: zero paddings read by convs into the convs, fold batch norms into constant
-    # convs and matmuls, decompose composites,
+    # stages: bfloat16 computed as float32 (stored as bfloat16), zero paddings read by
+    # convs into the convs, fold batch norms into constant convs and matmuls, decompose
+    # composites,
     # simplify (CSE, folding), move elementwise ops into the concatenations they read, split
     # big full reductions into
     # fixed blocks, lower to loop nests, decide vectorization per kernel, merge pointwise
     # kernels that share a loop nest, fuse kernels that share rows, order the kernels and
     # forked tasks
     graph = verify(graph)
+    graph = verify(widen_bf16(graph))
     graph = verify(absorb_padding(graph))
     graph = verify(fold_batch_norm(graph))
     graph = verify(decompose(graph))

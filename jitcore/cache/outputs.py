@@ -73,6 +73,9 @@ class OutputCache:
         shape = tuple(shape)
         size = self.block_bytes(int(np.prod(shape, dtype=np.int64)) * dtype.itemsize)
         typestr, asarray, stats = dtype.str, np.asarray, self.stats
+        # a dtype the interface's typestr cannot name (ml_dtypes' bfloat16 is "|V2"): the
+        # array is relabelled by a view (its base chain still ends at the lease)
+        relabel = None if np.dtype(typestr) == dtype else dtype
 
         def empty():
             with self._lock:
@@ -90,7 +93,8 @@ class OutputCache:
                 address = block.ctypes.data
             interface = {"shape": shape, "typestr": typestr, "version": 3,
                          "data": (address + (-address % ALIGN), False)}
-            return asarray(_Lease(block, address, interface, self))
+            out = asarray(_Lease(block, address, interface, self))
+            return out if relabel is None else out.view(relabel)
         return empty
 
     def give_back(self, block: np.ndarray, address: int) -> None:

@@ -4,10 +4,15 @@ DLPack producer become numpy views of their own memory (never copies).
 torch tensors go through `Tensor.numpy()`, which is a C call that views the tensor's memory
 (a third of the cost of a DLPack exchange, and this runs on every call with a tensor).
 Everything else that speaks DLPack goes through `np.from_dlpack`, which shares memory or fails.
-Failures are explained: a tensor on a GPU or another device, a dtype numpy cannot hold
-(bfloat16) or jitcore does not support, a tensor that requires grad.
+bfloat16, which numpy holds only through ml_dtypes (and DLPack's numpy import refuses), is
+viewed by hand: a torch tensor as int16 bits relabelled ml_dtypes.bfloat16 (the same memory),
+a JAX array through its own `__array__` (JAX's bfloat16 is ml_dtypes').
+Failures are explained: a tensor on a GPU or another device, a dtype jitcore does not
+support, a tensor that requires grad.
 """
 from __future__ import annotations
+
+import sys
 
 import numpy as np
 
@@ -30,6 +35,8 @@ def steady_type(args: tuple):
     if len(types) != 1:
         return None
     t = types.pop()
+    if any(_is_bfloat16(a) for a in args if is_foreign(a)):
+        return t, _view_bfloat16
     if t.__module__.startswith("torch"):
         return (t, t.numpy) if t.__name__ == "Tensor" else None
     return t, np.from_dlpack
@@ -38,11 +45,32 @@ def steady_type(args: tuple):
 def view(x, label: str) -> np.ndarray:
     """A numpy view of x's own memory (same data pointer and strides)."""
     try:
+        if _is_bfloat16(x):
+            return _view_bfloat16(x)
         if type(x).__module__.startswith("torch"):
-            return x.numpy()                   # raises for GPU, bfloat16, requires_grad
+            return x.numpy()                   # raises for GPU, requires_grad
         return np.from_dlpack(x)
+    except DTypeError:                         # (bfloat16 without ml_dtypes: says so)
+        raise
     except Exception as e:                     # noqa: BLE001 -- explained below
         raise _explain(x, label, e) from None
+
+
+def _is_bfloat16(x) -> bool:
+    return str(getattr(x, "dtype", "")).rpartition(".")[2] == "bfloat16"
+
+
+def _view_bfloat16(x) -> np.ndarray:
+    """A bfloat16 array of x's memory: torch's bits viewed as int16, then as ml_dtypes'
+    bfloat16 (no copy); a JAX (or other) array through np.asarray. Arrays of other dtypes
+    (a steady path's other arguments) are viewed as `view` views them."""
+    torch = type(x).__module__.startswith("torch")
+    if not _is_bfloat16(x):
+        return x.numpy() if torch else np.from_dlpack(x)
+    if torch:
+        int16 = sys.modules["torch"].int16      # (x is a tensor: torch is imported)
+        return x.view(int16).numpy().view(dt.bfloat16.np)
+    return np.asarray(x, dtype=dt.bfloat16.np)
 
 
 def _explain(x, label: str, error: Exception) -> Exception:

@@ -74,6 +74,8 @@ def _refuse_subclass(x: np.ndarray, position: int, name: str) -> None:
 def _native_supported(x: np.ndarray, given, position: int, name: str) -> np.ndarray:
     """x in native byte order (a copy if swapped), or DTypeError for an unsupported dtype
     (`given`: what the caller passed, for the message)."""
+    if x.dtype.name == "bfloat16" and x.dtype.isnative:      # (ml_dtypes': numpy's kind V)
+        return x
     if x.dtype.kind in "OUSVMmc" or x.dtype.fields is not None:
         what = f"dtype {x.dtype} is not supported; supported: {dt.SUPPORTED_NAMES}"
         if not isinstance(given, np.ndarray) and not is_foreign(given):

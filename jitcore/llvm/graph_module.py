@@ -36,6 +36,7 @@ from jitcore.passes.memory_plan import ALIGN, plan_temps
 from jitcore.passes.symbolic import monomial
 from jitcore.runtime import emit_parallel_for, emit_spawn, emit_wait, kernel_type
 
+from . import bf16_convert
 from . import irutil as u
 from . import work
 from .engine import GLUE, KERNEL, TILED, with_pipeline
@@ -85,14 +86,16 @@ class GraphModule:
 
 def build_module(lowered, vector_bits: int, triple: str, data_layout: str,
                  masked_tails: bool = False, threads: int = 0, store=None,
-                 stream_bytes: int = 0, fused_fma: bool = True) -> GraphModule:
+                 stream_bytes: int = 0, fused_fma: bool = True,
+                 bf16_native: bool = False) -> GraphModule:
     """The LLVM modules of a lowered graph. `threads`: intra-op threads of its kernels (0:
     the process-wide setting at call time). `store`: where kernels' IR outlives the process
     (the disk cache: load(key) -> KernelCode | None, save(key, KernelCode)), or None.
     `stream_bytes`: elementwise kernels writing this much output stream it (0: never).
-    `fused_fma`: the target fuses llvm.fmuladd (has FMA; irutil.fused_fma)."""
+    `fused_fma`: the target fuses llvm.fmuladd (has FMA; irutil.fused_fma). `bf16_native`:
+    it has AVX512_BF16 (bf16_convert.set_native)."""
     kernels = tuple(emit_kernel(kernel, vector_bits, triple, data_layout, masked_tails, threads,
-                                store, stream_bytes, fused_fma)
+                                store, stream_bytes, fused_fma, bf16_native)
                     for kernel in lowered.kernels)
     module = ir.Module(name=lowered.name)
     module.triple, module.data_layout = triple, data_layout
@@ -121,13 +124,14 @@ STATS = {"kernels_generated": 0, "kernels_reused": 0, "kernels_loaded": 0}
 
 def emit_kernel(kernel: Kernel, vector_bits: int, triple: str, data_layout: str,
                 masked_tails: bool, threads: int, store=None,
-                stream_bytes: int = 0, fused_fma: bool = True) -> KernelCode:
+                stream_bytes: int = 0, fused_fma: bool = True,
+                bf16_native: bool = False) -> KernelCode:
     """One kernel in a module of its own, named by a hash of its text; generated once per
     process for each structure (the code of an equal kernel is reused with this kernel's
     buffer slots), and loaded from `store` when an earlier process generated it."""
     structure, slots = kernel_key(kernel)
     key = (structure, vector_bits, triple, data_layout, masked_tails, plan_threads(threads),
-           stream_bytes, fused_fma)
+           stream_bytes, fused_fma, bf16_native)
     with _EMITTED_LOCK:
         seen = _EMITTED.get(key)
         if seen is not None:
@@ -141,7 +145,7 @@ def emit_kernel(kernel: Kernel, vector_bits: int, triple: str, data_layout: str,
     if seen is None:
         STATS["kernels_generated"] += 1
         seen = _emit_kernel(kernel, vector_bits, triple, data_layout, masked_tails, threads,
-                            stream_bytes, fused_fma)
+                            stream_bytes, fused_fma, bf16_native)
         positions = {slot: k for k, slot in enumerate(slots)}
         positions[DIMS_SLOT] = DIMS_SLOT
         # the kernel's pointer array, as positions in the key's numbering of buffers
@@ -171,10 +175,11 @@ def _remember(key, code: KernelCode) -> None:
 
 def _emit_kernel(kernel: Kernel, vector_bits: int, triple: str, data_layout: str,
                  masked_tails: bool, threads: int, stream_bytes: int = 0,
-                 fused_fma: bool = True) -> KernelCode:
+                 fused_fma: bool = True, bf16_native: bool = False) -> KernelCode:
     module = ir.Module(name=KERNEL_PLACEHOLDER)
     module.triple, module.data_layout = triple, data_layout
     u.set_fused_fma(module, fused_fma)
+    bf16_convert.set_native(module, bf16_native)
     kind = entry(kernel)             # the kind's plan, work items and emitter (registry.py)
     plan = kind.plan(kernel, vector_bits, plan_threads(threads))
     extent, chunk = kind.work(kernel, plan)

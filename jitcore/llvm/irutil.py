@@ -8,7 +8,8 @@ from llvmlite import ir
 from jitcore.ir.dtypes import DType
 from jitcore.passes.symbolic import monomial
 
-I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
+I1, I8, I16 = ir.IntType(1), ir.IntType(8), ir.IntType(16)
+I32, I64 = ir.IntType(32), ir.IntType(64)
 F32, F64 = ir.FloatType(), ir.DoubleType()
 I8P = I8.as_pointer()
 
@@ -18,7 +19,9 @@ I8P = I8.as_pointer()
 if hasattr(ir.values, "_escape_string"):
     ir.values._escape_string(b"")
 
-_SCALAR = {"bool": I1, "uint8": I8, "int32": I32, "int64": I64, "float32": F32, "float64": F64}
+# bfloat16 values are their bits (an i16): only casts and loads/stores see them (bf16_convert.py)
+_SCALAR = {"bool": I1, "uint8": I8, "int32": I32, "int64": I64, "float32": F32, "float64": F64,
+           "bfloat16": I16}
 
 
 def value_type(dtype: DType, lanes: int = 1) -> ir.Type:

@@ -14,6 +14,7 @@ from llvmlite import ir
 from jitcore.ir import dtypes as dt
 from jitcore.ir.ops import ELEMENTWISE, Op, info
 
+from . import bf16_convert
 from . import irutil as u
 from . import powf, vecmath
 
@@ -99,6 +100,10 @@ def cast(b, out: dt.DType, inp: dt.DType, x):
     ty = u.value_type(out, lanes)
     if out == inp:
         return x
+    if inp == dt.bfloat16:
+        return cast(b, out, dt.float32, bf16_convert.widen(b, x))
+    if out == dt.bfloat16:
+        return bf16_convert.narrow(b, _to_float32_once(b, inp, x))
     if out == dt.bool_:
         zero = u.const(x.type, 0.0 if inp.is_float else 0)
         return b.fcmp_unordered("!=", x, zero) if inp.is_float else b.icmp_unsigned("!=", x, zero)
@@ -111,6 +116,19 @@ def cast(b, out: dt.DType, inp: dt.DType, x):
     if out.bits > inp.bits or inp == dt.bool_:
         return b.sext(x, ty) if inp.kind == "i" else b.zext(x, ty)
     return b.trunc(x, ty) if out.bits < inp.bits else x
+
+
+def _to_float32_once(b, inp: dt.DType, x):
+    """x as float32, or (where that would round) as float32 rounded to odd, so that rounding
+    the result to bfloat16 rounds x once: int32 and int64 go through float64 (int32 exactly;
+    int64 rounds there as ml_dtypes does)."""
+    if inp == dt.float32:
+        return x
+    if inp.bits <= 8:                       # bool, uint8: exact in float32
+        return cast(b, dt.float32, inp, x)
+    if inp != dt.float64:
+        x = cast(b, dt.float64, inp, x)
+    return bf16_convert.f64_to_f32_odd(b, x)
 
 
 def _cast(b, out, inp, args, arg):

@@ -29,6 +29,7 @@ import torch
 
 import jitcore as jc
 from jitcore.ir import build
+from jitcore.ir import dtypes as dt
 from jitcore.ir.errors import ShapeError
 from jitcore.ir.ops import info
 from jitcore.ir.sizes import Size, shape_text
@@ -39,8 +40,26 @@ from . import convolution, resize
 
 aten = torch.ops.aten
 
+# (bfloat16 by name: numpy's is ml_dtypes', optional and imported on first use)
 TORCH_TO_NUMPY = {torch.float32: np.float32, torch.float64: np.float64, torch.int32: np.int32,
                   torch.int64: np.int64, torch.uint8: np.uint8, torch.bool: np.bool_}
+if dt.bfloat16 in dt.available():
+    TORCH_TO_NUMPY[torch.bfloat16] = "bfloat16"
+
+
+def tensor_array(t: torch.Tensor) -> np.ndarray:
+    """A numpy view of a CPU tensor's memory (never a copy); bfloat16 tensors, which torch
+    cannot hand to numpy, as their int16 bits relabelled ml_dtypes.bfloat16."""
+    if t.dtype is torch.bfloat16:
+        return t.view(torch.int16).numpy().view(dt.bfloat16.np)
+    return t.numpy()
+
+
+def array_tensor(a: np.ndarray) -> torch.Tensor:
+    """A tensor of a numpy array's memory (never a copy; bfloat16 through its int16 bits)."""
+    if a.dtype.name == "bfloat16":
+        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(a)
 
 
 @dataclass(frozen=True)
@@ -68,7 +87,12 @@ def missing_ops(entry: Lowering) -> list:
 
 # ---- helpers -----------------------------------------------------------------------------------
 def np_dtype(t) -> np.dtype:
-    return np.dtype(TORCH_TO_NUMPY[t.dtype])
+    return dt.as_dtype(TORCH_TO_NUMPY[t.dtype]).np
+
+
+def is_float(dtype: np.dtype) -> bool:
+    """A float dtype, bfloat16 included (numpy's kind for ml_dtypes' bfloat16 is "V")."""
+    return dtype.kind == "f" or dtype.name == "bfloat16"
 
 
 def as_dtype(x, dtype):
@@ -77,7 +101,7 @@ def as_dtype(x, dtype):
     wraps), not numpy's (OverflowError; saturation in jitcore)."""
     dtype = np.dtype(dtype)
     if isinstance(x, Tracer) and x.dtype != dtype:
-        if x.dtype.kind == "f" and dtype == np.uint8:
+        if is_float(x.dtype) and dtype == np.uint8:
             x = jc.astype(x, np.int64)      # torch: truncate, then keep the low 8 bits
         return jc.astype(x, dtype)
     if isinstance(x, int) and not isinstance(x, bool) and dtype.kind in "iu":
@@ -132,7 +156,7 @@ def _reduce(jc_fn):
     .default overloads (all axes) too."""
     def fn(out, x, dims=None, keepdim=False, dtype=None):
         want = np_dtype(out)
-        x = as_dtype(x, want) if want.kind == "f" or dtype is not None else x
+        x = as_dtype(x, want) if is_float(want) or dtype is not None else x
         return as_dtype(jc_fn(x, axis=_axes(dims, x.ndim), keepdims=keepdim), want)
     return fn
 

@@ -20,7 +20,8 @@ from jitcore.ir.graph import Graph as IRGraph
 from jitcore.ir.sizes import Size, SizeValueNeeded
 from jitcore.ops.tracer import Tracer, node_of
 
-from .lowering import LOWERINGS, bind_symbols, bound_symbols, extent_of, fit_to
+from .lowering import (LOWERINGS, array_tensor, bind_symbols, bound_symbols, extent_of, fit_to,
+                       tensor_array)
 
 
 def _lower_node(node: torch.fx.Node, env: dict):
@@ -119,11 +120,11 @@ def _as_array(t):
     number torch computed) as it is."""
     if not isinstance(t, torch.Tensor):
         return t
-    return (t.detach() if t.requires_grad else t).numpy()
+    return tensor_array(t.detach() if t.requires_grad else t)
 
 
 def _as_tensor(a) -> torch.Tensor:
-    return torch.from_numpy(a if isinstance(a, np.ndarray) else np.asarray(a))
+    return array_tensor(a if isinstance(a, np.ndarray) else np.asarray(a))
 
 
 class PartModule(torch.nn.Module):

@@ -27,7 +27,7 @@ from torch.utils import _pytree as pytree
 from jitcore.ir.graph import ConstArray
 
 from . import training_ir
-from .lowering import LOWERINGS, TORCH_TO_NUMPY, missing_ops
+from .lowering import LOWERINGS, TORCH_TO_NUMPY, missing_ops, tensor_array
 from .part import Part, PartModule
 
 CONSTANT_KINDS = (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR)
@@ -263,7 +263,7 @@ def partition(gm: torch.fx.GraphModule, name: str = "model", dynamic: bool = Fal
         for k, arg in enumerate(node.args):
             if arg.op == "get_attr":
                 if arg.target not in arrays:
-                    value = getattr(fused, arg.target).numpy()
+                    value = tensor_array(getattr(fused, arg.target))
                     arrays[arg.target] = ConstArray.owned(value) if \
                         arg.target.startswith(FOLDED_PREFIX) else ConstArray(value)
                 constants[k] = arrays[arg.target]
