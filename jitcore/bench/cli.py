@@ -26,10 +26,9 @@ Every JSON result carries a stamp (jitcore/bench/stamp.py): commit, date, CPU, e
 version and the run's settings, the peers' included (JAX's XLA_FLAGS and PJRT_NPROC,
 torch.compile's modes, ONNX Runtime's graph optimization level); the tables' caption names the
 machine, commit and date from it. --tiny runs small sizes and few repeats (the test suite
-uses it). --target LEVEL holds
-every system to one instruction-set level: jitcore builds for it (JITCORE_TARGET) and the
-peers are restricted alike through their own switches (jitcore/bench/levels.py); the
-results record the level and the variables set.
+uses it). --target LEVEL holds every system to one instruction-set level: jitcore builds for
+it (JITCORE_TARGET) and the peers are restricted alike through their own switches
+(jitcore/bench/levels.py); the results record the level and the variables set.
 """
 from __future__ import annotations
 
