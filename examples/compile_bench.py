@@ -7,7 +7,10 @@ set-up (LLVM's target, the thread pools) is not counted; 1 thread. The figures a
 call's stages as `jc.cache_info()["compile_seconds"]` records them, medians of --repeat
 process pairs (each pair with its own cache directory).
 
-    python examples/compile_bench.py [--repeat 3] [--only chain,softmax]
+    python examples/compile_bench.py [--repeat 3] [--only chain,softmax] [--json PATH]
+
+--json writes {"stamp": where the figures come from (jitcore/bench/stamp.py), "graphs": the
+medians per graph and start}.
 """
 from __future__ import annotations
 
@@ -126,8 +129,12 @@ def main(argv=None) -> int:
     print("\nms per stage, medians of", opts.repeat, "fresh processes; opt = LLVM optimization, "
           "mc = machine code, disk = loading the object from the disk cache (warm)")
     if opts.json:
+        from jitcore.bench.stamp import stamp
+        command = ["python examples/compile_bench.py", *(sys.argv[1:] if argv is None else argv)]
+        settings = {"command": " ".join(command), "repeat": opts.repeat, "graphs": names,
+                    "threads": 1}
         with open(opts.json, "w") as f:
-            json.dump(results, f, indent=1)
+            json.dump({"stamp": stamp(settings), "graphs": results}, f, indent=1)
     return 0
 
 

@@ -116,7 +116,9 @@ def main() -> int:
     ap.add_argument("--compiles", type=int, default=1000)
     ap.add_argument("--shapes", type=int, default=1000, help="shapes one function is called with")
     ap.add_argument("--cache-size", type=int, default=64, help="JITCORE_CACHE_SIZE for the run")
-    ap.add_argument("--json", action="store_true", help="print the figures as one JSON line")
+    ap.add_argument("--json", action="store_true",
+                    help="print the figures and their stamp (jitcore/bench/stamp.py) as one "
+                         "JSON line")
     opts = ap.parse_args()
     if "jitcore" in sys.modules or os.environ.get("_JITCORE_MEMORY_CHILD") != "1":
         # settings are read once per process: run the measurement in a child that has them
@@ -126,7 +128,9 @@ def main() -> int:
         return subprocess.call([sys.executable, __file__, *sys.argv[1:]], env=env)
     r = measure(opts.calls, opts.compiles, opts.shapes)
     if opts.json:
-        print(json.dumps(r))
+        from jitcore.bench.stamp import stamp
+        print(json.dumps({**r, "stamp": stamp({"command": " ".join(
+            ["python examples/memory.py", *sys.argv[1:]]), **vars(opts)})}))
         return 0
     print(f"{opts.calls} calls of a*b+1 (1024 float32, half with out=): "
           f"RSS {r['rss_start_mb']:.1f} -> {r['rss_after_calls_mb']:.1f} MB "

@@ -4,6 +4,7 @@
                             [--runs R] [--repeat N] [--no-cold] [--json PATH] [--plot PATH]
                             [--tiny] [--target x86-64-v3]
     python -m jitcore bench --models [...]     whole PyTorch models (jitcore/bench/model_suite.py)
+    python -m jitcore bench --render RESULTS.json   the README's markdown tables of a saved run
 
 For every run, thread count and system (jitcore and numpy always; numexpr, numba, torch,
 torch.compile and jax when installed) one child process runs the selected workloads, pinned
@@ -21,10 +22,13 @@ medians. jitcore's child also measures the copy/triad bandwidth and a core's fp3
 share of that bandwidth and matmul GFLOP/s as a share of the peak times the threads (the bf16
 matmul rows: of the bf16 peak). A missing, failing or wrong peer is reported as such. --json
 writes every number; --plot a PNG of natural-use speedups over numpy (needs matplotlib).
---tiny runs small sizes and few repeats (the test suite uses it). --target LEVEL holds
-every system to one instruction-set level: jitcore builds for it (JITCORE_TARGET) and the
-peers are restricted alike through their own switches (jitcore/bench/levels.py); the
-results record the level and the variables set.
+Every JSON result carries a stamp (jitcore/bench/stamp.py): commit, date, CPU, every peer's
+version and the run's settings, the peers' included (JAX's XLA_FLAGS and PJRT_NPROC,
+torch.compile's modes, ONNX Runtime's graph optimization level); the tables' caption names the
+machine, commit and date from it. --tiny runs small sizes and few repeats (the test suite
+uses it). --target LEVEL holds every system to one instruction-set level: jitcore builds for
+it (JITCORE_TARGET) and the peers are restricted alike through their own switches
+(jitcore/bench/levels.py); the results record the level and the variables set.
 """
 from __future__ import annotations
 
@@ -34,6 +38,7 @@ import importlib.util
 import json
 import os
 import platform
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -45,8 +50,10 @@ import time
 from jitcore.llvm.target import LEVELS
 
 from .levels import restriction
+from .peers_runtimes import OPENVINO_SETTINGS, ORT_SETTINGS
 from .roofline import add_roofline, compute_cell, peak_of, roofline_text
-from .systems import CONV_LAYOUTS, INTO_NOTES, SYSTEM_MODULES, SYSTEMS
+from .stamp import caption, stamp
+from .systems import COMPILE_SETTINGS, CONV_LAYOUTS, INTO_NOTES, SYSTEM_MODULES, SYSTEMS
 from .workloads import BY_NAME, SUITE, WEIGHTS_AFTER_FIRST
 
 THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
@@ -105,6 +112,19 @@ FAIR_ALLOCATION = {"MALLOC_MMAP_THRESHOLD_": str(1 << 30), "MALLOC_TRIM_THRESHOL
                    "MALLOC_TOP_PAD_": str(256 << 20), "THP_MEM_ALLOC_ENABLE": "1"}
 
 
+def jax_thread_env(threads: int) -> dict:
+    """JAX's thread settings at `threads`, as XLA reads them. XLA_FLAGS takes only XLA's own
+    flags, each with its leading `--`: its parser (xla/parse_flags_from_env.cc) stops silently
+    at the first word without one, and dies on an unknown `--` flag. The folklore
+    `intra_op_parallelism_threads=N` is no XLA flag (a TensorFlow session option): without
+    dashes it was dropped, with every flag after it (bench --target's --xla_cpu_max_isa).
+    The CPU client's thread pool is sized by PJRT_NPROC (NPROC in older jaxlibs), else by
+    the CPUs this process may run on; Eigen's matmuls and convs use that pool only with
+    --xla_cpu_multi_thread_eigen=true."""
+    return {"XLA_FLAGS": f"--xla_cpu_multi_thread_eigen={'true' if threads > 1 else 'false'}",
+            "PJRT_NPROC": str(threads), "NPROC": str(threads)}
+
+
 def child_env(threads: int, cache_dir: str, own_allocators: bool = False,
               target: str | None = None) -> dict:
     """Each system's child: its thread settings at `threads`, its caches in `cache_dir`,
@@ -115,9 +135,8 @@ def child_env(threads: int, cache_dir: str, own_allocators: bool = False,
     if not own_allocators:
         env.update(FAIR_ALLOCATION)
     env.pop("JITCORE_DISK_CACHE", None)                # warm first calls need the disk cache
+    env.update(jax_thread_env(threads))
     env.update({
-        "XLA_FLAGS": (f"--xla_cpu_multi_thread_eigen={'true' if threads > 1 else 'false'} "
-                      f"intra_op_parallelism_threads={threads}"),
         "JITCORE_CACHE_DIR": os.path.join(cache_dir, "jitcore"),
         "TORCHINDUCTOR_CACHE_DIR": os.path.join(cache_dir, "inductor"),
         "NUMBA_CACHE_DIR": os.path.join(cache_dir, "numba"),
@@ -128,6 +147,34 @@ def child_env(threads: int, cache_dir: str, own_allocators: bool = False,
     if target is not None:
         env.update(restriction(target, env["XLA_FLAGS"])["env"])
     return env
+
+
+def peer_settings(threads_list: list, target=None, own_allocators: bool = False) -> dict:
+    """How the children hold each system: the thread variables, JAX's environment per
+    thread count (as child_env sets it), torch.compile's modes, ONNX Runtime's and
+    OpenVINO's settings, the allocator variables (for a result's stamp)."""
+    jax = {}
+    for threads in threads_list:
+        env = child_env(threads, "", own_allocators, target)
+        jax[str(threads)] = {k: env[k] for k in jax_thread_env(threads)}
+    return {"thread_variables": list(THREAD_VARIABLES), "jax": jax,
+            "torch.compile": COMPILE_SETTINGS, "onnxruntime": ORT_SETTINGS,
+            "openvino": OPENVINO_SETTINGS,
+            "allocation": "own" if own_allocators else FAIR_ALLOCATION}
+
+
+def settings(opts, argv: list, command: str = "python -m jitcore bench") -> dict:
+    """A run's settings for its stamp: the command line and the options that shape it."""
+    found = {"command": " ".join([command, *map(shlex.quote, argv)]),
+             "names": opts.names, "threads": opts.threads_list, "systems": opts.systems_list,
+             "cold": not opts.no_cold, "repeat": opts.repeat, "tiny": opts.tiny,
+             "target": opts.target or "native",
+             "peers": peer_settings(opts.threads_list, opts.target,
+                                    getattr(opts, "own_allocators", False))}
+    for key in ("runs", "batches", "own_allocators"):
+        if hasattr(opts, key):
+            found[key] = getattr(opts, key)
+    return found
 
 
 def run_child(system: str, threads: int, names: list, opts, progress: Progress,
@@ -351,6 +398,7 @@ def usage_cell(c: dict) -> str:
 def print_table(title: str, names: list, systems: list, at: dict, text, extra=None,
                 width: int = 18):
     extra_head, extra_cells = extra or ("", lambda name: "")
+    width = max([width] + [len(s) + 2 for s in systems])      # a long system name stays apart
     print(f"\n{title}")
     head = f"{'workload':22s}" + "".join(f"{s:>{width}s}" for s in systems) + extra_head
     print(head)
@@ -552,8 +600,14 @@ def check_target(ap: argparse.ArgumentParser, opts) -> None:
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--render"]:
+        from .markdown import main as render
+        return render(argv[1:])
     opts = parse(argv)
     data = run_suite(opts.names, opts.systems_list, opts.threads_list, opts)
+    data["stamp"] = stamp(settings(opts, argv))
+    print(caption(data))
     m = data["machine"]
     print(f"{m['brand']} ({m['cpu']}), target {m['target']}: {m['isa']}, {m['cpus']} cpus; "
           f"{data['date']}; "

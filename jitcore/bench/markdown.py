@@ -1,8 +1,12 @@
-"""The README's benchmark tables from a saved run: `python -m jitcore.bench.markdown
-examples/results/bench.json`. Per thread count, one table of natural-use and compute-only
-medians with their speedups over numpy's, one of the memory-bound workloads' GB/s as % of the
-copy bandwidth, one of the matmul and convolution workloads' GFLOP/s as % of the fp32 FMA
-peak (roofline.py), and one of first calls (cold / warm where the run measured cold ones)."""
+"""The README's benchmark tables from a saved run: `python -m jitcore bench --render
+examples/results/bench.json` (or `python -m jitcore.bench.markdown FILE`). First a caption
+naming the machine, commit and date of the run (stamp.caption). A kernel-suite run: per thread
+count, one table of natural-use and compute-only medians with their speedups over numpy's,
+one of the memory-bound workloads' GB/s as % of the copy bandwidth, one of the matmul and
+convolution workloads' GFLOP/s as % of the fp32 FMA peak (roofline.py), and one of first calls
+(cold / warm where the run measured cold ones, else warm only). A model run (`bench
+--models`): per thread count and batch, latency with the speedup over eager, first calls
+(labelled alike), and the error against eager with jitcore's fallback nodes."""
 from __future__ import annotations
 
 import json
@@ -10,6 +14,7 @@ import sys
 
 from .cli import cell, cold_measured, first_call_cell, first_call_title, fmt_seconds, roofline_cell
 from .roofline import compute_cell, fma_peak, peak_of
+from .stamp import caption
 from .systems import SYSTEMS
 from .workloads import BY_NAME
 
@@ -24,7 +29,10 @@ def _time(c: dict, base: dict, unit: str) -> str:
 
 
 def tables(data: dict) -> str:
-    lines, names = [], list(data["workloads"])
+    """The markdown of a saved kernel-suite or model run, its caption first."""
+    if "models" in data:
+        return model_tables(data)
+    lines, names = [f"Measured on {caption(data)}."], list(data["workloads"])
     for threads in sorted({r["threads"] for r in data["runs"]}):
         at = {r["system"]: r for r in data["runs"] if r["threads"] == threads}
         systems = [s for s in SYSTEMS if s in at]
@@ -75,10 +83,52 @@ def tables(data: dict) -> str:
     return "\n".join(lines)
 
 
+def model_tables(data: dict) -> str:
+    """A model run's tables: latency (speedup over eager), first call, error and fallbacks."""
+    from .model_child import SYSTEMS as MODEL_SYSTEMS
+    from .model_suite import _cell, _points, speedup
+    names = data["models"]
+    systems = [s for s in MODEL_SYSTEMS if any(r["system"] == s for r in data["runs"])]
+    cold = cold_measured(data)
+    head = "| model | " + " | ".join(systems) + " |"
+    rule = "|---" * (len(systems) + 1) + "|"
+    lines = [f"Measured on {caption(data)}."]
+    for threads, batch in _points(data):
+        def latency(c, s, name):
+            if "median_s" not in c:
+                return c.get("status", "?")
+            sp = speedup(data, s, threads, name, batch)
+            return fmt_seconds(c["median_s"]) + (f" ({sp:.2f}x)" if sp else "") + \
+                ("" if c["status"] == "ok" else " WRONG")
+
+        def first(c, s, name):
+            if "first_call_s" not in c:
+                return c.get("status", "?")
+            if not cold:
+                return f"{c['first_call_s']:.2f}"
+            cold_s = c.get("first_call_cold_s")
+            return f"{'-' if cold_s is None else f'{cold_s:.2f}'} / {c['first_call_s']:.2f}"
+
+        def error(c, s, name):
+            if "rel_error" not in c:
+                return c.get("status", "?")
+            return f"{c['rel_error']:.1e}" + (f"; {c['fallbacks']} fb" if "fallbacks" in c else "")
+
+        first_title = ("cold cache / warm cache" if cold else
+                       "warm cache (no cold child: --no-cold)")
+        for title, text in (("latency, median ms (speedup over torch eager)", latency),
+                            (f"first call (compile + run), s: {first_title}", first),
+                            ("normwise error against eager; jitcore: fallback nodes", error)):
+            lines += [f"\n{threads} thread(s), batch {batch}: {title}\n", head, rule]
+            lines += [f"| {n} | " + " | ".join(text(_cell(data["runs"], s, threads, n, batch), s, n)
+                                               for s in systems) + " |" for n in names]
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
-        print("usage: python -m jitcore.bench.markdown RESULTS.json", file=sys.stderr)
+        print("usage: python -m jitcore bench --render RESULTS.json", file=sys.stderr)
         return 2
     with open(argv[0]) as f:
         print(tables(json.load(f)))

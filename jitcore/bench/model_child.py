@@ -8,7 +8,8 @@ process computes it); the first call (compile + first run) is timed, its output 
 (progress) and a final JSON report.
 
 How each system runs a model: jitcore `jitcore.torch.compile(module, *inputs)`; torch eager
-under one inference_mode; torch.compile with Inductor's freezing; ONNX Runtime on the
+under one inference_mode; torch.compile with Inductor's freezing, in its default mode and
+(torch.compile-max-autotune) with mode="max-autotune"; ONNX Runtime on the
 dynamo-exported ONNX file, CPU provider, `intra_op_num_threads` N, one inter-op thread and
 the graph optimization level set explicitly to ORT_ENABLE_ALL (its default today: every
 fusion and layout transform it has); OpenVINO on `ov.convert_model(module, example_input=...)`
@@ -28,11 +29,14 @@ import traceback
 import warnings
 
 from .child import time_calls
+from .peers_runtimes import openvino_compiled, ort_session
 
 warnings.filterwarnings("ignore")
-SYSTEMS = ("jitcore", "torch", "torch.compile", "onnxruntime", "openvino")
+SYSTEMS = ("jitcore", "torch", "torch.compile", "torch.compile-max-autotune", "onnxruntime",
+           "openvino")
 SYSTEM_MODULES = {"jitcore": "torch", "torch": "torch", "torch.compile": "torch",
-                  "onnxruntime": "onnxruntime", "openvino": "openvino"}
+                  "torch.compile-max-autotune": "torch", "onnxruntime": "onnxruntime",
+                  "openvino": "openvino"}
 
 
 def rel_error(got, want) -> float:
@@ -56,24 +60,24 @@ def _torch(module, inputs, threads):
     return (lambda: module(*inputs)), {}
 
 
-def _torch_compile(module, inputs, threads):
+def _torch_compile(module, inputs, threads, mode: str = "default"):
     import torch
     torch._inductor.config.freezing = True
-    m = torch.compile(module)
+    m = torch.compile(module, mode=mode)
     return (lambda: m(*inputs)), {}
 
 
+def _torch_compile_max_autotune(module, inputs, threads):
+    return _torch_compile(module, inputs, threads, mode="max-autotune")
+
+
 def _onnxruntime(module, inputs, threads):
-    import onnxruntime as ort
     import torch
     path = os.path.join(tempfile.mkdtemp(prefix="jc-onnx-"), "model.onnx")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(module, tuple(inputs), path, dynamo=True, external_data=True)
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+    sess = ort_session(path, threads)
     feeds = {i.name: x.numpy() for i, x in zip(sess.get_inputs(), inputs)}
     return (lambda: sess.run(None, feeds)[0]), {}
 
@@ -81,15 +85,13 @@ def _onnxruntime(module, inputs, threads):
 def _openvino(module, inputs, threads):
     import openvino as ov
     model = ov.convert_model(module, example_input=tuple(inputs))
-    compiled = ov.Core().compile_model(model, "CPU", {
-        "INFERENCE_NUM_THREADS": threads, "INFERENCE_PRECISION_HINT": "f32",
-        "PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1})
-    request = compiled.create_infer_request()
+    request = openvino_compiled(ov.Core(), model, threads).create_infer_request()
     feeds = {i: x.numpy() for i, x in enumerate(inputs)}
     return (lambda: request.infer(feeds, share_inputs=True)[0]), {}
 
 
 BUILD = {"jitcore": _jitcore, "torch": _torch, "torch.compile": _torch_compile,
+         "torch.compile-max-autotune": _torch_compile_max_autotune,
          "onnxruntime": _onnxruntime, "openvino": _openvino}
 
 

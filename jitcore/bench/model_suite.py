@@ -1,6 +1,7 @@
 """`python -m jitcore bench --models`: whole PyTorch models, jitcore.torch against torch eager
 (inference_mode), torch.compile (Inductor, freezing on), ONNX Runtime (CPU provider, graph
-optimizations ORT_ENABLE_ALL) and OpenVINO (CPU plugin, fp32, latency hint).
+optimizations ORT_ENABLE_ALL) and OpenVINO (CPU plugin, fp32, latency hint); torch.compile also
+with mode="max-autotune" (torch.compile-max-autotune).
 
     python -m jitcore bench --models [--only mlp,resnet50] [--threads 1,2] [--batch 1,8]
                                      [--systems jitcore,torch,torch.compile,onnxruntime,openvino]
@@ -31,9 +32,10 @@ import shutil
 import sys
 import tempfile
 
-from .cli import (Progress, add_target_option, check_target, fmt_seconds, machine,
-                  spawn_child, versions)
+from .cli import (Progress, add_target_option, check_target, cold_measured, fmt_seconds,
+                  machine, settings, spawn_child, versions)
 from .model_child import SYSTEM_MODULES, SYSTEMS
+from .stamp import caption, stamp
 
 NAMES = ("mlp", "resnet18", "mobilenet_v2", "resnet50", "efficientnet_b0", "convnext_tiny",
          "bert", "gpt2")
@@ -161,13 +163,14 @@ def _points(data: dict) -> list:
 
 def print_tables(data: dict, systems: list) -> None:
     names = data["models"]
-    cold = data.get("cold", True)
+    cold = cold_measured(data)
     first_title = ("first call (compile + run), s: cold cache / warm cache" if cold else
                    "first call (compile + run), s: warm cache (no cold child: --no-cold)")
     ratio_head = f"{'jc vs best runtime':>22s}" if any(s in RUNTIMES for s in systems) else ""
     for threads, batch in _points(data):
         print(f"\n=== {threads} thread(s), batch {batch} ===")
-        head = f"{'model':16s}" + "".join(f"{s:>22s}" for s in systems)
+        width = max([22] + [len(s) + 2 for s in systems])
+        head = f"{'model':16s}" + "".join(f"{s:>{width}s}" for s in systems)
         for title, text, extra in [
                 ("latency, median ms (speedup over torch eager)" + (
                     "; jitcore's ratio to the best of onnxruntime and openvino (their ms / "
@@ -178,7 +181,8 @@ def print_tables(data: dict, systems: list) -> None:
                 ("relative error vs eager (normwise); jitcore: fallback nodes", _error, "")]:
             print(f"\n{title}\n{head + extra}\n{'-' * len(head + extra)}")
             for n in names:
-                row = "".join(f"{text(data, s, threads, n, batch):>22s}" for s in systems)
+                row = "".join(f"{text(data, s, threads, n, batch):>{width}s}"
+                              for s in systems)
                 if extra:
                     row += f"{_ratio(data, threads, n, batch):>22s}"
                 print(f"{n:16s}{row}")
@@ -323,6 +327,7 @@ def report(data: dict, systems: list) -> None:
     """Print the tables of a saved run: `python -m jitcore.bench.model_suite RUN.json
     [PLOT.png]`."""
     m = data["machine"]
+    print(caption(data))
     print(f"{m['brand']} ({m['cpu']}), target {m.get('target', 'native')}: {m['isa']}, "
           f"{m['cpus']} cpus; {data['date']}; "
           + ", ".join(f"{k} {v}" for k, v in data["versions"].items()))
@@ -330,8 +335,10 @@ def report(data: dict, systems: list) -> None:
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     opts = parse(argv)
     data = run(opts.names, opts.systems_list, opts.threads_list, opts)
+    data["stamp"] = stamp(settings(opts, argv, "python -m jitcore bench --models"))
     report(data, opts.systems_list)
     if opts.json:
         with open(opts.json, "w") as f:

@@ -2,7 +2,8 @@
 under jax.jit, inputs placed on the device once, every call ended by block_until_ready().
 The first call traces and compiles with XLA. JAX arrays are immutable and jax.jit has no
 `out=`: the compute-only column is n/a for JAX. Imported only in the jax child; the parent
-sets XLA_FLAGS (one intra-op thread) and the CPU affinity before jax loads.
+sets XLA_FLAGS, PJRT_NPROC (the CPU client's thread pool: cli.jax_thread_env) and the CPU
+affinity before jax loads.
 """
 from __future__ import annotations
 

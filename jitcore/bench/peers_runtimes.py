@@ -25,6 +25,34 @@ CNN_ROWS = ("conv3x3_64", "conv1x1_64_256", "conv3x3_256", "conv7x7s2_stem", "dw
             "global_avg_pool_b8")
 
 
+# how every bench (these rows and the model suite) runs the two runtimes, set explicitly and
+# recorded in each result's stamp
+ORT_SETTINGS = {"graph_optimization_level": "ORT_ENABLE_ALL", "inter_op_num_threads": 1,
+                "intra_op_num_threads": "the cell's threads",
+                "providers": ["CPUExecutionProvider"]}
+OPENVINO_SETTINGS = {"device": "CPU", "INFERENCE_PRECISION_HINT": "f32",
+                     "PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1,
+                     "INFERENCE_NUM_THREADS": "the cell's threads"}
+
+
+def ort_session(path: str, threads: int):
+    """An ONNX Runtime session of the model at `path` with ORT_SETTINGS at `threads`."""
+    import onnxruntime as ort
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = ORT_SETTINGS["inter_op_num_threads"]
+    opts.graph_optimization_level = getattr(ort.GraphOptimizationLevel,
+                                            ORT_SETTINGS["graph_optimization_level"])
+    return ort.InferenceSession(path, opts, providers=ORT_SETTINGS["providers"])
+
+
+def openvino_compiled(core, model, threads: int):
+    """`model` compiled by OpenVINO with OPENVINO_SETTINGS at `threads`."""
+    config = {k: v for k, v in OPENVINO_SETTINGS.items() if k != "device"}
+    config["INFERENCE_NUM_THREADS"] = threads
+    return core.compile_model(model, OPENVINO_SETTINGS["device"], config)
+
+
 def _module(name: str, args: tuple):
     """(torch module of the row with its weights as parameters, its torch input)."""
     import torch
@@ -40,7 +68,6 @@ def setup(threads: int):
 
 
 def onnxruntime_calls(threads: int):
-    import onnxruntime as ort
     import torch
     setup(threads)
 
@@ -52,10 +79,7 @@ def onnxruntime_calls(threads: int):
         with warnings.catch_warnings(), torch.no_grad():
             warnings.simplefilter("ignore")
             torch.onnx.export(module, (x,), path, dynamo=True)
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
-        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+        sess = ort_session(path, threads)
         feeds = {sess.get_inputs()[0].name: np.ascontiguousarray(args[0])}
         return (lambda: sess.run(None, feeds)[0]), None
     return calls
@@ -74,10 +98,7 @@ def openvino_calls(threads: int):
         with warnings.catch_warnings(), torch.no_grad():
             warnings.simplefilter("ignore")
             model = ov.convert_model(module, example_input=(x,))
-        compiled = core.compile_model(model, "CPU", {
-            "INFERENCE_NUM_THREADS": threads, "INFERENCE_PRECISION_HINT": "f32",
-            "PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1})
-        request = compiled.create_infer_request()
+        request = openvino_compiled(core, model, threads).create_infer_request()
         feed = {0: np.ascontiguousarray(args[0])}
         return (lambda: request.infer(feed, share_inputs=True)[0]), None
     return calls

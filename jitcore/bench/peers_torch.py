@@ -6,7 +6,9 @@ a bool mask prepared once; the child runs every call under one `torch.inference_
 (no per-call grad-mode context). Compute only: the public `out=` of the last op where torch
 has one (n/a where it has none: gelu, layer_norm). torch.compile (dynamic=False) compiles the
 eager function; compute only compiles `out.copy_(fn(...))`, which inductor turns into
-kernels that store into `out`.
+kernels that store into `out`. torch.compile-max-autotune compiles the matmul rows the same
+way with mode="max-autotune" (Inductor times its C++ GEMM templates against ATen's while
+compiling).
 
 bf16 rows (workloads.BF16_GEMMS): the weight converted to torch.bfloat16 once, each call
 `(x.bfloat16() @ W).float()` (oneDNN's bf16 GEMM, float32 accumulation; the float32 result
@@ -203,7 +205,7 @@ def _copy_into(fn):
     return into
 
 
-def compiled_calls(name: str, args: tuple, out: np.ndarray):
+def compiled_calls(name: str, args: tuple, out: np.ndarray, mode: str = "default"):
     targs, tout = _tensors(args, name), torch.from_numpy(out)
     if name in CONV:
         import torch._inductor.config as inductor_config
@@ -215,6 +217,15 @@ def compiled_calls(name: str, args: tuple, out: np.ndarray):
     fn = t_fork_wait_eager if name == "fork_wait" else EAGER.get(name) or BF16.get(name)
     if fn is None:
         return None
-    natural = torch.compile(fn, dynamic=False)
-    into = torch.compile(_copy_into(fn), dynamic=False)
+    natural = torch.compile(fn, dynamic=False, mode=mode)
+    into = torch.compile(_copy_into(fn), dynamic=False, mode=mode)
     return (lambda: natural(*targs)), (lambda: into(*targs, tout))
+
+
+def max_autotune_calls(name: str, args: tuple, out: np.ndarray):
+    """torch.compile(mode="max-autotune") on the matmul rows (Inductor benchmarks its GEMM
+    templates against ATen's at compile time); n/a elsewhere."""
+    from .workloads import BY_NAME
+    if not BY_NAME[name].gemm or name in CONV:
+        return None
+    return compiled_calls(name, args, out, mode="max-autotune")

@@ -11,19 +11,30 @@ from __future__ import annotations
 
 import numpy as np
 
-SYSTEMS = ("jitcore", "numpy", "numexpr", "numba", "torch", "torch.compile", "jax",
-           "onnxruntime", "openvino")
+SYSTEMS = ("jitcore", "numpy", "numexpr", "numba", "torch", "torch.compile",
+           "torch.compile-max-autotune", "jax", "onnxruntime", "openvino")
 SYSTEM_MODULES = {"jitcore": "jitcore", "numpy": "numpy", "numexpr": "numexpr",
-                  "numba": "numba", "torch": "torch", "torch.compile": "torch", "jax": "jax",
+                  "numba": "numba", "torch": "torch", "torch.compile": "torch",
+                  "torch.compile-max-autotune": "torch", "jax": "jax",
                   "onnxruntime": "onnxruntime", "openvino": "openvino"}
 # what compute only means (or why it is n/a) per system, for the report
 INTO_NOTES = {
     "jitcore": "out=", "numpy": "out= / in-place ufuncs", "numexpr": "evaluate(out=)",
     "numba": "kernel given the output", "torch": "out= of the last op (n/a where none)",
-    "torch.compile": "compiled out.copy_(fn(...))", "jax": "n/a: immutable arrays, no out=",
+    "torch.compile": "compiled out.copy_(fn(...))",
+    "torch.compile-max-autotune": "compiled out.copy_(fn(...)) (matmul rows only)",
+    "jax": "n/a: immutable arrays, no out=",
     "onnxruntime": "n/a: the session returns its own output (CNN layer rows only)",
     "openvino": "n/a: the infer request returns its own output (CNN layer rows only)",
 }
+# how each torch.compile system compiles (recorded in the results' stamps)
+COMPILE_SETTINGS = {
+    "torch.compile": {"dynamic": False, "mode": "default",
+                      "freezing": "conv rows (weights as constants) and models"},
+    "torch.compile-max-autotune": {"dynamic": False, "mode": "max-autotune",
+                                   "rows": "matmul rows (linear_gelu, mlp2, fork_wait, the "
+                                           "bf16 GEMM rows) and models",
+                                   "freezing": "models"}}
 TINY = np.ones(8, np.float32)
 # the data layout each system's convolutions compute in, for the report
 CONV_LAYOUTS = {
@@ -102,6 +113,14 @@ def _torch_compile(threads: int):
     return peers_torch.compiled_calls
 
 
+def _torch_compile_max_autotune(threads: int):
+    import torch
+    from . import peers_torch
+    peers_torch.setup(threads)
+    torch.compile(lambda a: a + 1, dynamic=False)(torch.from_numpy(TINY))
+    return peers_torch.max_autotune_calls
+
+
 def _jax(threads: int):
     import jax
     from . import peers_jax
@@ -121,7 +140,8 @@ def _openvino(threads: int):
 
 
 PREPARE = {"jitcore": _jitcore, "numpy": _numpy, "numexpr": _numexpr, "numba": _numba,
-           "torch": _torch, "torch.compile": _torch_compile, "jax": _jax,
+           "torch": _torch, "torch.compile": _torch_compile,
+           "torch.compile-max-autotune": _torch_compile_max_autotune, "jax": _jax,
            "onnxruntime": _onnxruntime, "openvino": _openvino}
 
 
