@@ -1,7 +1,8 @@
 """Command line: `python -m jitcore demo`, `python -m jitcore info` and
 `python -m jitcore bench [options]` (see jitcore/bench/cli.py), `python -m jitcore bench
 --models [options]` (whole PyTorch models: jitcore/bench/model_suite.py), `python -m jitcore
-profile script.py [args]` (time per kernel under Linux perf: jitcore/profile_cli.py)."""
+bench --render FILE` (a saved result's README tables: jitcore/bench/markdown.py), `python -m
+jitcore profile script.py [args]` (time per kernel under Linux perf: jitcore/profile_cli.py)."""
 from __future__ import annotations
 
 import argparse
@@ -86,6 +87,9 @@ def info() -> int:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:2] == ["bench", "--render"]:
+        from .bench.markdown import main as render
+        return render(argv[2:])
     if argv[:1] == ["bench"] and "--models" in argv:
         from .bench.model_suite import main as models
         return models([a for a in argv[1:] if a != "--models"])

@@ -601,9 +601,6 @@ def check_target(ap: argparse.ArgumentParser, opts) -> None:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["--render"]:
-        from .markdown import main as render
-        return render(argv[1:])
     opts = parse(argv)
     data = run_suite(opts.names, opts.systems_list, opts.threads_list, opts)
     data["stamp"] = stamp(settings(opts, argv))
