@@ -355,7 +355,7 @@ class ConvEmitter(ConvKernelEmitter):
 
     def __init__(self, module, kernel, name: str, masked_tail: bool, stream_bytes: int = 0,
                  plan=None):
-        super().__init__(module, kernel, name, masked_tail, stream_bytes, plan, 3)
+        super().__init__(module, kernel, name, masked_tail, stream_bytes, plan)
         p, c = self.p, self.c
         self.addr_vty = ir.VectorType(u.I64, p.lanes)
         self.ws = None if c.prepacked else c.strides(c.w, c.w_vars)
@@ -383,8 +383,7 @@ class ConvEmitter(ConvKernelEmitter):
 
     def body(self):
         b, p = self.b, self.p
-        self.accs = [[u.alloca_once(b, self.vty, name=f"acc{r}_{j}") for j in range(p.nv)]
-                     for r in range(p.mr)]
+        self.alloc_sums()
         self.ctile = u.alloca_once(b, ir.ArrayType(self.vty, p.mr * p.nv), name="ctile")
         self.ctile.align = 64
         self.passes = p.cc < self.cin_g
@@ -585,10 +584,7 @@ class ConvEmitter(ConvKernelEmitter):
             w_ci = b.mul(ci, u.I64(w_step))
             for r in range(p.mr):
                 w = b.load(b.gep(w_base, [b.add(rows[r], w_ci)]))
-                wv = u.splat(b, w, p.lanes)
-                for j in range(p.nv):
-                    acc = self.accs[r][j]
-                    b.store(u.intrinsic(b, "fmuladd", [wv, xv[j], b.load(acc)]), acc)
+                self.accumulate(r, u.splat(b, w, p.lanes), xv)
 
     def pack_panel(self, pixels, x_image):
         """The im2col panel of the item: panel[(tap * C_in + ci) * NV + j] = pixel vector j's
@@ -675,10 +671,7 @@ class ConvEmitter(ConvKernelEmitter):
                   for j in range(p.nv)]
             w_k = b.gep(w_blk, [b.mul(k, u.I64(p.mr))])
             for r in range(p.mr):
-                wv = u.splat(b, b.load(b.gep(w_k, [u.I64(r)])), p.lanes)
-                for j in range(p.nv):
-                    acc = self.accs[r][j]
-                    b.store(u.intrinsic(b, "fmuladd", [wv, xv[j], b.load(acc)]), acc)
+                self.accumulate(r, u.splat(b, b.load(b.gep(w_k, [u.I64(r)])), p.lanes), xv)
 
     def load_x(self, base, offset, mask):
         b = self.b

@@ -146,14 +146,11 @@ def choose_tile(pixels: int, cout_g: int, lanes: int, regs: int) -> tuple:
 class ChannelConvEmitter(ConvKernelEmitter):
     """Emits one conv kernel (Kind.CONV) with a ChannelPlan."""
 
-    def __init__(self, module, kernel, name: str, masked_tail: bool, stream_bytes: int = 0,
-                 plan=None):
-        super().__init__(module, kernel, name, masked_tail, stream_bytes, plan, 1)
+    epilogue_axis = 1            # vectors of output channels
 
     def body(self):
         b, p = self.b, self.p
-        self.accs = [[u.alloca_once(b, self.vty, name=f"acc{r}_{h}") for h in range(p.nv)]
-                     for r in range(p.mr)]
+        self.alloc_sums()
         self.ctile = u.alloca_once(b, ir.ArrayType(self.vty, p.mr * p.nv), name="ctile")
         self.ctile.align = 64
         self.zero = u.alloca_once(b, self.elem, name="zero")
@@ -265,18 +262,7 @@ class ChannelConvEmitter(ConvKernelEmitter):
 
     def micro(self, rows, w_outer):
         """accs += over the inner steps i: x(pixel r, i) * w[outer][i][NR]."""
-        b, p = self.b, self.p
-        vptr = self.vty.as_pointer()
-        with u.for_range(b, u.I64(0), self.n_inner, 1, name="inner") as ci:
-            wk = b.gep(w_outer, [b.mul(ci, u.I64(p.nr))])
-            # unaligned: a prepacked constant's array is only element-aligned
-            wv = [b.load(b.bitcast(b.gep(wk, [u.I64(h * p.lanes)]), vptr), align=1)
-                  for h in range(p.nv)]
-            for r, (ptr, step) in enumerate(rows):
-                a = u.splat(b, b.load(b.gep(ptr, [b.mul(ci, step)])), p.lanes)
-                for h in range(p.nv):
-                    acc = self.accs[r][h]
-                    b.store(u.intrinsic(b, "fmuladd", [a, wv[h], b.load(acc)]), acc)
+        self.broadcast_micro(rows, w_outer, self.n_inner)
 
     def store_tile(self, n, g, oc0, t):
         """The epilogue on the tile's valid pixels and channels, vector by vector along the

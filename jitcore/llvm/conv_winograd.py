@@ -252,14 +252,11 @@ def _transform(b, matrix, grid):
 class WinogradConvEmitter(ConvKernelEmitter):
     """Emits one conv kernel (Kind.CONV) with a WinogradPlan."""
 
-    def __init__(self, module, kernel, name: str, masked_tail: bool, stream_bytes: int = 0,
-                 plan=None):
-        super().__init__(module, kernel, name, masked_tail, stream_bytes, plan, 1)
+    epilogue_axis = 1            # vectors of output channels
 
     def body(self):
         b, p = self.b, self.p
-        self.accs = [[u.alloca_once(b, self.vty, name=f"acc{r}_{h}") for h in range(p.nv)]
-                     for r in range(p.mr)]
+        self.alloc_sums()
         # the panel and the sums (up to MAX_PANEL_BYTES + MAX_SUMS_BYTES) on the heap, once per
         # call: no thread's stack needs to hold them
         self.panel, free_panel = u.heap_scratch(
@@ -462,18 +459,8 @@ class WinogradConvEmitter(ConvKernelEmitter):
     def micro(self, v_tiles, w_pos):
         """accs[r][h] += V[pos][ci][first + r] * U[block][pos][ci][h * lanes..] over ci."""
         b, p = self.b, self.p
-        vptr = self.vty.as_pointer()
-        with u.for_range(b, u.I64(0), self.n_inner, 1, name="inner") as ci:
-            wk = b.gep(w_pos, [b.mul(ci, u.I64(p.nr))])
-            # unaligned: a prepacked constant's array is only element-aligned
-            wv = [b.load(b.bitcast(b.gep(wk, [u.I64(h * p.lanes)]), vptr), align=1)
-                  for h in range(p.nv)]
-            vk = b.gep(v_tiles, [b.mul(ci, u.I64(p.panel_width))])
-            for r in range(p.mr):
-                a = u.splat(b, b.load(b.gep(vk, [u.I64(r)])), p.lanes)
-                for h in range(p.nv):
-                    acc = self.accs[r][h]
-                    b.store(u.intrinsic(b, "fmuladd", [a, wv[h], b.load(acc)]), acc)
+        rows = [(b.gep(v_tiles, [u.I64(r)]), u.I64(p.panel_width)) for r in range(p.mr)]
+        self.broadcast_micro(rows, w_pos, self.n_inner)
 
     # -- 3. the output transform and the epilogue -------------------------------------------
     def output_rows(self, blk, t_lo, count, sums):

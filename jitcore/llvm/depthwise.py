@@ -158,7 +158,7 @@ class DepthwiseEmitter(ConvKernelEmitter):
 
     def __init__(self, module, kernel, name: str, masked_tail: bool, stream_bytes: int = 0,
                  plan=None):
-        super().__init__(module, kernel, name, masked_tail, stream_bytes, plan, 3)
+        super().__init__(module, kernel, name, masked_tail, stream_bytes, plan)
         p, c = self.p, self.c
         self.ws = c.strides(c.w, c.w_vars)                       # o, c, kh, kw
         (self.sh, self.sw), pads, (self.dh, self.dw) = \

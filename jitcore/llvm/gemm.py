@@ -370,7 +370,8 @@ class GemmEmitter(EpilogueEmitter):
         return panels
 
     def pack(self, panels, pc, kc, n0, ncols, npanels):
-        """panels[jp][kk][c] = B[pc + kk, n0 + jp*NR + c], zero beyond the last column."""
+        """panels[jp][kk][c] = B[pc + kk, n0 + jp*NR + c], zero beyond the last column: per
+        panel, panel_rows(kc) rows that pack_row fills (gemm_bf16.py's: bf16 pairs)."""
         b, p, g = self.b, self.p, self.g
         if g.b.offset.coeff(g.n) != 1:
             return self.pack_strided(panels, pc, kc, n0, ncols, npanels)
@@ -380,40 +381,64 @@ class GemmEmitter(EpilogueEmitter):
                       for h in range(p.nv)]
             masks = [u.lane_mask(b, c, p.lanes) for c in counts]
             col0 = b.add(n0, b.mul(jp, u.I64(p.nr)))
-            dst0 = b.mul(jp, u.I64(p.kc * p.nr))
-            with u.for_range(b, u.I64(0), kc, 1, name="kk") as kk:
-                self.env[g.k] = b.add(pc, kk)
+            dst0 = b.mul(jp, u.I64(self.panel_stride * p.nr))
+            with u.for_range(b, u.I64(0), self.panel_rows(kc), 1, name="kk") as kk:
                 dst = b.add(dst0, b.mul(kk, u.I64(p.nr)))
-                for h in range(p.nv):
-                    col = b.add(col0, u.I64(h * p.lanes))
-                    vec = self.operand(self.load_row(col, counts[h], masks[h]))
-                    ptr = b.gep(panels, [b.add(dst, u.I64(h * p.lanes))])
-                    b.store(vec, b.bitcast(ptr, self.vty.as_pointer()), align=64)
+                self.pack_row(panels, dst, col0, counts, masks, pc, kc, kk)
+
+    def pack_row(self, panels, dst, col0, counts, masks, pc, kc, kk):
+        """Row kk of a panel at panels[dst]: B's row pc + kk from column col0, NV vectors
+        (counts/masks: their valid lanes)."""
+        b, p, g = self.b, self.p, self.g
+        self.env[g.k] = b.add(pc, kk)
+        for h in range(p.nv):
+            col = b.add(col0, u.I64(h * p.lanes))
+            vec = self.operand(self.load_row(col, counts[h], masks[h]))
+            ptr = b.gep(panels, [b.add(dst, u.I64(h * p.lanes))])
+            b.store(vec, b.bitcast(ptr, self.vty.as_pointer()), align=64)
 
     def pack_strided(self, panels, pc, kc, n0, ncols, npanels):
         """The panels of a B strided along n (a transposed operand: k^T in attention), one
         column at a time down k (contiguous when B is a transpose), only the valid columns;
         a panel with fewer than NR of them is zeroed first (with N known at run time only,
-        a vector-at-a-time gather loaded all NR columns of a short panel: 10x at N = 17)."""
+        a vector-at-a-time gather loaded all NR columns of a short panel: 10x at N = 17).
+        A panel holds panel_rows(kc) rows of panel_type vectors, panel_stride rows apart;
+        pack_column fills one column (gemm_bf16.py's emitters pack bf16 pairs)."""
         b, p, g = self.b, self.p, self.g
-        zero = u.const(self.vty, 0)
-        vptr = self.vty.as_pointer()
+        rows, pty = self.panel_rows(kc), self.panel_type
+        zero = u.const(pty, 0)
         with _loop(b, u.I64(0), npanels, 1, name="jp") as jp:
             valid = u.imin(b, b.sub(ncols, b.mul(jp, u.I64(p.nr))), u.I64(p.nr))
             col0 = b.add(n0, b.mul(jp, u.I64(p.nr)))
-            panel = b.gep(panels, [b.mul(jp, u.I64(p.kc * p.nr))])
+            panel = b.gep(panels, [b.mul(jp, u.I64(self.panel_stride * p.nr))])
             with b.if_then(b.icmp_signed("<", valid, u.I64(p.nr))):
-                with u.for_range(b, u.I64(0), kc, 1, name="kz") as kk:
+                with u.for_range(b, u.I64(0), rows, 1, name="kz") as kk:
                     row = b.gep(panel, [b.mul(kk, u.I64(p.nr))])
                     for h in range(p.nv):
-                        b.store(zero, b.bitcast(b.gep(row, [u.I64(h * p.lanes)]), vptr),
-                                align=64)
+                        b.store(zero, b.bitcast(b.gep(row, [u.I64(h * p.lanes)]),
+                                                pty.as_pointer()), align=64)
             with _loop(b, u.I64(0), valid, 1, name="c") as c:
                 self.env[g.n] = b.add(col0, c)
-                with u.for_range(b, u.I64(0), kc, 1, name="kk") as kk:
-                    self.env[g.k] = b.add(pc, kk)
-                    x = b.load(b.gep(self.base_ptr(g.b.buffer), [self.index(g.b.offset)]))
-                    b.store(self.operand(x), b.gep(panel, [b.add(b.mul(kk, u.I64(p.nr)), c)]))
+                self.pack_column(panel, pc, kc, c)
+
+    def panel_rows(self, kc):
+        return kc
+
+    @property
+    def panel_type(self):
+        return self.vty
+
+    @property
+    def panel_stride(self) -> int:
+        return self.p.kc
+
+    def pack_column(self, panel, pc, kc, c):
+        """Column c of a panel: B's column env[n] over the k block pc..pc+kc."""
+        b, p, g = self.b, self.p, self.g
+        with u.for_range(b, u.I64(0), kc, 1, name="kk") as kk:
+            self.env[g.k] = b.add(pc, kk)
+            x = b.load(b.gep(self.base_ptr(g.b.buffer), [self.index(g.b.offset)]))
+            b.store(self.operand(x), b.gep(panel, [b.add(b.mul(kk, u.I64(p.nr)), c)]))
 
     def load_row(self, col, count, mask):
         """lanes of B's row env[k] from column `col`, `count` of them valid (the rest zero,

@@ -70,57 +70,44 @@ class PairsGemmEmitter(GemmEmitter):
         return b.bitcast(b.fptrunc(two, ir.VectorType(bf16.BF16_TYPE, 2)), u.I32)
 
     # -- B ------------------------------------------------------------------------------------
-    def pack(self, panels, pc, kc, n0, ncols, npanels):
-        """panels[jp][kk][c] = the pair (B[pc + 2kk, col], B[pc + 2kk + 1, col]) of column
-        col = n0 + jp*NR + c, zero beyond the last column and past the k block."""
+    def pack_row(self, panels, dst, col0, counts, masks, pc, kc, kk):
+        """Row kk of a panel: the pairs (B[pc + 2kk, col], B[pc + 2kk + 1, col]) from column
+        col0 on, zero past the k block (gemm.pack walks the panels and rows)."""
         b, p, g = self.b, self.p, self.g
-        if g.b.offset.coeff(g.n) != 1:
-            return self.pack_strided(panels, pc, kc, n0, ncols, npanels)
         k_last = b.add(pc, b.sub(kc, u.I64(1)))
         zero = u.const(self.vty, 0)
-        with _loop(b, u.I64(0), npanels, 1, name="jp") as jp:
-            left = b.sub(ncols, b.mul(jp, u.I64(p.nr)))
-            counts = [_clamp(b, b.sub(left, u.I64(h * p.lanes)), p.lanes)
-                      for h in range(p.nv)]
-            masks = [u.lane_mask(b, c, p.lanes) for c in counts]
-            col0 = b.add(n0, b.mul(jp, u.I64(p.nr)))
-            dst0 = b.mul(jp, u.I64(p.kp * p.nr))
-            with u.for_range(b, u.I64(0), self.pairs(kc), 1, name="kk") as kk:
-                k_even = b.add(pc, b.mul(kk, u.I64(2)))
-                k_odd = b.add(k_even, u.I64(1))
-                odd_valid = b.icmp_signed("<=", k_odd, k_last)
-                dst = b.add(dst0, b.mul(kk, u.I64(p.nr)))
-                for h in range(p.nv):
-                    col = b.add(col0, u.I64(h * p.lanes))
-                    self.env[g.k] = k_even
-                    even = self.load_row(col, counts[h], masks[h])
-                    self.env[g.k] = u.imin(b, k_odd, k_last)
-                    odd = b.select(odd_valid, self.load_row(col, counts[h], masks[h]), zero)
-                    ptr = b.gep(panels, [b.add(dst, u.I64(h * p.lanes))])
-                    b.store(bf16.pairs_ir(b, even, odd), b.bitcast(ptr, self.pty.as_pointer()),
-                            align=64)
+        k_even = b.add(pc, b.mul(kk, u.I64(2)))
+        k_odd = b.add(k_even, u.I64(1))
+        odd_valid = b.icmp_signed("<=", k_odd, k_last)
+        for h in range(p.nv):
+            col = b.add(col0, u.I64(h * p.lanes))
+            self.env[g.k] = k_even
+            even = self.load_row(col, counts[h], masks[h])
+            self.env[g.k] = u.imin(b, k_odd, k_last)
+            odd = b.select(odd_valid, self.load_row(col, counts[h], masks[h]), zero)
+            ptr = b.gep(panels, [b.add(dst, u.I64(h * p.lanes))])
+            b.store(bf16.pairs_ir(b, even, odd), b.bitcast(ptr, self.pty.as_pointer()),
+                    align=64)
 
-    def pack_strided(self, panels, pc, kc, n0, ncols, npanels):
-        """pack's panels from a B strided along n (a transposed operand), pair by pair down
-        each valid column; a panel with fewer than NR of them is zeroed first."""
+    def panel_rows(self, kc):
+        return self.pairs(kc)
+
+    @property
+    def panel_type(self):
+        return self.pty
+
+    @property
+    def panel_stride(self) -> int:
+        return self.p.kp
+
+    def pack_column(self, panel, pc, kc, c):
+        """Column c of a panel from a B strided along n (a transposed operand), pair by pair
+        down the column (gemm.pack_strided zeroes a short panel and walks the columns)."""
         b, p, g = self.b, self.p, self.g
         k_last = b.add(pc, b.sub(kc, u.I64(1)))
-        pairs = self.pairs(kc)
-        with _loop(b, u.I64(0), npanels, 1, name="jp") as jp:
-            valid = u.imin(b, b.sub(ncols, b.mul(jp, u.I64(p.nr))), u.I64(p.nr))
-            col0 = b.add(n0, b.mul(jp, u.I64(p.nr)))
-            panel = b.gep(panels, [b.mul(jp, u.I64(p.kp * p.nr))])
-            with b.if_then(b.icmp_signed("<", valid, u.I64(p.nr))):
-                with u.for_range(b, u.I64(0), pairs, 1, name="kz") as kk:
-                    row = b.gep(panel, [b.mul(kk, u.I64(p.nr))])
-                    for h in range(p.nv):
-                        ptr = b.bitcast(b.gep(row, [u.I64(h * p.lanes)]), self.pty.as_pointer())
-                        b.store(u.const(self.pty, 0), ptr, align=64)
-            with _loop(b, u.I64(0), valid, 1, name="c") as c:
-                self.env[g.n] = b.add(col0, c)
-                with u.for_range(b, u.I64(0), pairs, 1, name="kk") as kk:
-                    pair = self.pair_at(g.b, b.add(pc, b.mul(kk, u.I64(2))), k_last)
-                    b.store(pair, b.gep(panel, [b.add(b.mul(kk, u.I64(p.nr)), c)]))
+        with u.for_range(b, u.I64(0), self.pairs(kc), 1, name="kk") as kk:
+            pair = self.pair_at(g.b, b.add(pc, b.mul(kk, u.I64(2))), k_last)
+            b.store(pair, b.gep(panel, [b.add(b.mul(kk, u.I64(p.nr)), c)]))
 
     # -- A ------------------------------------------------------------------------------------
     def row_block(self, ic, ic_end, pc, kc):
