@@ -183,7 +183,8 @@ def _inputs(arch: Arch, cfg, tiny: bool) -> tuple:
     if arch.inputs == "text":
         return (torch.randint(0, cfg.vocab_size, (1, 16 if tiny else SEQUENCE), generator=g),)
     if arch.inputs == "image":
-        size = cfg.image_size if isinstance(cfg.image_size, int) else cfg.image_size[0]
+        size = getattr(cfg, "image_size", 224)        # (ResNet's, RegNet's config: none)
+        size = size if isinstance(size, int) else size[0]
         return (torch.randn(1, getattr(cfg, "num_channels", 3), size, size, generator=g),)
     if arch.inputs == "features":              # Whisper checks for 2 frames per position
         return (torch.randn(1, cfg.num_mel_bins, 2 * cfg.max_source_positions, generator=g),)

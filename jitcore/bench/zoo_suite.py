@@ -31,7 +31,7 @@ import tempfile
 from .cli import Progress, fmt_seconds, machine, spawn_child, versions
 from .model_child import SYSTEM_MODULES, SYSTEMS
 from .zoo import ARCHS
-from .model_suite import VERSIONED, _cell, geomean, installed, plot, speedup
+from .model_suite import VERSIONED, _cell, cpu_speedup, geomean, installed, plot, speedup
 
 PASS_ERROR = 1e-4        # normwise, float32 systems against float64 eager (eager: ~1e-7)
 LAYERS = 2
@@ -101,8 +101,10 @@ def summary(data: dict) -> list:
                  "right": sum(c.get("status") == "ok" for c in jit), "geomean": {}}
         for s in sorted({r["system"] for r in data["runs"]} - {"torch"}):
             ups = [u for n in data["models"] if (u := speedup(data, s, threads, n))]
+            cpu = [u for n in data["models"] if (u := cpu_speedup(data, s, threads, n))]
             if ups:
-                point["geomean"][s] = {"speedup": geomean(ups), "models": len(ups)}
+                point["geomean"][s] = {"speedup": geomean(ups), "cpu_speedup": geomean(cpu),
+                                       "models": len(ups)}
         out.append(point)
     return out
 
@@ -112,16 +114,16 @@ def summary_line(point: dict) -> str:
             f"{point['models']} ({100 * point['passed'] / max(point['models'], 1):.0f}%: "
             f"within {PASS_ERROR:g} of float64 eager, no fallback node); geomean speedup "
             f"over eager:")
-    return text + ",".join(f" {s} {g['speedup']:.2f}x ({g['models']} models)"
-                           for s, g in point["geomean"].items())
+    return text + ",".join(f" {s} {g['speedup']:.2f}x (CPU time {g['cpu_speedup']:.2f}x, "
+                           f"{g['models']} models)" for s, g in point["geomean"].items())
 
 
 def _system_cell(data, s, threads, n) -> str:
     c = _cell(data["runs"], s, threads, n)
     if "median_s" not in c:
         return c.get("status", "?")
-    sp = speedup(data, s, threads, n)
-    return fmt_seconds(c["median_s"]) + (f" ({sp:.2f}x)" if sp else "") + \
+    sp, cpu = speedup(data, s, threads, n), cpu_speedup(data, s, threads, n)
+    return fmt_seconds(c["median_s"]) + (f" ({sp:.2f}x {cpu:.2f}x)" if sp else "") + \
         ("" if c["status"] == "ok" else " WRONG")
 
 
@@ -144,12 +146,13 @@ def print_tables(data: dict, systems: list) -> None:
     shown = [s for s in systems if any(r["system"] == s for r in data["runs"])]
     for threads in sorted({r["threads"] for r in data["runs"]}):
         head = (f"{'model':16s}{'family':>19s}{'jitcore: err, fallbacks, cold 1st':>36s}"
-                + "".join(f"{s:>20s}" for s in shown))
-        print(f"\n{threads} thread(s): median ms per call (speedup over eager)\n{head}\n"
+                + "".join(f"{s:>26s}" for s in shown))
+        print(f"\n{threads} thread(s): median ms per call (speedup over eager: latency, CPU "
+              f"time = median x CPU-s per wall-s, what a loaded machine distorts less)\n{head}\n"
               + "-" * len(head))
         for n in data["models"]:
             print(f"{n:16s}{data['families'][n]:>19s}{_jit_cell(data, threads, n):>36s}"
-                  + "".join(f"{_system_cell(data, s, threads, n):>20s}" for s in shown))
+                  + "".join(f"{_system_cell(data, s, threads, n):>26s}" for s in shown))
         print("\ncold first call, s (build excluded: compile or export + first run)\n"
               + f"{'model':16s}" + "".join(f"{s:>20s}" for s in shown))
         for n in data["models"]:
