@@ -219,6 +219,7 @@ def main(argv=None) -> int:
 if __name__ == "__main__":
     with open(sys.argv[1]) as f:
         saved = json.load(f)
+    saved["summary"] = summary(saved)             # (derived: recomputed by this version)
     print_tables(saved, [s for s in SYSTEMS if any(r["system"] == s for r in saved["runs"])])
     if len(sys.argv) > 2:
         print(plot(saved, sys.argv[2], list(SYSTEMS)))
