@@ -63,3 +63,4 @@ def test_zoo_command_tiny(tmp_path):
     assert 0 < cells["torch"]["rel_error"] <= zoo_suite.PASS_ERROR    # float32 vs float64
     assert data["summary"][0]["passed"] == 1 and data["families"] == {"gpt2": "decoder"}
     assert "jitcore passes 1/1 (100%" in proc.stdout
+    assert data["stamp"]["settings"]["command"].startswith("python -m jitcore bench --zoo")

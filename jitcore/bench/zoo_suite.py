@@ -28,8 +28,9 @@ import shutil
 import sys
 import tempfile
 
-from .cli import Progress, fmt_seconds, machine, spawn_child, versions
+from .cli import Progress, fmt_seconds, machine, settings, spawn_child, versions
 from .model_child import SYSTEM_MODULES, SYSTEMS
+from .stamp import caption, stamp
 from .zoo import ARCHS
 from .model_suite import VERSIONED, _cell, cpu_speedup, geomean, installed, plot, speedup
 
@@ -136,6 +137,7 @@ def _jit_cell(data, threads, n) -> str:
 
 
 def print_tables(data: dict, systems: list) -> None:
+    print(caption(data))
     m = data["machine"]
     print(f"{m['brand']} ({m['cpu']}): {m['isa']}, {m['cpus']} cpus; {data['date']}; "
           + ", ".join(f"{k} {v}" for k, v in data["versions"].items()))
@@ -200,12 +202,16 @@ def parse(argv) -> argparse.Namespace:
     if min(opts.threads_list) < 1 or opts.chunk < 1:
         ap.error("--threads and --chunk must be at least 1")
     opts.repeat = opts.repeat or (3 if opts.tiny else 9)
+    opts.no_cold, opts.target = False, None     # (the stamp's settings) every first call cold
     return opts
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     opts = parse(argv)
     data = run(opts)
+    data["stamp"] = stamp({**settings(opts, argv, "python -m jitcore bench --zoo"),
+                           "full": opts.full, "chunk": opts.chunk})
     print_tables(data, opts.systems_list)
     if opts.json:
         with open(opts.json, "w") as f:
