@@ -2,7 +2,9 @@
 `python -m jitcore bench [options]` (see jitcore/bench/cli.py), `python -m jitcore bench
 --models [options]` (whole PyTorch models: jitcore/bench/model_suite.py), `python -m jitcore
 bench --render FILE` (a saved result's README tables: jitcore/bench/markdown.py), `python -m
-jitcore profile script.py [args]` (time per kernel under Linux perf: jitcore/profile_cli.py)."""
+jitcore bench --zoo [options]` (transformers' architectures: jitcore/bench/zoo_suite.py),
+`python -m jitcore profile script.py [args]` (time per kernel under Linux perf:
+jitcore/profile_cli.py)."""
 from __future__ import annotations
 
 import argparse
@@ -90,6 +92,9 @@ def main(argv=None) -> int:
     if argv[:2] == ["bench", "--render"]:
         from .bench.markdown import main as render
         return render(argv[2:])
+    if argv[:1] == ["bench"] and "--zoo" in argv:
+        from .bench.zoo_suite import main as zoo
+        return zoo([a for a in argv[1:] if a != "--zoo"])
     if argv[:1] == ["bench"] and "--models" in argv:
         from .bench.model_suite import main as models
         return models([a for a in argv[1:] if a != "--models"])

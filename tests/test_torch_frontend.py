@@ -458,6 +458,31 @@ def test_joins_and_gathers_compile_without_fallback():
     check(c, Joins(), x, ids)
 
 
+class Gathers(torch.nn.Module):
+    def forward(self, x, i, j, k):
+        return (torch.gather(x, 1, i), torch.gather(x, 0, j), torch.gather(x, -1, i[:, :2]),
+                torch.gather(x, 1, k), torch.gather(i, 1, i))
+
+
+def test_gather_compiles_without_fallback():
+    """aten.gather (RoBERTa's token-type ids) as one take: every axis, an index smaller
+    than x on the other axes, an empty index, an integer x; NaN and inf gathered as they
+    are; an index out of range raises IndexError, as torch's gather does."""
+    x = torch.randn(4, 5)
+    x[1, 2], x[3, 4] = float("nan"), float("inf")
+    i, j = torch.tensor([[2, 0, 4, 4, 1, 3, 2], [1, 1, 0, 2, 3, 4, 0], [4, 3, 2, 1, 0, 0, 1]]), \
+        torch.tensor([[3, 0, 1, 2, 3], [1, 1, 0, 0, 2]])
+    k = torch.zeros(3, 0, dtype=torch.long)
+    c = jt.compile(Gathers(), x, i, j, k)
+    assert c.fallbacks == [], c.explain()
+    check(c, Gathers(), x, i, j, k)
+    for bad in (5, -1):
+        i_bad = i.clone()
+        i_bad[2, 6] = bad
+        with pytest.raises(IndexError):
+            c(x, i_bad, j, k)
+
+
 def test_import_jitcore_does_not_import_torch():
     import subprocess
     import sys

@@ -52,6 +52,7 @@ def _jitcore(module, inputs, threads):
     jc.set_num_threads(threads)
     m = jt.compile(module, *inputs)
     info = {"fallbacks": len(m.fallbacks), "fallback_ops": sorted({f[1] for f in m.fallbacks}),
+            "fallback_reasons": sorted({f"{op}: {why}" for _, op, why in m.fallbacks}),
             "parts": len(m._program.parts)}
     return (lambda: m(*inputs)), info
 
@@ -108,13 +109,31 @@ def setup(system: str, threads: int):
     call()
 
 
+def zoo_model(name: str, tiny: bool, layers: int | None, data_dir: str):
+    """A zoo model (jitcore/bench/zoo.py), its inputs and its float64 eager output: computed
+    by the first child that builds it, saved in `data_dir` for the other systems' children."""
+    import torch
+    from . import zoo
+    module, inputs = zoo.build(name, layers, tiny)
+    path = os.path.join(data_dir, f"{name}.pt")
+    if not os.path.exists(path):
+        torch.save(zoo.reference(module, inputs), path)
+    return module, inputs, torch.load(path)
+
+
 def run_model(system: str, name: str, threads: int, tiny: bool, repeat: int,
-              first_only: bool, batch: int = 1) -> dict:
+              first_only: bool, batch: int = 1, zoo: dict | None = None) -> dict:
+    """One model's cell: the `--models` suite's model at `batch` checked against float32
+    eager or, with `zoo` ({"layers": n or None, "data_dir": path}), a zoo model checked
+    against float64 eager."""
     import torch
     from .models import build
     try:
-        module, inputs = build(name, tiny, batch)
-        want = module(*inputs)
+        if zoo is None:
+            module, inputs = build(name, tiny, batch)
+            want = module(*inputs)
+        else:
+            module, inputs, want = zoo_model(name, tiny, zoo["layers"], zoo["data_dir"])
         t0 = time.perf_counter()
         call, info = BUILD[system](module, inputs, threads)
         got = call()
@@ -145,12 +164,20 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--tiny", action="store_true")
     ap.add_argument("--first-calls-only", action="store_true")
+    ap.add_argument("--zoo", metavar="DATA_DIR",
+                    help="the models are the zoo's (jitcore/bench/zoo.py), their float64 "
+                         "references kept in DATA_DIR; no disk cache: first calls are cold")
+    ap.add_argument("--layers", type=int, default=2, help="zoo depth (0: the real depth)")
     opts = ap.parse_args(argv)
+    zoo = None
+    if opts.zoo:
+        os.environ["JITCORE_DISK_CACHE"] = "0"       # read at each compile
+        zoo = {"layers": opts.layers or None, "data_dir": opts.zoo}
     setup(opts.system, opts.threads)
     results = {}
     for name in opts.models.split(","):
         results[name] = run_model(opts.system, name, opts.threads, opts.tiny, opts.repeat,
-                                  opts.first_calls_only, opts.batch)
+                                  opts.first_calls_only, opts.batch, zoo)
         print(json.dumps({"progress": name}), flush=True)
     print(json.dumps({"system": opts.system, "threads": opts.threads, "batch": opts.batch,
                       "results": results}), flush=True)

@@ -505,6 +505,34 @@ def _index(out, x, indices):
     return jc.take(x, indices[axis], axis=axis)
 
 
+def _gather_check(node):
+    x, index = (node.args[k].meta["val"] for k in (0, 2))
+    if x.dim() == 0 or x.dim() != index.dim():
+        return "gather of a 0-d tensor or with an index of another rank"
+    return None
+
+
+@lower(aten.gather.default, needs=("take",), check=_gather_check)
+def _gather(out, x, dim, index, sparse_grad=False):
+    """torch.gather as one jc.take from the flattened x (RoBERTa's token-type ids): output
+    element i reads x at i's coordinates with index[i] on axis `dim`, the flat offset
+    sum(coordinate_k * stride_k) (coordinates: broadcast aranges, constants). An index
+    outside [0, extent), which torch rejects, becomes -x.size - 1 so that take's check
+    raises IndexError (take would count a negative one from the end)."""
+    axis = _axis(dim, x.ndim)
+    strides = [int(np.prod(x.shape[k + 1:])) for k in range(x.ndim)]
+    extent = x.shape[axis]
+    flat = index * strides[axis]
+    for k, n in enumerate(index.shape):
+        if k != axis:
+            coords = np.arange(n, dtype=np.int64).reshape([-1 if j == k else 1
+                                                           for j in range(index.ndim)])
+            flat = flat + coords * strides[k]
+    bad = jc.logical_or(index < 0, index >= extent)
+    flat = jc.where(bad, -int(np.prod(x.shape)) - 1, flat)
+    return jc.take(jc.reshape(x, (-1,)), flat, axis=0)
+
+
 @lower(aten.cumsum.default, needs=("cumsum",))
 def _cumsum(out, x, dim, dtype=None):
     return as_dtype(jc.cumsum(as_dtype(x, np_dtype(out)), axis=_axis(dim, x.ndim)),
