@@ -288,3 +288,20 @@ def test_runs_on_a_thread_with_a_small_stack():
     finally:
         threading.stack_size(old)
     np.testing.assert_array_equal(got[0], want)
+
+
+def test_every_eligible_conv_of_a_graph_takes_winograd():
+    """A graph whose first conv cannot (a stride-2 stem) and whose later ones can: each
+    later one takes Winograd (prepacking once let the first conv's plan decide the rest's)."""
+    rng = np.random.default_rng(13)
+    stem, w1, w2 = (rand(rng, s, F32) for s in ((32, 3, 3, 3), (32, 32, 3, 3), (40, 32, 3, 3)))
+
+    def net(x):
+        y = jc.relu(jc.conv2d(x, stem, stride=2, padding=1))
+        y = jc.relu(jc.conv2d(y, w1, padding=1))
+        return jc.conv2d(y, w2, padding=1)
+    x = rand(rng, (1, 3, 40, 40), F32)
+    f = jc.jit(net)
+    f(x)
+    layouts = [k.layout for k in f.kernels(x) if k.layout]
+    assert sum(WINOGRAD in lay for lay in layouts) == 2, layouts

@@ -186,8 +186,8 @@ def plan(kernel: Kernel, vector_bits: int, threads: int):
 
 def choose_plan(kernel: Kernel, vector_bits: int, threads: int, winograd: int = 2):
     """For constant weights about to be prepacked: Winograd where it applies (with tiles up
-    to `winograd`: JITCORE_WINOGRAD, 0 for none), else the channel plan where it wastes fewer lanes than the pixel
-    plan by more than its extra cost, else the pixel plan."""
+    to `winograd`: JITCORE_WINOGRAD, 0 for none), else the channel plan where it wastes fewer
+    lanes than the pixel plan by more than its extra cost, else the pixel plan."""
     m = conv_winograd.variant(kernel, winograd)
     if m:
         return conv_winograd.plan(kernel, vector_bits, threads, m)
@@ -326,8 +326,8 @@ def prepack(lowered, vector_bits: int, threads: int, winograd: int = 2) -> int:
         index = const_bufs.index(c.w.buffer)
         dense = _dense_weights(lowered.consts[index].array, c.w, c.w_vars)
         channel = isinstance(p, ChannelPlan)
-        winograd = isinstance(p, WinogradPlan)
-        if winograd:
+        transformed = isinstance(p, WinogradPlan)
+        if transformed:
             panels = conv_winograd.packed_weights(dense, p.m, p.nr)
         else:
             panels = packed_weights(dense, c.attrs.groups, p.nr if channel else p.mr,
@@ -339,7 +339,7 @@ def prepack(lowered, vector_bits: int, threads: int, winograd: int = 2) -> int:
         const_bufs[index] = new
         kernel.conv = replace(c, w=Load(new, lin(0)), prepacked=True, channel_vectors=channel,
                               im2col=isinstance(p, ConvPlan) and p.im2col,
-                              winograd=p.m if winograd else 0)
+                              winograd=p.m if transformed else 0)
         packed_bytes += panels.nbytes
     return packed_bytes
 
