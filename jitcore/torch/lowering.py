@@ -509,6 +509,11 @@ def _gather_check(node):
     x, index = (node.args[k].meta["val"] for k in (0, 2))
     if x.dim() == 0 or x.dim() != index.dim():
         return "gather of a 0-d tensor or with an index of another rank"
+    if not all(isinstance(d, int) for d in (*x.shape, *index.shape)):
+        # (its flat offsets are built from static strides and aranges: with run-time sizes
+        # the lowering would force them static and cost the rest of the part its dynamic
+        # sequence length: BERT's token-type ids)
+        return "gather over run-time sizes"
     return None
 
 
