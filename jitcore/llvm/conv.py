@@ -47,8 +47,7 @@ import numpy as np
 from llvmlite import ir
 
 from jitcore.ir.graph import ConstArray
-from jitcore.ir.ops import info
-from jitcore.passes.kernel import Buffer, Compute, Kernel, Kind, Load, walk
+from jitcore.passes.kernel import Buffer, Kernel, Kind, Load
 from jitcore.passes.symbolic import lin
 
 from . import conv_channels, conv_winograd
@@ -56,6 +55,7 @@ from . import irutil as u
 from .conv_channels import ChannelConvEmitter, ChannelPlan
 from .conv_base import ConvKernelEmitter
 from .conv_winograd import WinogradConvEmitter, WinogradPlan
+from .epilogue import short_epilogue
 from .gemm import cache_sizes, loads_per_slot
 from .registry import KindEntry, plan_items, register
 
@@ -67,7 +67,6 @@ L1_BYTES = cache_sizes()[1]
 MAX_TABLE = 4096        # tap x vector entries of the per-item offset/mask table
 SHORT_CHANNEL_LOOP = 4   # input channels per group up to this: the channel loop unrolled
                          # (a stem's 3: the tap loop's overhead was a tap's 3 steps' share)
-SHORT_EPILOGUE = 3      # epilogue ops up to this are unrolled over the register tile
 MAX_PANEL_BYTES = L1_BYTES * 3 // 4   # an item's im2col panel (K x its pixel vectors)
 PANEL_LOAD_COST = 0.25  # a load's cost beside an FMA's in the im2col variant's steps
 # the pixel plan's loss where a stride-s row is read as s vectors and a shuffle, or gathered
@@ -374,12 +373,11 @@ class ConvEmitter(ConvKernelEmitter):
         self.contiguous = self.lane_step == 1
         self.deinterleave = not self.contiguous and self.xs[3] == 1 and \
             self.lane_step <= MAX_DEINTERLEAVE
-        # a short epilogue (a store, a bias, relu) runs on each accumulator in place,
-        # unrolled (with AVX-512 masks: one masked version); a longer one (gelu, a
-        # residual...) once, in a loop over the tile spilled to the stack
-        ops = [n for n in walk([self.kernel.stores[0].value]) if isinstance(n, Compute)]
+        # a short epilogue (epilogue.short_epilogue: a bias, silu, a residual) runs on each
+        # accumulator in place, unrolled (with AVX-512 masks: one masked version); a longer
+        # one once, in a loop over the tile spilled to the stack
         self.unrolled_epilogue = self.masked_tail and self.epilogue_vector and \
-            len(ops) <= SHORT_EPILOGUE and not any(info(n.op).expensive for n in ops)
+            short_epilogue(self.kernel)
 
     def body(self):
         b, p = self.b, self.p

@@ -35,17 +35,16 @@ from dataclasses import dataclass
 
 from llvmlite import ir
 
-from jitcore.ir.ops import info
-from jitcore.passes.kernel import Compute, Kernel, Kind, walk
+from jitcore.passes.kernel import Kernel, Kind
 
 from . import irutil as u
 from .conv_base import ConvKernelEmitter
+from .epilogue import short_epilogue
 from .gemm import cache_sizes
 from .registry import KindEntry, plan_items, register
 
 BUFFER_BYTES = cache_sizes()[1] // 2   # the stack buffer of one item's input rows
 MAX_TILE_FMAS = 1024      # unrolled FMAs of one register tile (code size)
-SHORT_EPILOGUE = 3        # epilogue ops up to this are unrolled over the register tile
 
 
 @dataclass(frozen=True)
@@ -165,9 +164,7 @@ class DepthwiseEmitter(ConvKernelEmitter):
             c.attrs.stride, c.attrs.padding, c.attrs.dilation
         self.pt, self.pl = pads[0], pads[2]
         self.row_elems = self.sw * p.phase_width                 # one buffer row
-        ops = [n for n in walk([kernel.stores[0].value]) if isinstance(n, Compute)]
-        self.unrolled_epilogue = self.epilogue_vector and len(ops) <= SHORT_EPILOGUE and \
-            not any(info(n.op).expensive for n in ops)
+        self.unrolled_epilogue = self.epilogue_vector and short_epilogue(kernel)
 
     def body(self):
         b, p = self.b, self.p
