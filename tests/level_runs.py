@@ -27,7 +27,10 @@ import zlib
 
 import pytest
 from hypothesis import settings
-from _pytest.python import CallSpec
+try:                                     # pytest >= 9.1 (CallSpec2 before; pyproject allows >= 7)
+    from _pytest.python import CallSpec
+except ImportError:
+    from _pytest.python import CallSpec2 as CallSpec
 
 import jitcore as jc
 from jitcore import config as jc_config
