@@ -229,6 +229,10 @@ class Conv:
     #                        im2col panel first (jitcore/llvm/conv.py; weights prepacked)
     winograd: int = 0   # m > 0: a 3x3 stride-1 conv computed as Winograd F(m x m, 3x3),
     #                     weights prepacked transformed (jitcore/llvm/conv_winograd.py)
+    # how the products compute under the matmul precision policy (jitcore/llvm/bf16.py):
+    # "fp32", "bf16" (bf16 pairs of input channels, vdpbf16ps: jitcore/llvm/conv_pairs.py) or
+    # "bf16-emulated" (bf16-rounded operands, float32 FMA); float32 accumulation always
+    precision: str = "fp32"
 
     @property
     def taps(self) -> int:

@@ -1,6 +1,6 @@
 """bfloat16 numerics for the matmul precision policy: rounding float32 to bf16, in numpy (for
 weights packed at compile time) and in LLVM IR (for operands packed at run time), and the
-policy itself (which GEMM/GEMV kernels compute from bf16 operands, and how).
+policy itself (which GEMM/GEMV/conv kernels compute from bf16 operands, and how).
 
 bf16 is float32's upper 16 bits: the same exponent range, 8 significant bits (unit roundoff
 2^-8). Rounding is to nearest, ties to even, as `vcvtneps2bf16` does; a NaN stays a (quiet)
@@ -13,6 +13,9 @@ elsewhere (x86-64-v4 without BF16, v3, v2, x86-64) it rounds the operands as it 
 runs its float32 FMA kernel ("bf16-emulated": the same values, a slower path). A GEMV rounds
 its operands as it loads them ("bf16-emulated" at every level: it reads its matrix once, so
 the gain of bf16 there is the halved memory traffic of bf16 storage, not the arithmetic).
+A conv (kind "conv") with constant weights takes the pairs channel plan where the target has
+AVX512_BF16 (conv_pairs.py: "bf16"); any other conv rounds its operands ("bf16-emulated");
+depthwise convs stay float32.
 """
 from __future__ import annotations
 
@@ -47,16 +50,20 @@ def native(target) -> bool:
 
 
 def apply(lowered, precision: str, target) -> None:
-    """Mark the float32 GEMM and GEMV kernels of `lowered` with how they compute under the
-    policy `precision` (FP32: unchanged), in place, before weights are prepacked."""
+    """Mark the float32 GEMM, GEMV and conv kernels of `lowered` with how they compute under
+    the policy `precision` (FP32: unchanged), in place, before weights are prepacked. A conv
+    marked BF16 keeps it only where conv.prepack gives it the pairs plan (else emulated);
+    depthwise convs stay float32 (memory-bound: bf16 arithmetic would not speed them up)."""
     if precision == FP32:
         return
-    gemm = BF16 if native(target) else BF16_EMULATED
+    fast = BF16 if native(target) else BF16_EMULATED
     for kernel in lowered.kernels:
-        g = kernel.gemm
-        if g is None or g.dtype.name != "float32":
-            continue
-        kernel.gemm = replace(g, precision=gemm if kernel.kind is Kind.GEMM else BF16_EMULATED)
+        g, c = kernel.gemm, kernel.conv
+        if g is not None and g.dtype.name == "float32":
+            kernel.gemm = replace(g, precision=fast if kernel.kind is Kind.GEMM
+                                  else BF16_EMULATED)
+        elif kernel.kind is Kind.CONV and c is not None and c.dtype.name == "float32":
+            kernel.conv = replace(c, precision=fast)
 
 
 def describe(precision: str) -> str:

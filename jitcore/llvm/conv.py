@@ -46,14 +46,16 @@ from dataclasses import dataclass, replace
 import numpy as np
 from llvmlite import ir
 
+from jitcore.ir import dtypes as dt
 from jitcore.ir.graph import ConstArray
 from jitcore.passes.kernel import Buffer, Kernel, Kind, Load
 from jitcore.passes.symbolic import lin
 
-from . import conv_channels, conv_winograd
+from . import bf16, conv_channels, conv_pairs, conv_winograd
 from . import irutil as u
 from .conv_channels import ChannelConvEmitter, ChannelPlan
 from .conv_base import ConvKernelEmitter
+from .conv_pairs import PairsConvEmitter
 from .conv_winograd import WinogradConvEmitter, WinogradPlan
 from .epilogue import short_epilogue
 from .gemm import cache_sizes, loads_per_slot
@@ -81,6 +83,10 @@ CHANNEL_PLAN_COST = 1.1   # the channel plan's extra cost per product (its broad
 # (1x1 256->512/s2 at 56x56, 3.2 MB: 68 against the pixel plan's 60 GFLOP/s)
 STREAMED_INPUT_L2S = 2
 STREAMED_INPUT_COST = 0.9
+# the report of a conv on bf16-rounded operands (matmul_precision="bf16" without the pairs
+# plan: no AVX512_BF16, weights not prepacked, or too few input channels: conv_pairs.eligible)
+EMULATED_CONV = ("; bf16-rounded operands, float32 FMA (the slower fallback: no AVX512_BF16 "
+                 "here, or a conv the bf16 pairs plan does not take)")
 
 
 @dataclass(frozen=True)
@@ -179,15 +185,22 @@ def plan(kernel: Kernel, vector_bits: int, threads: int):
     if kernel.conv.winograd:
         return conv_winograd.plan(kernel, vector_bits, threads)
     if kernel.conv.channel_vectors:
+        if kernel.conv.precision == bf16.BF16:
+            return conv_pairs.plan(kernel, vector_bits, threads)
         return conv_channels.plan(kernel, vector_bits, threads)
     return pixel_plan(kernel, vector_bits, threads)
 
 
 def choose_plan(kernel: Kernel, vector_bits: int, threads: int, winograd: int = 2):
-    """For constant weights about to be prepacked: Winograd where it applies (with tiles up
-    to `winograd`: JITCORE_WINOGRAD, 0 for none), else the channel plan where it wastes fewer
-    lanes than the pixel plan by more than its extra cost, else the pixel plan."""
-    m = conv_winograd.variant(kernel, winograd)
+    """For constant weights about to be prepacked: the bf16 pairs channel plan where the
+    precision policy allows it (conv_pairs.py); Winograd where it applies (with tiles up to
+    `winograd`: JITCORE_WINOGRAD, 0 for none; never under a bf16 precision, whose products
+    are of the rounded operands, not of transformed ones), else the channel plan where it
+    wastes fewer lanes than the pixel plan by more than its extra cost, else the pixel plan."""
+    precision = kernel.conv.precision
+    if precision == bf16.BF16 and conv_pairs.eligible(kernel):
+        return conv_pairs.plan(kernel, vector_bits, threads)
+    m = conv_winograd.variant(kernel, winograd) if precision == bf16.FP32 else 0
     if m:
         return conv_winograd.plan(kernel, vector_bits, threads, m)
     pixel = pixel_plan(kernel, vector_bits, threads, packing=True)
@@ -326,19 +339,28 @@ def prepack(lowered, vector_bits: int, threads: int, winograd: int = 2) -> int:
         dense = _dense_weights(lowered.consts[index].array, c.w, c.w_vars)
         channel = isinstance(p, ChannelPlan)
         transformed = isinstance(p, WinogradPlan)
+        pairs = channel and p.pairs
+        precision = c.precision
+        if precision == bf16.BF16 and not pairs:
+            precision = bf16.BF16_EMULATED
+        if precision == bf16.BF16_EMULATED:
+            dense = bf16.rounded(dense)
+        dtype = dt.int32 if pairs else c.w.buffer.dtype
         if transformed:
             panels = conv_winograd.packed_weights(dense, p.m, p.nr)
+        elif pairs:
+            panels = conv_pairs.packed_weights(dense, c.attrs.groups, p.nr)
         else:
             panels = packed_weights(dense, c.attrs.groups, p.nr if channel else p.mr,
                                     columns_inner=channel and p.columns_inner)
         lowered.consts[index] = ConstArray.derived(panels, lowered.consts[index],
                                                    f"conv panels {p}")
-        new = Buffer(c.w.buffer.name, "const", c.w.buffer.dtype, panels.shape, (1,), slot)
+        new = Buffer(c.w.buffer.name, "const", dtype, panels.shape, (1,), slot)
         lowered.buffers[slot] = new
         const_bufs[index] = new
         kernel.conv = replace(c, w=Load(new, lin(0)), prepacked=True, channel_vectors=channel,
                               im2col=isinstance(p, ConvPlan) and p.im2col,
-                              winograd=p.m if transformed else 0)
+                              winograd=p.m if transformed else 0, precision=precision)
         packed_bytes += panels.nbytes
     return packed_bytes
 
@@ -582,6 +604,8 @@ class ConvEmitter(ConvKernelEmitter):
             w_ci = b.mul(ci, u.I64(w_step))
             for r in range(p.mr):
                 w = b.load(b.gep(w_base, [b.add(rows[r], w_ci)]))
+                if not self.c.prepacked:          # (prepacked weights were rounded then)
+                    w = self.rounded(w)
                 self.accumulate(r, u.splat(b, w, p.lanes), xv)
 
     def pack_panel(self, pixels, x_image):
@@ -622,9 +646,9 @@ class ConvEmitter(ConvKernelEmitter):
                         for k in range(chunks)]
                 for ci in range(self.cin_g):
                     ptr = b.gep(x_base, [b.add(x_image, b.add(first, u.I64(ci * self.xs[1])))])
-                    data = self.concat([u.masked_load(
+                    data = self.rounded(self.concat([u.masked_load(
                         b, b.bitcast(b.gep(ptr, [u.I64(k * p.lanes)]), self.vty.as_pointer()),
-                        inside[k], self.vty) for k in range(chunks)])
+                        inside[k], self.vty) for k in range(chunks)]))
                     for kw in range(self.kw):
                         x = b.shuffle_vector(data, data, _vec_const(
                             ir.VectorType(u.I32, p.lanes),
@@ -672,6 +696,11 @@ class ConvEmitter(ConvKernelEmitter):
                 self.accumulate(r, u.splat(b, b.load(b.gep(w_k, [u.I64(r)])), p.lanes), xv)
 
     def load_x(self, base, offset, mask):
+        """The input vector at offset (masked lanes zero), bf16-rounded where the precision
+        policy asks."""
+        return self.rounded(self.load_input(base, offset, mask))
+
+    def load_input(self, base, offset, mask):
         b = self.b
         ptr = b.gep(base, [offset])
         if self.contiguous:
@@ -738,17 +767,23 @@ class ConvEmitter(ConvKernelEmitter):
 
 def report(kernel: Kernel) -> tuple:
     """A convolution computes in NCHW (the report's layout), with pixels or output channels
-    along the vectors (the pixels' inputs packed im2col first, in that variant)."""
-    if kernel.conv.winograd:
+    along the vectors (the pixels' inputs packed im2col first, in that variant); and how its
+    products compute under the matmul precision policy."""
+    c = kernel.conv
+    if c.winograd:
         return conv_winograd.report(kernel), kernel.loop_nest
-    along = "output channels" if kernel.conv.channel_vectors else "pixels"
-    packed = ", inputs packed im2col" if kernel.conv.im2col else ""
-    return f"NCHW, {along} along vectors{packed}", kernel.loop_nest
+    along = "output channels" if c.channel_vectors else "pixels"
+    packed = ", inputs packed im2col" if c.im2col else ""
+    how = bf16.describe(c.precision)
+    if c.precision != bf16.FP32 and not (c.precision == bf16.BF16 and c.channel_vectors):
+        how = EMULATED_CONV
+    return f"NCHW, {along} along vectors{packed}", kernel.loop_nest + how
 
 
 def emitter(module, kernel, name: str, masked_tail: bool, stream_bytes: int = 0, plan=None):
     """The conv emitter of the plan's kind."""
     cls = WinogradConvEmitter if isinstance(plan, WinogradPlan) else \
+        PairsConvEmitter if isinstance(plan, ChannelPlan) and plan.pairs else \
         ChannelConvEmitter if isinstance(plan, ChannelPlan) else ConvEmitter
     return cls(module, kernel, name, masked_tail, stream_bytes, plan)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
+from . import bf16
 from . import irutil as u
 from .epilogue import EpilogueEmitter
 
@@ -31,6 +32,9 @@ class ConvKernelEmitter(EpilogueEmitter):
         self.kh, self.kw = (v.extent for v in c.w_vars[2:])
         self.cin_g = c.cin_group
         self.cout_g = self.cout // c.attrs.groups
+        # matmul_precision="bf16" without the pairs plan: inputs are rounded to bf16 as they
+        # are read (weights were rounded when prepacked, or as read: `rounded`)
+        self.round_inputs = c.precision != "fp32"
 
     # -- the register tile of sums (self.accs: rows of stack slots) ---------------------------
     def alloc_sums(self):
@@ -57,8 +61,13 @@ class ConvKernelEmitter(EpilogueEmitter):
             wv = [b.load(b.bitcast(b.gep(wk, [u.I64(h * p.lanes)]), vptr), align=1)
                   for h in range(p.nv)]
             for r, (ptr, step) in enumerate(rows):
-                self.accumulate(r, u.splat(b, b.load(b.gep(ptr, [b.mul(ci, step)])), p.lanes),
-                                wv)
+                x = self.rounded(b.load(b.gep(ptr, [b.mul(ci, step)])))
+                self.accumulate(r, u.splat(b, x, p.lanes), wv)
+
+    def rounded(self, x):
+        """An operand (scalar or vector) as the products see it: rounded to bf16 under the
+        emulated bf16 precision (round_inputs), else as it is."""
+        return bf16.round_ir(self.b, x) if self.round_inputs else x
 
     def zero_sums(self):
         zero = u.const(self.vty, 0)

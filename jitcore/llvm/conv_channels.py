@@ -68,14 +68,26 @@ class ChannelPlan:
     k_blocks: int
     batch: int
     cout_g: int           # output channels per group
+    pairs: bool = False   # inner steps are pairs of input channels in bf16 (conv_pairs.py)
+    region_rows: int = 0  # pairs plan: input rows of a work item's packed input region
+    region_width: int = 0  # pairs plan: its row length (the input's, rounded up to lanes)
+    region_step: int = 1   # pairs plan: input rows between its rows (a 1xK strided conv
+    #                        reads every stride-th row only)
+    chunk_blocks: int = 1  # channel blocks per work item (each item's input work is shared
+    #                        by its blocks: the pairs plan packs its input once)
 
     @property
     def nr(self) -> int:
         return self.nv * self.lanes
 
     @property
+    def chunks(self) -> int:
+        """Work items per image and pixel group: runs of chunk_blocks channel blocks."""
+        return -(-self.blocks // self.chunk_blocks)
+
+    @property
     def items(self) -> int:
-        return self.batch * self.blocks * self.pixel_groups
+        return self.batch * self.chunks * self.pixel_groups
 
     @property
     def efficiency(self) -> float:
@@ -94,7 +106,9 @@ def eligible(kernel: Kernel) -> bool:
         and c.out_vars[2].extent * c.out_vars[3].extent > 0 and c.out_vars[1].extent > 0
 
 
-def plan(kernel: Kernel, vector_bits: int, threads: int) -> ChannelPlan:
+def plan(kernel: Kernel, vector_bits: int, threads: int, pairs: bool = False) -> ChannelPlan:
+    """`pairs`: the inner steps are pairs of input channels (4 bytes of weights per pair and
+    output channel: conv_pairs.py), never kernel columns."""
     c = kernel.conv
     n, cout, oh, ow = (v.extent for v in c.out_vars)
     size = c.dtype.itemsize
@@ -111,8 +125,10 @@ def plan(kernel: Kernel, vector_bits: int, threads: int) -> ChannelPlan:
     # a conv that reads no padding (a patchify stem: 16x16/s16 over 3 channels) runs the
     # inner loop along the longer of a kernel row and the input channels: every pixel's
     # address then advances by one common step
-    columns_inner = not any(c.attrs.padding) and kw > c.cin_group
+    columns_inner = not pairs and not any(c.attrs.padding) and kw > c.cin_group
     outer, inner = (kh * c.cin_group, kw) if columns_inner else (c.taps, c.cin_group)
+    if pairs:
+        inner = -(-c.cin_group // 2)
     per_outer = inner * nr * size
     outer_per_block = min(outer, max(1, cache_sizes()[2] // PANEL_SHARE // per_outer))
     k_blocks = -(-outer // outer_per_block)
@@ -124,7 +140,7 @@ def plan(kernel: Kernel, vector_bits: int, threads: int) -> ChannelPlan:
         group_tiles = max(1, min(group_tiles, -(-tiles * n * blocks // want)))
     pixel_groups = -(-tiles // group_tiles)
     return ChannelPlan(lanes, mr, nv, ocb, blocks, pixels, tiles, group_tiles, pixel_groups,
-                       columns_inner, outer, inner, outer_per_block, k_blocks, n, cout_g)
+                       columns_inner, outer, inner, outer_per_block, k_blocks, n, cout_g, pairs)
 
 
 def choose_tile(pixels: int, cout_g: int, lanes: int, regs: int) -> tuple:
@@ -148,25 +164,40 @@ class ChannelConvEmitter(ConvKernelEmitter):
 
     epilogue_axis = 1            # vectors of output channels
 
+    @property
+    def x_elem(self):
+        """The type of the values the micro-kernel broadcasts (a pixel's input)."""
+        return self.elem
+
     def body(self):
         b, p = self.b, self.p
         self.alloc_sums()
         self.ctile = u.alloca_once(b, ir.ArrayType(self.vty, p.mr * p.nv), name="ctile")
         self.ctile.align = 64
-        self.zero = u.alloca_once(b, self.elem, name="zero")
+        self.zero = u.alloca_once(b, self.x_elem, name="zero")
         with b.goto_entry_block():
-            b.store(ir.Constant(self.elem, 0), self.zero)
+            b.store(ir.Constant(self.x_elem, 0), self.zero)
         if p.k_blocks > 1:
             self.partial = u.alloca_once(
                 b, ir.ArrayType(self.vty, p.group_tiles * p.mr * p.nv), name="partial")
             self.partial.align = 64
         with b.goto_entry_block():    # a loop bound hidden from the full unroller
             self.n_inner = u.opaque(b, p.inner)
-        per_image = p.blocks * p.pixel_groups
+        per_image = p.chunks * p.pixel_groups
         with u.for_range(b, self.start, self.stop, 1, name="item") as t:
             n = b.sdiv(t, u.I64(per_image))
             rem = b.srem(t, u.I64(per_image))
-            blk, pg = b.sdiv(rem, u.I64(p.pixel_groups)), b.srem(rem, u.I64(p.pixel_groups))
+            ch, pg = b.sdiv(rem, u.I64(p.pixel_groups)), b.srem(rem, u.I64(p.pixel_groups))
+            self.chunk(n, ch, pg)
+
+    def chunk(self, n, ch, pg):
+        """Work item (image n, chunk ch of channel blocks, pixel group pg)."""
+        b, p = self.b, self.p
+        if p.chunk_blocks == 1:
+            return self.item(n, ch, pg)
+        lo = b.mul(ch, u.I64(p.chunk_blocks))
+        hi = u.imin(b, b.add(lo, u.I64(p.chunk_blocks)), u.I64(p.blocks))
+        with u.for_range(b, lo, hi, 1, name="blk", unroll=False) as blk:
             self.item(n, blk, pg)
 
     def item(self, n, blk, pg):

@@ -1,0 +1,164 @@
+"""Convolutions under matmul_precision="bf16" (jitcore/llvm/conv_pairs.py, bf16.py's policy):
+float32 convs of kind "conv" multiply bf16-rounded operands and accumulate in float32, at
+every x86-64 level this host runs: the vdpbf16ps pairs channel plan where the level has
+AVX512_BF16 and the conv takes it (constant weights, at least 8 input channels per group,
+at least 64 products per output), else the float32 kernels on rounded operands. Depthwise
+convs stay float32; Winograd is never taken (its products are of transformed operands).
+
+Tolerance rule (as tests/test_gemm_bf16.py's): against the float64 conv OF THE bf16-ROUNDED
+operands, the only error left is float32 accumulation: test_conv's bound, gamma(K + 2) of
+the sum of |terms| (+ 4 ulp), K = C_in/groups x taps, plus the epilogue's rounding. And
+against the unrounded operands the normwise error is at least 2^-12 of the result's norm
+(random data, K >= 16): the operands were rounded (float32 products would give ~2^-23).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import jitcore as jc
+from jitcore.ir.errors import TargetError
+from jitcore.llvm import bf16
+from jitcore.llvm.target import LEVELS
+from helpers import F32, assert_conv_close, ref_conv2d
+
+PAIRS = "bf16 operands in pairs (vdpbf16ps)"
+FALLBACK = "bf16-rounded operands, float32 FMA"
+
+
+def _runnable(level: str) -> bool:
+    try:
+        jc.target_info(target=level)
+        return True
+    except TargetError:
+        return False
+
+
+LEVEL_NAMES = [lv for lv in ("native",) + tuple(LEVELS) if _runnable(lv)]
+
+# (x shape, w shape, options): odd C_in (the pair tail), strides (a 1x1/s2 packs every other
+# row), padding, dilation, groups, partial channel vectors and pixel tiles, a stem's 3
+# channels and a 17-channel 1x1 (the float32 kernels on rounded operands at every level)
+CONVS = [
+    ((2, 33, 9, 10), (70, 33, 3, 3), dict(padding=1)),
+    ((1, 64, 11, 11), (20, 64, 3, 3), dict(stride=2, padding=1)),
+    ((1, 65, 13, 12), (130, 65, 1, 1), dict(stride=2, padding=1)),
+    ((1, 32, 8, 9), (24, 16, 3, 3), dict(padding=(1, 0), dilation=2, groups=2)),
+    ((1, 17, 6, 7), (21, 17, 1, 1), {}),
+    ((1, 3, 12, 12), (16, 3, 5, 5), dict(stride=2, padding=2)),
+]
+
+
+def rounded(x) -> np.ndarray:
+    return bf16.rounded(np.asarray(x, np.float32))
+
+
+def operands(seed: int):
+    rng = np.random.default_rng(seed)
+    out = []
+    for xs, ws, opts in CONVS:
+        x = rng.standard_normal(xs).astype(np.float32)
+        w = (rng.standard_normal(ws) / np.sqrt(np.prod(ws[1:]))).astype(np.float32)
+        b = rng.standard_normal(ws[0]).astype(np.float32)
+        out.append((x, w, b, opts))
+    return out
+
+
+def check(got, x, w, b, opts, post=None, msg=""):
+    """The module docstring's two checks for got = post(conv(x, w) + b)."""
+    post = post or (lambda v: v)
+    ref, mag = ref_conv2d(rounded(x), rounded(w), b, **opts)
+    k = int(np.prod(w.shape[1:]))
+    assert_conv_close(got, post(ref), mag, F32, k + 1, msg=msg)
+    exact, _ = ref_conv2d(x, w, b, **opts)
+    err, size = np.linalg.norm(got - post(exact)), np.linalg.norm(post(exact))
+    if k >= 16 and size > 0:
+        assert err >= 2.0 ** -12 * size, f"{msg}: error {err / size:.1e}: not in bf16?"
+
+
+@pytest.mark.parametrize("level", LEVEL_NAMES)
+def test_convs_and_paths(level):
+    """Every conv of CONVS (one compiled function, bias and relu fused), and the path
+    explain() names: pairs at native for the convs that take them, the fallback elsewhere."""
+    ops = operands(1)
+
+    def convs(*xs):
+        return tuple(jc.relu(jc.conv2d(x, w, b, **opts))
+                     for x, (_, w, b, opts) in zip(xs, ops))
+    fn = jc.jit(convs, matmul_precision="bf16", target=level)
+    xs = [x for x, *_ in ops]
+    for i, (got, (x, w, b, opts)) in enumerate(zip(fn(*xs), ops)):
+        check(got, x, w, b, opts, post=lambda v: np.maximum(v, 0), msg=f"{level} conv {i}")
+    kernels = [k.loop_nest for k in fn.kernels(*xs) if k.layout]
+    assert len(kernels) == len(CONVS)
+    native = bf16.native(jc.targetinfo.select_target(target=level))
+    pairs = [PAIRS in text for text in kernels]
+    assert pairs == [native] * 4 + [False, False], (level, kernels)
+    assert all(FALLBACK in text for text, p in zip(kernels, pairs) if not p)
+
+
+@pytest.mark.parametrize("level", LEVEL_NAMES)
+def test_epilogues_residual_silu(level):
+    """silu(conv + b + r): the float32 epilogue after the bf16 products."""
+    x, w, b, opts = operands(2)[0]
+    ref, _ = ref_conv2d(x, w, b, **opts)
+    r = np.random.default_rng(3).standard_normal(ref.shape).astype(np.float32)
+    fn = jc.jit(lambda x, r: jc.silu(jc.conv2d(x, w, b, **opts) + r),
+                matmul_precision="bf16", target=level)
+    got = fn(x, r)
+    ref, mag = ref_conv2d(rounded(x), rounded(w), b, **opts)
+    v = ref + r
+    want = v / (1 + np.exp(-v))
+    # silu's own float32 error: a few ulp of |v| beside the conv's bound
+    assert_conv_close(got, want, mag + np.abs(r) + 8 * np.abs(v), F32,
+                      int(np.prod(w.shape[1:])) + 2, msg=level)
+
+
+def test_nan_inf_reach_their_windows():
+    """A NaN or Inf input reaches exactly the outputs whose windows hold it (pairs plan at
+    native: its pair partner's outputs are unaffected beyond the same windows)."""
+    x, w, b, opts = operands(4)[0]
+    x[0, 5, 2, 3], x[1, 32, 7, 8] = np.nan, np.inf        # channel 32: the odd C_in's tail
+    got = jc.jit(lambda x: jc.conv2d(x, w, b, **opts), matmul_precision="bf16")(x)
+    ref, mag = ref_conv2d(rounded(x), rounded(w), b, **opts)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(ref))
+    np.testing.assert_array_equal(np.isinf(got), np.isinf(ref))
+    assert np.isnan(got[0, :, 1:4, 2:5]).all() and np.isinf(got[1, :, 6:9, 7:10]).all()
+    finite = np.isfinite(ref)
+    assert_conv_close(got[finite], ref[finite], np.nan_to_num(mag)[finite], F32,
+                      int(np.prod(w.shape[1:])) + 1)
+
+
+def test_threads_batches_and_empty():
+    """Two threads (more work items, blocks chunked differently) give the one-thread bits;
+    a batch of 0 gives an empty result."""
+    x, w, b, opts = operands(5)[1]
+    x = np.concatenate([x] * 3)
+    one = jc.jit(lambda x: jc.conv2d(x, w, b, **opts), matmul_precision="bf16",
+                 num_threads=1)(x)
+    two = jc.jit(lambda x: jc.conv2d(x, w, b, **opts), matmul_precision="bf16",
+                 num_threads=2)(x)
+    np.testing.assert_array_equal(one, two)
+    check(one, x, w, b, opts)
+    empty = jc.jit(lambda x: jc.conv2d(x, w, b, **opts), matmul_precision="bf16")(x[:0])
+    assert empty.shape == (0,) + one.shape[1:]
+
+
+def test_argument_weights_depthwise_and_default():
+    """Weights passed as an argument (not prepacked) are rounded as read; a depthwise conv
+    stays float32; without the setting convs stay float32 (Winograd where it applies)."""
+    x, w, b, opts = operands(6)[0]
+    fn = jc.jit(lambda x, w: jc.conv2d(x, w, b, **opts), matmul_precision="bf16")
+    check(fn(x, w), x, w, b, opts, msg="argument weights")
+    assert FALLBACK in fn.explain(x, w)
+    dw = np.random.default_rng(7).standard_normal((33, 1, 3, 3)).astype(np.float32)
+    depthwise = jc.jit(lambda x: jc.conv2d(x, dw, padding=1, groups=33),
+                       matmul_precision="bf16")
+    plain = jc.jit(lambda x: jc.conv2d(x, dw, padding=1, groups=33))
+    np.testing.assert_array_equal(depthwise(x), plain(x))
+    assert "bf16" not in depthwise.explain(x)
+    x3 = np.random.default_rng(8).standard_normal((1, 64, 16, 16)).astype(np.float32)
+    w3 = np.random.default_rng(9).standard_normal((64, 64, 3, 3)).astype(np.float32)
+    fp32 = jc.jit(lambda x: jc.conv2d(x, w3, padding=1))
+    fp32(x3)
+    assert "Winograd" in str(fp32.kernels(x3)) and "bf16" not in fp32.explain(x3)
