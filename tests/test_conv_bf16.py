@@ -20,7 +20,7 @@ import jitcore as jc
 from jitcore.ir.errors import TargetError
 from jitcore.llvm import bf16
 from jitcore.llvm.target import LEVELS
-from helpers import F32, assert_conv_close, ref_conv2d
+from helpers import F32, assert_conv_close, conv_tol, ref_conv2d
 
 PAIRS = "bf16 operands in pairs (vdpbf16ps)"
 FALLBACK = "bf16-rounded operands, float32 FMA"
@@ -112,6 +112,35 @@ def test_epilogues_residual_silu(level):
     # silu's own float32 error: a few ulp of |v| beside the conv's bound
     assert_conv_close(got, want, mag + np.abs(r) + 8 * np.abs(v), F32,
                       int(np.prod(w.shape[1:])) + 2, msg=level)
+
+
+def test_bf16_input_and_output():
+    """A bfloat16 input (widened exactly) and a bfloat16 output (the float32 result rounded
+    once, to nearest even: within half a bf16 ulp of it, plus the conv's bound)."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    x, w, b, opts = operands(12)[0]
+    xb = x.astype(ml_dtypes.bfloat16)
+    fn = jc.jit(lambda x: jc.relu(jc.conv2d(x, w, b, **opts)).astype(jc.bfloat16),
+                matmul_precision="bf16")
+    got = fn(xb)
+    assert got.dtype == ml_dtypes.bfloat16
+    ref, mag = ref_conv2d(rounded(xb.astype(np.float32)), rounded(w), b, **opts)
+    ref = np.maximum(ref, 0)
+    k = int(np.prod(w.shape[1:]))
+    bound = 2.0 ** -8 * np.abs(ref) + 2 * conv_tol(F32, k) * mag + np.finfo(np.float32).tiny
+    assert (np.abs(got.astype(np.float64) - ref) <= bound).all()
+
+
+def test_epilogue_operand_along_rows():
+    """An epilogue operand broadcast along the output rows (shape (OH, 1)) is not linear in
+    the flat pixel index: the epilogue runs along the channels instead, same results."""
+    x, w, b, opts = operands(10)[1]
+    ref, _ = ref_conv2d(x, w, b, **opts)
+    s = np.random.default_rng(11).standard_normal((ref.shape[2], 1)).astype(np.float32)
+    fn = jc.jit(lambda x: jc.conv2d(x, w, b, **opts) * s, matmul_precision="bf16")
+    ref, mag = ref_conv2d(rounded(x), rounded(w), b, **opts)
+    # the conv's bound scaled by |s|, and the product's rounding (+ 1 ulp: the K + 2 terms)
+    assert_conv_close(fn(x), ref * s, mag * np.abs(s), F32, int(np.prod(w.shape[1:])) + 2)
 
 
 def test_nan_inf_reach_their_windows():
