@@ -606,9 +606,10 @@ def jit(fn=None, *, vector_width=None, num_threads=None, prepack_weights=True,
     needs such an extent's value (a slice of it, a mean over it...) tries the batch alone,
     else is compiled per shape, and explain() says why (jitcore/call/shape_classes.py).
 
-    matmul_precision="bf16": float32 matmuls multiply their operands rounded to bfloat16 (to
-    nearest even) and accumulate in float32 (`vdpbf16ps` where the CPU has AVX512_BF16, else
-    the same values through float32 FMAs, slower; explain() says which); everything else
+    matmul_precision="bf16": float32 matmuls and convolutions (not depthwise ones) multiply
+    their operands rounded to bfloat16 (to nearest even) and accumulate in float32
+    (`vdpbf16ps` where the CPU has AVX512_BF16, else the same values through float32 FMAs,
+    slower; explain() says which); everything else
     stays float32. "fp32" (or "highest") computes in float32; None (the default):
     JITCORE_MATMUL_PRECISION's setting, fp32 unless set.
 

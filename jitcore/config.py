@@ -20,9 +20,9 @@ JITCORE_WINOGRAD       the largest Winograd output tile for 3x3 stride-1 convs: 
                        F(2x2, 3x3)), 4 (F(4x4, 3x3) where the plane allows: faster, ~20x
                        the rounding error, a NaN or Inf reaches a whole 6x6 patch's tile), or
                        0 (every conv direct); see jitcore/llvm/conv_winograd.py
-JITCORE_MATMUL_PRECISION  fp32 | bf16: how float32 matmuls compute when jit(matmul_precision=)
-                       does not say (default fp32; bf16: operands rounded to bfloat16,
-                       float32 accumulation, see jitcore/llvm/bf16.py)
+JITCORE_MATMUL_PRECISION  fp32 | bf16: how float32 matmuls and convs compute when
+                       jit(matmul_precision=) does not say (default fp32; bf16: operands
+                       rounded to bfloat16, float32 accumulation, see jitcore/llvm/bf16.py)
 JITCORE_PERF_MAP       1: name every compiled kernel in /tmp/perf-<pid>.map for Linux perf
                        (jitcore/perfmap.py; default 0)
 

@@ -1,7 +1,7 @@
 """Convolutions under matmul_precision="bf16" (jitcore/llvm/conv_pairs.py, bf16.py's policy):
 float32 convs of kind "conv" multiply bf16-rounded operands and accumulate in float32, at
 every x86-64 level this host runs: the vdpbf16ps pairs channel plan where the level has
-AVX512_BF16 and the conv takes it (constant weights, at least 8 input channels per group,
+AVX512_BF16 and the conv takes it (constant weights, at least 16 input channels per group,
 at least 64 products per output), else the float32 kernels on rounded operands. Depthwise
 convs stay float32; Winograd is never taken (its products are of transformed operands).
 
@@ -191,3 +191,23 @@ def test_argument_weights_depthwise_and_default():
     fp32 = jc.jit(lambda x: jc.conv2d(x, w3, padding=1))
     fp32(x3)
     assert "Winograd" in str(fp32.kernels(x3)) and "bf16" not in fp32.explain(x3)
+
+
+def test_torch_module_precision_bf16():
+    """jitcore.torch.compile(precision="bf16") runs a conv net's convs (batch norm folded)
+    in bf16 too: the normwise error against float64 is bf16's (between 2^-12 and 2^-6 of the
+    result's norm), and explain() names the pairs plan where the CPU has AVX512_BF16."""
+    torch = pytest.importorskip("torch")
+    import jitcore.torch as jt
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(32, 64, 3, padding=1), torch.nn.BatchNorm2d(64),
+                              torch.nn.ReLU(), torch.nn.Conv2d(64, 48, 1, stride=2)).eval()
+    x = torch.randn(2, 32, 10, 10)
+    compiled = jt.compile(net, x, precision="bf16")
+    with torch.inference_mode():
+        got = compiled(x).double().numpy()
+        exact = net.double()(x.double()).numpy()
+    err = np.linalg.norm(got - exact) / np.linalg.norm(exact)
+    assert 2.0 ** -12 <= err <= 2.0 ** -6, err
+    if bf16.native(jc.targetinfo.select_target()):
+        assert compiled.explain().count(PAIRS) == 2

@@ -230,7 +230,8 @@ def compile(module: torch.nn.Module, *example_inputs, dynamic: bool = False,  # 
     reuses the export and compiles the parts for it (a sequence axis is not a leading one);
     a shape the export does not admit exports again. dynamic=False: a new shape raises
     ShapeError.
-    precision="bf16": the float32 matmuls and linears multiply bf16-rounded operands (weights
+    precision="bf16": the float32 matmuls, linears and convolutions (not depthwise ones)
+    multiply bf16-rounded operands (weights
     converted and prepacked as bf16 pairs at compile time, `vdpbf16ps` where the CPU has
     AVX512_BF16, else a slower float32 fallback on the same values) and accumulate in
     float32; every other op stays float32 (jc.jit's matmul_precision). None: the setting of
