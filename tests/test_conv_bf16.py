@@ -173,6 +173,40 @@ def test_threads_batches_and_empty():
     assert empty.shape == (0,) + one.shape[1:]
 
 
+def test_tap_blocks_and_pixel_groups_agree_bit_for_bit(monkeypatch):
+    """A tiny L2 (and partial-sum budget) splits the taps into blocks and each image into
+    pixel groups, each packing its own input rows (a 1x1/s2 conv: every other row): the
+    sums run in the same order, so the results are the unsplit plan's bits."""
+    from collections import OrderedDict
+
+    from jitcore import compiler
+    from jitcore.cache.lru import LRU
+    from jitcore.llvm import conv_channels, conv_pairs, engine, graph_module
+    if not bf16.native(jc.targetinfo.select_target()):
+        pytest.skip("no AVX512_BF16 here: no pairs plan")
+    ops = operands(13)
+    cases = [(x, w, b, opts) for x, w, b, opts in (ops[0], ops[2])]
+
+    def run():
+        return [jc.jit(lambda x: jc.conv2d(x, w, b, **opts), matmul_precision="bf16")(x)
+                for x, w, b, opts in cases]
+    whole = run()
+    monkeypatch.setattr(conv_channels, "cache_sizes", lambda: {1: 32 * 1024, 2: 64 * 1024})
+    monkeypatch.setattr(conv_channels, "MAX_PARTIAL_BYTES", 4096)
+    monkeypatch.setenv("JITCORE_DISK_CACHE", "0")           # compiled anew
+    monkeypatch.setattr(compiler, "_CACHE", LRU())
+    monkeypatch.setattr(graph_module, "_EMITTED", OrderedDict())
+    monkeypatch.setattr(engine, "OBJECTS", type(engine.OBJECTS)())
+    plans, real = [], conv_pairs.plan
+    monkeypatch.setattr(conv_pairs, "plan", lambda *a: plans.append(real(*a)) or plans[-1])
+    split = run()
+    assert plans[0].k_blocks > 1 and plans[0].pixel_groups > 1, plans[0]
+    assert plans[-1].pixel_groups > 1 and plans[-1].region_step == 2, plans[-1]
+    for got, want, (x, w, b, opts) in zip(split, whole, cases):
+        np.testing.assert_array_equal(got, want)
+        check(got, x, w, b, opts)
+
+
 def test_argument_weights_depthwise_and_default():
     """Weights passed as an argument (not prepacked) are rounded as read; a depthwise conv
     stays float32; without the setting convs stay float32 (Winograd where it applies)."""

@@ -34,7 +34,7 @@ class ConvKernelEmitter(EpilogueEmitter):
         self.cout_g = self.cout // c.attrs.groups
         # matmul_precision="bf16" without the pairs plan: inputs are rounded to bf16 as they
         # are read (weights were rounded when prepacked, or as read: `rounded`)
-        self.round_inputs = c.precision != "fp32"
+        self.round_inputs = c.precision != bf16.FP32
 
     # -- the register tile of sums (self.accs: rows of stack slots) ---------------------------
     def alloc_sums(self):

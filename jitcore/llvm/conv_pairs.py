@@ -14,11 +14,13 @@ prepacked at compile time into [group x channel block][tap][ceil(C_in/g / 2)][NR
 pairs, the even channel in the low half. NCHW keeps a pixel's two channels a plane apart, so
 each work item first packs the input rows its pixels read, all channels of the group, into
 a heap region [pair][row][width] of bf16 pairs (vcvtne2ps2bf16, round to nearest even, and a
-vpermw interleave per 16 pixels): one pass over the input per item, against taps x NR / 2
-vdpbf16ps lane-products per packed pair. An odd C_in's last pair holds a zero in its odd
+vpermw interleave per 16 pixels; a 1xK strided conv packs only the rows it reads): one
+pass over the input per item, shared by the item's channel blocks (as many of the group's
+as leave enough items for the threads). An odd C_in's last pair holds a zero in its odd
 half (in both operands); a pixel whose tap reads the padding broadcasts a zero pair, as in
 the float32 plan. Sums accumulate in float32 in the same order for any thread count; the
-epilogue (bias, folded batch norm, activations, residual) is the channel plan's, in float32.
+epilogue (bias, folded batch norm, activations, residual) runs in float32, along the output
+pixels where it can (PairsConvEmitter).
 
 vdpbf16ps treats bf16 denormal inputs as zero and vcvtne2ps2bf16 flushes float32 denormals
 (as the bf16 GEMM, gemm_bf16.py, does); NaN and Inf propagate as in float32.
@@ -70,8 +72,8 @@ def plan(kernel: Kernel, vector_bits: int, threads: int) -> ChannelPlan:
     (sh, _), (dh, _) = c.attrs.stride, c.attrs.dilation
     step = sh if c.w_vars[2].extent == 1 or dh % sh == 0 else 1
     p = replace(p, chunk_blocks=chunk, region_step=step)
-    rows = max(-(-(hi - lo) // step) for lo, hi in map(lambda pg: _rows(kernel, p, pg),
-                                                       range(p.pixel_groups)))
+    spans = [_rows(kernel, p, pg) for pg in range(p.pixel_groups)]
+    rows = max(-(-(hi - lo) // step) for lo, hi in spans)
     width = -(-c.x_vars[3].extent // p.lanes) * p.lanes
     return replace(p, region_rows=max(rows, 1), region_width=width)
 
