@@ -28,8 +28,8 @@ import jitcore as jc
 from jitcore import config
 from jitcore.bench.peak import bf16_peak_gflops, fma_peak_gflops
 
-# (C_in, C_out, input size, kernel, stride): ResNet-18's convs after the stem
-LAYERS = [(64, 64, 56, 3, 1), (64, 128, 56, 3, 2), (128, 128, 28, 3, 1), (128, 256, 28, 3, 2),
+# (C_in, C_out, input size, kernel, stride): ResNet-18's convs
+LAYERS = [(3, 64, 224, 7, 2), (64, 64, 56, 3, 1), (64, 128, 56, 3, 2), (128, 128, 28, 3, 1), (128, 256, 28, 3, 2),
           (256, 256, 14, 3, 1), (256, 512, 14, 3, 2), (512, 512, 7, 3, 1),
           (64, 128, 56, 1, 2), (128, 256, 28, 1, 2), (256, 512, 14, 1, 2)]
 VARIANTS = ("fp32", "fp32 direct", "bf16")

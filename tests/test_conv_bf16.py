@@ -1,8 +1,9 @@
-"""Convolutions under matmul_precision="bf16" (jitcore/llvm/conv_pairs.py, bf16.py's policy):
-float32 convs of kind "conv" multiply bf16-rounded operands and accumulate in float32, at
-every x86-64 level this host runs: the vdpbf16ps pairs channel plan where the level has
-AVX512_BF16 and the conv takes it (constant weights, at least 16 input channels per group,
-at least 64 products per output), else the float32 kernels on rounded operands. Depthwise
+"""Convolutions under matmul_precision="bf16" (jitcore/llvm/conv_pairs.py,
+conv_panel_pairs.py, bf16.py's policy): float32 convs of kind "conv" multiply bf16-rounded
+operands and accumulate in float32, at every x86-64 level this host runs. Where the level
+has AVX512_BF16 and the weights are constant: the vdpbf16ps pairs channel plan (at least 16
+input channels per group, at least 64 products per output) or the im2col variant in pairs
+along K (a stem's few channels); else the float32 kernels on rounded operands. Depthwise
 convs stay float32; Winograd is never taken (its products are of transformed operands).
 
 Tolerance rule (as tests/test_gemm_bf16.py's): against the float64 conv OF THE bf16-ROUNDED
@@ -37,8 +38,9 @@ def _runnable(level: str) -> bool:
 LEVEL_NAMES = [lv for lv in ("native",) + tuple(LEVELS) if _runnable(lv)]
 
 # (x shape, w shape, options): odd C_in (the pair tail), strides (a 1x1/s2 packs every other
-# row), padding, dilation, groups, partial channel vectors and pixel tiles, a stem's 3
-# channels and a 17-channel 1x1 (the float32 kernels on rounded operands at every level)
+# row), padding, dilation, groups, partial channel vectors and pixel tiles, a 17-channel 1x1
+# (the float32 kernels on rounded operands at every level) and a stem's 3 channels (the
+# im2col variant: in pairs along K, K = 75 odd, where the level has AVX512_BF16)
 CONVS = [
     ((2, 33, 9, 10), (70, 33, 3, 3), dict(padding=1)),
     ((1, 64, 11, 11), (20, 64, 3, 3), dict(stride=2, padding=1)),
@@ -93,7 +95,7 @@ def test_convs_and_paths(level):
     assert len(kernels) == len(CONVS)
     native = bf16.native(jc.targetinfo.select_target(target=level))
     pairs = [PAIRS in text for text in kernels]
-    assert pairs == [native] * 4 + [False, False], (level, kernels)
+    assert pairs == [native] * 4 + [False, native], (level, kernels)
     assert all(FALLBACK in text for text, p in zip(kernels, pairs) if not p)
 
 

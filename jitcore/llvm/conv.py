@@ -53,13 +53,11 @@ from jitcore.passes.symbolic import lin
 
 from . import bf16, conv_channels, conv_pairs, conv_winograd
 from . import irutil as u
-from .conv_channels import ChannelConvEmitter, ChannelPlan
+from .conv_channels import ChannelPlan
 from .conv_base import ConvKernelEmitter
-from .conv_pairs import PairsConvEmitter
-from .conv_winograd import WinogradConvEmitter, WinogradPlan
+from .conv_winograd import WinogradPlan
 from .epilogue import short_epilogue
 from .gemm import cache_sizes, loads_per_slot
-from .registry import KindEntry, plan_items, register
 
 MAX_NV = 8              # pixel vectors per tile
 MAX_MR = 12             # output channels per tile (more: one broadcast load per FMA)
@@ -83,10 +81,6 @@ CHANNEL_PLAN_COST = 1.1   # the channel plan's extra cost per product (its broad
 # (1x1 256->512/s2 at 56x56, 3.2 MB: 68 against the pixel plan's 60 GFLOP/s)
 STREAMED_INPUT_L2S = 2
 STREAMED_INPUT_COST = 0.9
-# the report of a conv on bf16-rounded operands (matmul_precision="bf16" without the pairs
-# plan: no AVX512_BF16, weights not prepacked, or too few input channels: conv_pairs.eligible)
-EMULATED_CONV = ("; bf16-rounded operands, float32 FMA (the slower fallback: no AVX512_BF16 "
-                 "here, or a conv the bf16 pairs plan does not take)")
 
 
 @dataclass(frozen=True)
@@ -108,6 +102,7 @@ class ConvPlan:
                         # stay in L1 while every channel block of the item uses them)
     im2col: bool = False  # the item's input vectors of every (tap, channel) are packed
                           # once into a stack panel that each channel block reads
+    pairs: bool = False   # the im2col panel in bf16 pairs along K (conv_panel_pairs.py)
 
     @property
     def items(self) -> int:
@@ -268,9 +263,11 @@ def pixel_plan(kernel: Kernel, vector_bits: int, threads: int,
         chunks = max(chunks, -(-blocks * per_block // MAX_PARTIAL_BYTES))
     chunk_blocks = max(-(-blocks // chunks), 1)
     chunks = max(-(-blocks // chunk_blocks), 1)
+    # the precision policy's bf16 (a target with AVX512_BF16) runs the panel in bf16 pairs
+    pairs = im2col and c.precision == bf16.BF16 and lanes == 16 and c.dtype.name == "float32"
     return ConvPlan(lanes, mr, nv, flat, n_vec, vpr, n_tiles, ocb, blocks,
                     chunk_blocks, chunks, n, not im2col and c.taps * nv <= MAX_TABLE, cc,
-                    im2col)
+                    im2col, pairs)
 
 
 def _channels_per_pass(kernel: Kernel, lanes: int, nv: int, flat: bool) -> int:
@@ -339,7 +336,7 @@ def prepack(lowered, vector_bits: int, threads: int, winograd: int = 2) -> int:
         dense = _dense_weights(lowered.consts[index].array, c.w, c.w_vars)
         channel = isinstance(p, ChannelPlan)
         transformed = isinstance(p, WinogradPlan)
-        pairs = channel and p.pairs
+        pairs = not transformed and p.pairs
         precision = c.precision
         if precision == bf16.BF16 and not pairs:
             precision = bf16.BF16_EMULATED
@@ -348,8 +345,11 @@ def prepack(lowered, vector_bits: int, threads: int, winograd: int = 2) -> int:
         dtype = dt.int32 if pairs else c.w.buffer.dtype
         if transformed:
             panels = conv_winograd.packed_weights(dense, p.m, p.nr)
-        elif pairs:
+        elif pairs and channel:
             panels = conv_pairs.packed_weights(dense, c.attrs.groups, p.nr)
+        elif pairs:
+            panels = conv_pairs.panel_weights(packed_weights(dense, 1, p.mr),
+                                              c.taps * c.cin_group, p.mr)
         else:
             panels = packed_weights(dense, c.attrs.groups, p.nr if channel else p.mr,
                                     columns_inner=channel and p.columns_inner)
@@ -763,30 +763,3 @@ class ConvEmitter(ConvKernelEmitter):
                 count = b.load(b.gep(self.epi["count"], [u.I64(0), j]))
                 acc = b.load(b.gep(tile, [b.add(b.mul(r, u.I64(p.nv)), j)]), align=64)
                 self.epilogue_counted(acc, count)
-
-
-def report(kernel: Kernel) -> tuple:
-    """A convolution computes in NCHW (the report's layout), with pixels or output channels
-    along the vectors (the pixels' inputs packed im2col first, in that variant); and how its
-    products compute under the matmul precision policy."""
-    c = kernel.conv
-    if c.winograd:
-        return conv_winograd.report(kernel), kernel.loop_nest
-    along = "output channels" if c.channel_vectors else "pixels"
-    packed = ", inputs packed im2col" if c.im2col else ""
-    how = bf16.describe(c.precision)
-    if c.precision != bf16.FP32 and not (c.precision == bf16.BF16 and c.channel_vectors):
-        how = EMULATED_CONV
-    return f"NCHW, {along} along vectors{packed}", kernel.loop_nest + how
-
-
-def emitter(module, kernel, name: str, masked_tail: bool, stream_bytes: int = 0, plan=None):
-    """The conv emitter of the plan's kind."""
-    cls = WinogradConvEmitter if isinstance(plan, WinogradPlan) else \
-        PairsConvEmitter if isinstance(plan, ChannelPlan) and plan.pairs else \
-        ChannelConvEmitter if isinstance(plan, ChannelPlan) else ConvEmitter
-    return cls(module, kernel, name, masked_tail, stream_bytes, plan)
-
-
-register(KindEntry(Kind.CONV, emitter, plan=plan, work=plan_items, report=report,
-                   unrolled=True))

@@ -108,6 +108,17 @@ def packed_weights(dense: np.ndarray, groups: int, nr: int) -> np.ndarray:
     return np.ascontiguousarray(bf16.bits(out)).view(np.int32).ravel()
 
 
+def panel_weights(packed: np.ndarray, k: int, mr: int) -> np.ndarray:
+    """The im2col variant's float32 weights [blocks][K][MR] (K = taps x C_in) -> [blocks]
+    [ceil(K / 2)][MR] int32 bf16 pairs (w[oc, k], w[oc, k + 1]) along K, rounded to nearest
+    even, the even k in the low half; an odd K's last odd half zero (conv_panel_pairs.py)."""
+    halves = packed.reshape(-1, k, mr)
+    if k % 2:
+        halves = np.concatenate([halves, np.zeros((len(halves), 1, mr), halves.dtype)], axis=1)
+    pairs = halves.reshape(len(halves), -1, 2, mr).transpose(0, 1, 3, 2)
+    return np.ascontiguousarray(bf16.bits(pairs)).view(np.int32).ravel()
+
+
 class PairsConvEmitter(ChannelConvEmitter):
     """Emits one conv kernel (Kind.CONV) with a ChannelPlan of pairs (`plan.pairs`).
 

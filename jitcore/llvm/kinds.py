@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 # (imported for their registrations)
-from . import (conv, depthwise, gemm_kind, gemv, pointwise, pool, reduce, rows,  # noqa: F401
+from . import (conv_kind, depthwise, gemm_kind, gemv, pointwise, pool, reduce, rows,  # noqa: F401
                scan, tiles)
 from .registry import KINDS, KindEntry, entry
 
