@@ -209,3 +209,34 @@ def test_one_pixel_planes_run_the_epilogue_along_channels(dtype, hw, k):
     bound = conv_tol(dtype, cin * k * k + 8) * (mag * np.abs(s) + np.abs(mean * s)[None, :, None, None]
                                                 + np.abs(beta)[None, :, None, None] + np.abs(r))
     assert_close(got, want, dtype, rtol=0, atol=bound + 16 * np.finfo(dtype).eps * (np.abs(want) + 1))
+
+
+@pytest.mark.parametrize("operand", ["channel", "row", "column", "pixel"])
+@pytest.mark.parametrize("shape, channel_plan", [
+    (((1, 192, 7, 7), (144, 192, 1, 1)), True),      # K 192: the channel plan only if flat
+    (((2, 160, 5, 9), (70, 160, 1, 1)), False),
+    (((1, 64, 7, 7), (40, 64, 3, 3)), False)])
+def test_epilogue_along_pixels_or_channels(shape, channel_plan, operand):
+    """silu(conv + b) * s + t: the epilogue runs as vectors along each channel's pixels where
+    every operand is linear in the flat pixel index (per channel: `s` of shape (C, 1, 1); a
+    full residual), and along the channels where one is not (an operand broadcast along the
+    rows or the columns): both against the float64 reference. K = 192 takes the channel plan
+    only where the epilogue can run along the pixels (AVX-512)."""
+    xs, ws = shape
+    rng = np.random.default_rng(7)
+    x, w, b = rand(rng, xs, F32), rand(rng, ws, F32), rand(rng, ws[0], F32)
+    ref, mag = ref_conv2d(x, w, b, padding=ws[2] // 2)
+    oshape = {"channel": (ws[0], 1, 1), "row": (1, 1, ref.shape[3]),
+              "column": (1, ref.shape[2], 1), "pixel": ref.shape}[operand]
+    s, t = rand(rng, oshape, F32), rand(rng, ref.shape, F32)
+    f = jc.jit(lambda x, s, t: jc.silu(jc.conv2d(x, w, b, padding=ws[2] // 2)) * s + t)
+    got = f(x, s, t)
+    silu = ref / (1 + np.exp(-ref))
+    want = silu * s + t
+    # the conv's bound through silu (slope <= 1.1) and the scale, plus a few roundings
+    bound = 1.1 * conv_tol(F32, ws[1] * ws[2] * ws[3] + 2) * mag * np.abs(s)
+    assert_close(got, want, F32, rtol=0,
+                 atol=bound + 16 * np.finfo(F32).eps * (np.abs(silu * s) + np.abs(t) + 1))
+    if channel_plan and jc.target_info()["vector_bits"] >= 512:
+        took = any(CHANNELS in k.layout for k in f.kernels(x, s, t) if k.layout)
+        assert took == (operand in ("channel", "pixel"))

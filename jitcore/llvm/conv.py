@@ -199,7 +199,7 @@ def choose_plan(kernel: Kernel, vector_bits: int, threads: int, winograd: int = 
     if m:
         return conv_winograd.plan(kernel, vector_bits, threads, m)
     pixel = pixel_plan(kernel, vector_bits, threads, packing=True)
-    if conv_channels.eligible(kernel):
+    if conv_channels.eligible(kernel, vector_bits):
         channel = conv_channels.plan(kernel, vector_bits, threads)
         efficiency = channel.efficiency
         if _image_bytes(kernel) > STREAMED_INPUT_L2S * cache_sizes()[2]:

@@ -20,7 +20,7 @@ as leave enough items for the threads). An odd C_in's last pair holds a zero in 
 half (in both operands); a pixel whose tap reads the padding broadcasts a zero pair, as in
 the float32 plan. Sums accumulate in float32 in the same order for any thread count; the
 epilogue (bias, folded batch norm, activations, residual) runs in float32, along the output
-pixels where it can (PairsConvEmitter).
+pixels where it can (conv_channels.ChannelConvEmitter).
 
 vdpbf16ps treats bf16 denormal inputs as zero and vcvtne2ps2bf16 flushes float32 denormals
 (as the bf16 GEMM, gemm_bf16.py, does); NaN and Inf propagate as in float32.
@@ -120,27 +120,8 @@ def panel_weights(packed: np.ndarray, k: int, mr: int) -> np.ndarray:
 
 
 class PairsConvEmitter(ChannelConvEmitter):
-    """Emits one conv kernel (Kind.CONV) with a ChannelPlan of pairs (`plan.pairs`).
-
-    Its epilogue runs along the output pixels where every access of the output and of the
-    epilogue's operands is linear in the flat pixel index (an NCHW output, per-channel
-    operands: ResNet's bias, folded batch norm and residual): each register tile's channel
-    vectors are transposed (16 x 16 shuffles) into one vector of its MR pixels per channel.
-    The float32 channel plan's element-by-element epilogue along the strided channels took
-    about as long as a 1x1 conv's 32 steps of products."""
-
-    def __init__(self, module, kernel, name: str, masked_tail: bool, stream_bytes: int = 0,
-                 plan=None):
-        super().__init__(module, kernel, name, masked_tail, stream_bytes, plan)
-        _, _, oh, ow = self.c.out_vars
-        accesses = [ld.offset for ld in kernel.loads()[2:]] + [kernel.stores[0].offset]
-        self.flat_epilogue = masked_tail and self.p.mr <= self.p.lanes and all(
-            a.coeff(oh) == ow.extent * a.coeff(ow) for a in accesses)
-        if self.flat_epilogue:
-            self.setup_epilogue(ow, self.p.lanes)
-            self.flat_epilogue = self.epilogue_vector
-        if not self.flat_epilogue:
-            self.setup_epilogue(self.c.out_vars[1], self.p.lanes)
+    """Emits one conv kernel (Kind.CONV) with a ChannelPlan of pairs (`plan.pairs`); its
+    epilogue is the channel plan's (along the output pixels where the accesses allow)."""
 
     @property
     def x_elem(self):
@@ -149,10 +130,6 @@ class PairsConvEmitter(ChannelConvEmitter):
     def body(self):
         p = self.p
         self.pty = ir.VectorType(u.I32, p.lanes)
-        if self.flat_epilogue:         # the tile by channel: lanes along its pixels
-            self.ttile = u.alloca_once(self.b, ir.ArrayType(self.vty, p.nv * p.lanes),
-                                       name="ttile")
-            self.ttile.align = 64
         self.region, release = u.heap_scratch(
             self.b, ir.ArrayType(u.I32, -(-self.cin_g // 2) * p.region_rows * p.region_width),
             "region")
@@ -251,28 +228,3 @@ class PairsConvEmitter(ChannelConvEmitter):
                 for h in range(p.nv):
                     acc = self.accs[r][h]
                     b.store(bf16.dot_pairs(b, b.load(acc), wv[h], x), acc)
-
-    def store_tile(self, n, g, oc0, t):
-        """The epilogue on the tile's valid pixels and channels: per channel, one vector
-        along the tile's pixels (flat_epilogue), else the channel plan's."""
-        if not self.flat_epilogue:
-            return super().store_tile(n, g, oc0, t)
-        b, p = self.b, self.p
-        n_var, oc_var, oh_var, ow_var = self.c.out_vars
-        zero = u.const(self.vty, 0)
-        tile = b.bitcast(self.ttile, self.vty.as_pointer())
-        for h in range(p.nv):
-            rows = [b.load(self.accs[r][h]) for r in range(p.mr)]
-            columns = u.transpose(b, rows + [zero] * (p.lanes - p.mr))
-            for k, column in enumerate(columns):
-                b.store(column, b.gep(tile, [u.I64(h * p.lanes + k)]), align=64)
-        q0 = b.mul(t, u.I64(p.mr))
-        self.env[n_var] = n
-        self.env[oh_var] = u.I64(0)            # the flat pixel index along ow
-        self.env[ow_var] = q0
-        count = u.imin(b, u.I64(p.mr), b.sub(u.I64(p.pixels), q0))
-        oc_base = b.add(b.mul(g, u.I64(self.cout_g)), oc0)
-        channels = u.imin(b, u.I64(p.nr), b.sub(u.I64(self.cout_g), oc0))
-        with u.for_range(b, u.I64(0), channels, 1, name="k", unroll=False) as k:
-            self.env[oc_var] = b.add(oc_base, k)
-            self.epilogue(b.load(b.gep(tile, [k]), align=64), count)
