@@ -87,3 +87,22 @@ def test_a_step_writing_its_cache_input_is_refused_with_advice():
                    dynamic=True)
     message = str(info.value)
     assert "writes its input 'cache' in place" in message and "KV cache" in message
+
+
+def test_bench_generate_command(tmp_path, capsys, monkeypatch):
+    """`python -m jitcore bench --generate` end to end on the tiny model (one layer: the
+    exports take most of the time; jitcore and eager): a table with tokens per second, a
+    stamped JSON, exit status 0 (jitcore's tokens are eager's)."""
+    from jitcore.bench import generate_suite
+    monkeypatch.setitem(decoder.TINY, "num_hidden_layers", 1)
+    path = tmp_path / "generate.json"
+    status = generate_suite.main(["--tiny", "--systems", "jitcore,torch", "--tokens", "6",
+                                  "--prompt", "4", "--rounds", "1", "--json", str(path)])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert "| jitcore |" in out and "jitcore / best peer (torch)" in out
+    import json
+    data = json.loads(path.read_text())
+    assert data["stamp"]["cpu"]["model"] and data["stamp"]["settings"]["systems"]
+    cell = data["results"]["1"]["jitcore"]
+    assert cell["tokens_match_eager"] and cell["tokens_per_s"] > 0

@@ -165,6 +165,8 @@ class Generation:
     logits: list                 # each step's logits [B, vocab] (when kept)
     prefill_s: float             # wall seconds of the prefill call and its cache write
     decode_s: float              # wall seconds of the decode steps
+    prefill_cpu: float           # the same in CPU seconds of this process (every thread)
+    decode_cpu: float
 
 
 def generate(prefill, step, lm, prompt: torch.Tensor, new_tokens: int,
@@ -176,10 +178,10 @@ def generate(prefill, step, lm, prompt: torch.Tensor, new_tokens: int,
     cache.length = 0
     kept = []
     with torch.inference_mode():
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         logits, *rows = prefill(prompt)
         cache.write(rows)
-        t1 = time.perf_counter()
+        t1, c1 = time.perf_counter(), time.process_time()
         tokens = []
         ids = logits.argmax(-1, keepdim=True)
         for _ in range(new_tokens):
@@ -192,5 +194,5 @@ def generate(prefill, step, lm, prompt: torch.Tensor, new_tokens: int,
             logits, *rows = step(ids, pos, *cache.prefix())
             cache.write(rows)
             ids = logits.argmax(-1, keepdim=True)
-        t2 = time.perf_counter()
-    return Generation(tokens, kept, t1 - t0, t2 - t1)
+        t2, c2 = time.perf_counter(), time.process_time()
+    return Generation(tokens, kept, t1 - t0, t2 - t1, c1 - c0, c2 - c1)
