@@ -27,6 +27,17 @@ import torch.nn.functional as F
 CONFIG = dict(hidden_size=1024, intermediate_size=2816, num_attention_heads=16,
               num_key_value_heads=4, num_hidden_layers=2, vocab_size=1024,
               max_position_embeddings=512)
+
+
+def llama_shape(hidden: int) -> dict:
+    """CONFIG at another width: LLaMA's proportions (head_dim 64, 4 query heads per kv head,
+    an intermediate of 2.75x hidden rounded to 256)."""
+    heads = max(hidden // 64, 1)
+    return dict(CONFIG, hidden_size=hidden, num_attention_heads=heads,
+                num_key_value_heads=max(heads // 4, 1),
+                intermediate_size=256 * round(2.75 * hidden / 256))
+
+
 TINY = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4,
             num_key_value_heads=2, num_hidden_layers=2, vocab_size=128,
             max_position_embeddings=256)

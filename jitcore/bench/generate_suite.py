@@ -2,7 +2,7 @@
 generating greedily with a KV cache, tokens per second per system.
 
     python -m jitcore bench --generate [--threads 1,2] [--tokens 128] [--prompt 32]
-                                       [--rounds 5] [--systems jitcore,torch,torch.compile,onnxruntime]
+                                       [--hidden 1024] [--rounds 5] [--systems jitcore,torch,torch.compile,onnxruntime]
                                        [--json PATH] [--tiny]
 
 Every system runs the same two modules (prefill, decode step) and the same loop, which owns
@@ -103,7 +103,7 @@ def _set_threads(threads: int) -> None:
 def run(opts) -> dict:
     import torch
     from . import decoder
-    config = dict(decoder.TINY if opts.tiny else decoder.CONFIG)
+    config = dict(decoder.TINY if opts.tiny else decoder.llama_shape(opts.hidden))
     config["max_position_embeddings"] = max(config["max_position_embeddings"],
                                             opts.prompt + opts.tokens)
     lm = decoder.build(config)
@@ -200,6 +200,11 @@ def tables(data: dict) -> str:
     return "\n".join(lines)
 
 
+def decoder_hidden() -> int:
+    from .decoder import CONFIG
+    return CONFIG["hidden_size"]
+
+
 def parse(argv) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m jitcore bench --generate",
                                  description=__doc__.split("\n")[0])
@@ -209,6 +214,8 @@ def parse(argv) -> argparse.Namespace:
     ap.add_argument("--prompt", type=int, default=32, help="prompt length")
     ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds")
     ap.add_argument("--json", help="write the results to this JSON file")
+    ap.add_argument("--hidden", type=int, default=decoder_hidden(),
+                    help="the model's width (LLaMA's proportions: decoder.llama_shape)")
     ap.add_argument("--tiny", action="store_true", help="a tiny model (the test suite's)")
     opts = ap.parse_args(argv)
     opts.systems_list = opts.systems.split(",")
