@@ -1,7 +1,7 @@
 """A tiny LLaMA (transformers' LlamaConfig, random weights) generating greedily with a KV
 cache (jitcore/bench/decoder.py): the decode step compiled once with dynamic=True serves
 every cache length, its tokens are eager's and transformers' own generate's, its logits
-within 2e-5 (normwise) of the float64 step's, and the cache is written in place, read
+within 2e-6 (normwise) of the float64 step's, and the cache is written in place, read
 without copies. A step that writes its cache input itself is refused with advice.
 """
 import copy
@@ -49,7 +49,7 @@ def test_one_compile_generates_eager_tokens(model):
                            cache=decoder.KVCache.empty(lm64, PROMPT + NEW, dtype=torch.float64))
     assert ref.tokens == got.tokens
     err = max(float((g.double() - r).norm() / r.norm()) for g, r in zip(got.logits, ref.logits))
-    assert err < 2e-5, err
+    assert err < 2e-6, err                                 # measured 2.3e-7 (eager: 2.4e-7)
 
 
 def test_cache_is_written_in_place_and_read_without_copies(model):
