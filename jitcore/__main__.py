@@ -95,6 +95,9 @@ def main(argv=None) -> int:
     if argv[:1] == ["bench"] and "--zoo" in argv:
         from .bench.zoo_suite import main as zoo
         return zoo([a for a in argv[1:] if a != "--zoo"])
+    if argv[:1] == ["bench"] and "--generate" in argv:
+        from .bench.generate_suite import main as generate
+        return generate([a for a in argv[1:] if a != "--generate"])
     if argv[:1] == ["bench"] and "--models" in argv:
         from .bench.model_suite import main as models
         return models([a for a in argv[1:] if a != "--models"])

@@ -123,3 +123,22 @@ def test_parts_follow_the_dynamic_argument(dynamic):
     c = jt.compile(m, torch.randn(4, 8), dynamic=dynamic)
     parts = c._program.part_modules()
     assert parts and all(pm.part.dynamic is dynamic for pm in parts)
+
+
+class StarArgs(torch.nn.Module):
+    def forward(self, x, *rest):
+        return x.sum(0) + sum(r.sum(0) for r in rest)
+
+
+def test_var_positional_forward_exports_with_dynamic_extents():
+    """A forward(x, *rest) (a decode step's cache prefixes): export binds the tensors
+    collected by *rest to one parameter, so dynamic_shapes must nest them (a flat list
+    failed export and fell back to a compile per shape)."""
+    m = StarArgs().eval()
+    c = jt.compile(m, torch.randn(6, 4), torch.randn(6, 4), torch.randn(6, 4), dynamic=True)
+    assert c._program.dynamic_note is None, c._program.dynamic_note
+    before = compiles()
+    for T in (3, 9, 17):
+        xs = [torch.randn(T, 4) for _ in range(3)]
+        torch.testing.assert_close(c(*xs), m(*xs))
+    assert compiles() == before

@@ -4,6 +4,7 @@
                             [--runs R] [--repeat N] [--no-cold] [--json PATH] [--plot PATH]
                             [--tiny] [--target x86-64-v3]
     python -m jitcore bench --models [...]     whole PyTorch models (jitcore/bench/model_suite.py)
+    python -m jitcore bench --generate [...]   a LLaMA generating with a KV cache (generate_suite.py)
     python -m jitcore bench --render RESULTS.json   the README's markdown tables of a saved run
 
 For every run, thread count and system (jitcore and numpy always; numexpr, numba, torch,

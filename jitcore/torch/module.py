@@ -1,6 +1,7 @@
 """`jitcore.torch.compile(module, *example_inputs)`: the compiled model users call."""
 from __future__ import annotations
 
+import inspect
 import time
 
 import torch
@@ -36,9 +37,7 @@ class Program:
         t0 = time.perf_counter()
         exported, self.dynamic_note = None, None
         if dynamic:
-            auto = torch.export.Dim.AUTO
-            shapes = pytree.tree_map(lambda t: {d: auto for d in range(t.ndim)}
-                                     if isinstance(t, torch.Tensor) else None, tuple(args))
+            shapes = _auto_shapes(module, args)
             try:
                 exported = export_graph(module, args, kwargs, constant_inputs, shapes)
             except Exception as e:      # (export's own reasons: then one export per shape)
@@ -95,6 +94,23 @@ class Program:
         if self.fallbacks:                         # torch ops run between jitcore parts
             threads.match_torch_threads()
         return self.gm(*flat)
+
+
+def _auto_shapes(module, args: tuple):
+    """torch.export's dynamic_shapes for these arguments: Dim.AUTO on every axis of every
+    tensor, shaped as export binds them to forward's parameters (a `*past` parameter takes
+    one tuple for all the tensors it collects: a decode step's cache prefixes)."""
+    auto = torch.export.Dim.AUTO
+    shapes = pytree.tree_map(lambda t: {d: auto for d in range(t.ndim)}
+                             if isinstance(t, torch.Tensor) else None, tuple(args))
+    try:
+        params = list(inspect.signature(module.forward).parameters.values())
+    except (TypeError, ValueError):
+        return shapes
+    star = next((k for k, p in enumerate(params) if p.kind == p.VAR_POSITIONAL), None)
+    if star is None or star > len(shapes):
+        return shapes
+    return (*shapes[:star], tuple(shapes[star:]))
 
 
 def _signature_of(flat: list) -> list:

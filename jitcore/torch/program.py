@@ -120,7 +120,10 @@ def mutation_advice(spec) -> str:
             f"function of its inputs (parameters and buffers are constants), so the write "
             f"would be lost. Compute out of place (`x = x * 2`, not `x.mul_(2)`) and keep "
             f"state updates out of forward; or use torch.compile(module, backend=\"jitcore\"), "
-            f"which runs a graph that mutates state in torch")
+            f"which runs a graph that mutates state in torch. A KV cache: take the cache's "
+            f"filled rows as inputs (time-major views cache[:T], one compile with "
+            f"dynamic=True for every T), return the new rows and write them into the cache "
+            f"outside forward (jitcore/bench/decoder.py)")
 
 
 def _bound(value, unbounded):
