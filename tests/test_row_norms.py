@@ -16,6 +16,8 @@ import numpy as np
 import pytest
 
 import jitcore as jc
+from jitcore.llvm.row_scratch import SCRATCH_BYTES
+from jitcore.llvm.streaming import ROW_STREAM_FACTOR
 from helpers import (EPS, FLOAT_DTYPES, assert_close, dtype_id, f64, layer_norm_ref,
                      log_softmax_ref, make, reduction_tol, rng_for, softmax_ref)
 
@@ -176,3 +178,92 @@ def test_max_min_reductions_of_zeros_and_infinities(dtype):
     mx, mn = jc.jit(lambda a: (a.max(axis=1), a.min(axis=1)))(x)
     assert_close(mx, np.max(f64(x), axis=1), dtype, exact=True)
     assert_close(mn, np.min(f64(x), axis=1), dtype, exact=True)
+
+
+# ---- streamed outputs (jitcore/llvm/streaming.py) ---------------------------------------------
+
+STREAM_LOW = 256           # bytes: a threshold every output below streams from
+
+
+def _jit_streaming(fn, threads: int):
+    """`fn` jitted with streaming stores from STREAM_LOW bytes (at compile and call)."""
+    f = jc.jit(fn, num_threads=threads)
+
+    def call(*args, **kwargs):
+        with jc.config.override(stream_stores=STREAM_LOW):
+            return f(*args, **kwargs)
+    call.llvm_ir = lambda *a: call_under(f.llvm_ir, *a)
+    return call
+
+
+def call_under(method, *args):
+    with jc.config.override(stream_stores=STREAM_LOW):
+        return method(*args)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("n", [1, 7, 16, 768, 1000])
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_id)
+def test_streamed_row_outputs(dtype, n, threads):
+    """layer_norm's, log_softmax's and softmax's last part streams its output (peeled per
+    row to the vector alignment; softmax keeps its summands in a scratch row): into views
+    whose rows start at every alignment, rows with NaN and Inf, numpy's values and nothing
+    written outside the view."""
+    x = _special_rows(dtype, n) if n >= 7 else make((9, n), dtype, rng=rng_for("st", n))
+    rows = x.shape[0]
+    w, b = make((n,), dtype, rng=rng_for("st-w", n)), make((n,), dtype, rng=rng_for("st-b", n))
+    ln = _jit_streaming(lambda x, w, b: jc.layer_norm(x, w, b), threads)
+    lsm = _jit_streaming(jc.log_softmax, threads)
+    sm = _jit_streaming(jc.softmax, threads)
+    with np.errstate(all="ignore"):
+        want_ln, want_lsm, want_sm = layer_norm_ref(x, w, b), log_softmax_ref(x), softmax_ref(x)
+    for off in (0, 1, 3, 5):
+        for f, args, want in ((ln, (x, w, b), want_ln), (lsm, (x,), want_lsm),
+                              (sm, (x,), want_sm)):
+            big = np.full((rows, n + 8), 7, dtype)
+            out = big[:, off:off + n]
+            f(*args, out=out)
+            np.testing.assert_array_equal(np.isnan(out), np.isnan(want))
+            np.testing.assert_array_equal(np.isinf(out), np.isinf(want))
+            fine = np.isfinite(want).all(axis=1)
+            rtol, atol = _ln_tol(dtype, want[fine], n) if f is ln else \
+                reduction_tol(dtype, n, scale=float(np.max(np.abs(x[fine]))) / n) \
+                if f is lsm else reduction_tol(dtype, n)
+            assert_close(out[fine], want[fine], dtype, rtol=rtol, atol=atol, msg=f"offset {off}")
+            assert (big[:, :off] == 7).all() and (big[:, off + n:] == 7).all()
+    if n >= 64:                 # whole vectors per row (at every width), output over the threshold
+        assert all("!nontemporal" in f.llvm_ir(*args)
+                   for f, args in ((ln, (x, w, b)), (lsm, (x,)), (sm, (x,))))
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_id)
+def test_softmax_rows_too_long_for_a_scratch_row(dtype):
+    """Rows longer than SCRATCH_BYTES keep softmax's summands in the output: normal stores
+    (streaming over lines just written ran slower), numpy's values."""
+    n = SCRATCH_BYTES // np.dtype(dtype).itemsize + 1
+    x = make((3, n), dtype, rng=rng_for("long-sm", dtype_id(dtype)))
+    sm = _jit_streaming(jc.softmax, 1)
+    rtol, atol = reduction_tol(dtype, n)
+    assert_close(sm(x), softmax_ref(x), dtype, rtol=rtol, atol=atol)
+    assert "!nontemporal" not in sm.llvm_ir(x)
+    assert "!nontemporal" in sm.llvm_ir(x[:, :n - 1])
+
+
+def test_row_outputs_stream_from_a_larger_threshold():
+    """A row kernel streams from ROW_STREAM_FACTOR times the target's threshold (below it
+    the recycled output is still partly in cache): not at one element less."""
+    n = 64
+    rows = -(-STREAM_LOW * ROW_STREAM_FACTOR // (4 * n))
+    ln = _jit_streaming(lambda x: jc.layer_norm(x), 1)
+    assert "!nontemporal" in ln.llvm_ir(jc.spec((rows, n), jc.float32))
+    assert "!nontemporal" not in ln.llvm_ir(jc.spec((rows - 1, n), jc.float32))
+    assert "!nontemporal" in _jit_streaming(lambda x: x + 1, 1).llvm_ir(
+        jc.spec((rows - 1, n), jc.float32))
+
+
+def test_streamed_rows_empty():
+    """No rows, or rows of no elements: nothing to store, no error."""
+    ln = _jit_streaming(lambda x: jc.layer_norm(x), 2)
+    for shape in ((0, 768), (5, 0)):
+        x = np.zeros(shape, np.float32)
+        assert ln(x).shape == shape

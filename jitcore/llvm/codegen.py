@@ -141,8 +141,8 @@ class KernelEmitter:
     def load(self, node: Load, lanes: int, at=None):
         """Load `node` (a vector along the vector loop, or a splat); `at`: the element index
         to read instead of the node's offset (a gather's checked index)."""
-        ptr = self.b.gep(self.base_ptr(node.buffer), [self.index(node.offset) if at is None
-                                                       else at])
+        ptr = self.element_ptr(node.buffer, node.offset, False) if at is None else \
+            self.b.gep(self.base_ptr(node.buffer), [at])
         contiguous = lanes > 1 and node.offset.coeff(self.vector_var) == 1
         if contiguous:
             vty = ir.VectorType(u.memory_type(node.dtype), lanes)
@@ -155,8 +155,12 @@ class KernelEmitter:
             val = self.b.icmp_unsigned("!=", val, u.const(val.type, 0))
         return val
 
+    def element_ptr(self, buf, offset: Lin, write: bool):
+        """The address of the element at `offset` of `buf`, to read or `write`."""
+        return self.b.gep(self.base_ptr(buf), [self.index(offset)])
+
     def store(self, buf, offset: Lin, value, lanes: int):
-        ptr = self.b.gep(self.base_ptr(buf), [self.index(offset)])
+        ptr = self.element_ptr(buf, offset, True)
         if buf.dtype.name == "bool":
             value = self.b.zext(value, ir.VectorType(u.I8, lanes) if lanes > 1 else u.I8)
         if lanes > 1:

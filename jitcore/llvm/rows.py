@@ -1,25 +1,56 @@
 """Row-fused kernels (Kind.ROWS, passes/fuse_rows.py): per row of the row loop, the parts
-(horizontal reductions and pointwise kernels over the row) in order."""
+(horizontal reductions and pointwise kernels over the row) in order. A large output of the
+last part (layer_norm's, softmax's; ROW_STREAM_FACTOR times the target's threshold) is stored
+non-temporally (streaming.py)."""
 from __future__ import annotations
+
+from llvmlite import ir
 
 from jitcore.passes.kernel import Gather, Kernel, Kind, Load, walk
 from jitcore.passes.symbolic import extent_text
 
+from . import irutil as u
 from .reduce import ReductionEmitter
 from .registry import KindEntry, register
+from .row_scratch import scratch_rows
+from .streaming import ROW_STREAM_FACTOR, StreamingLoop
 
 
-class RowsEmitter(ReductionEmitter):
+class RowsEmitter(StreamingLoop, ReductionEmitter):
     """Each part emitted with this emitter's kernel set to the part (its loops, stores and
-    lanes), inside the row loop."""
+    lanes), inside the row loop; kept summands in a scratch row (row_scratch.py)."""
 
     def body(self):
         k = self.kernel
+        # only for an output that streams: otherwise the output itself is the better scratch
+        # (its misses for ownership then overlap the summands' math; a stack row moved them
+        # to the light last part: softmax 4096x1024 on Zen 4 ran 4-5% slower)
+        self.scratch = {slot: (c, u.alloca_once(self.b, ir.ArrayType(
+            u.memory_type(self._slot_dtype(slot)), c), name="scratch"))
+            for slot, c in scratch_rows(k).items() if slot in self.streamed}
+        self.last_part = False
         self.nest(k.loops, lambda: [self.emit_part(p) for p in k.parts], True)
+
+    def stream_threshold(self) -> int:
+        return self.stream_bytes * ROW_STREAM_FACTOR
+
+    def _slot_dtype(self, slot: int):
+        return next(st.buffer.dtype for st in self.kernel.stores if st.buffer.slot == slot)
+
+    def element_ptr(self, buf, offset, write: bool):
+        """A kept summand's element in the scratch row (the earlier part's store, the last
+        part's load): at its offset less the row's start."""
+        if buf.slot not in self.scratch or (write and self.last_part):
+            return super().element_ptr(buf, offset, write)
+        c, row_ptr = self.scratch[buf.slot]
+        row = self.kernel.loops[0].var
+        rest = self.b.sub(self.index(offset), self.b.mul(self.env[row], u.I64(c)))
+        return self.b.gep(row_ptr, [u.I64(0), rest])
 
     def emit_part(self, part: Kernel):
         """One part of a row-fused kernel, inside the row loop (its first loop)."""
         fused, self.kernel = self.kernel, part
+        self.last_part = part is fused.parts[-1]
         inner = part.loops[1:]
         if part.kind == Kind.REDUCE_HORIZONTAL:
             self.nest([lp for lp in inner if lp.kind == "parallel"], self.emit_horizontal, False)
@@ -27,8 +58,11 @@ class RowsEmitter(ReductionEmitter):
             self.emit_point()
         else:
             self.row_values = self.per_row_loads(part)
-            self.nest(inner[:-1], lambda: self.hoisting_gathers(
-                lambda: self.vector_loop(inner[-1], self.emit_point, False)),
+            # only the last part streams (streaming.streamed_part): what an earlier part
+            # writes, a later one reads back from cache
+            loop = self.elementwise_loop if part is fused.parts[-1] else \
+                (lambda lp, first: self.vector_loop(lp, self.emit_point, first))
+            self.nest(inner[:-1], lambda: self.hoisting_gathers(lambda: loop(inner[-1], False)),
                       False)
             self.row_values = {}
         self.kernel = fused
