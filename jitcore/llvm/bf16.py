@@ -44,6 +44,12 @@ def policy(name) -> str:
     return found
 
 
+# the kernel kinds `apply` makes compute from bf16 operands: the one list of what runs in
+# bf16 under the policy (jitcore/torch/precision.py reports a model's ops by it); a bf16
+# convolution kernel joins by adding its kind here and its case in `apply`
+KINDS = frozenset({Kind.GEMM, Kind.GEMV})
+
+
 def native(target) -> bool:
     """Whether the target runs the vdpbf16ps GEMM (AVX512_BF16 at 512-bit vectors)."""
     return target.has("avx512bf16") and target.vector_bits >= 512
