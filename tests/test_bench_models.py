@@ -207,8 +207,10 @@ def test_bf16_ratio_and_accuracy_lines(capsys):
         n: {"status": "n/a", "error": "no bf16 kernels"} for n in ("resnet18", "bert")}})
     data = {"models": ["resnet18", "bert"], "runs": runs, "cold": False}
     data["vs_best_runtime"] = model_suite.summary(data)
+    runs[1]["results"]["resnet18"]["cpu_per_wall"] = 0.5      # half its wall time on a CPU
     (point,) = model_suite.summary(data, "bf16")
     assert point["ratios"] == pytest.approx({"resnet18": 1.2, "bert": 0.8})
+    assert point["ratios_cpu"] == pytest.approx({"resnet18": 2.4, "bert": 0.8})
     assert point["best"] == {"resnet18": "openvino-bf16", "bert": "openvino-bf16"}
     assert data["vs_best_runtime"][0]["ratios"] == {}        # no fp32 jitcore: no fp32 ratio
     assert model_suite.error_vs_autocast(data, 1, "resnet18") == pytest.approx(0.75)
@@ -216,7 +218,8 @@ def test_bf16_ratio_and_accuracy_lines(capsys):
                                     "onnxruntime-bf16", "openvino-bf16"])
     out = capsys.readouterr().out
     assert "jc vs best runtime bf16" in out and "1.20x openvino-bf16" in out
-    assert "geomean: 0.98x over 2 model(s); CNNs 1.20x; lowest 0.80x (issue 30's" in out
+    assert ("geomean: 0.98x over 2 model(s); CNNs 1.20x; of CPU time 1.39x; lowest 0.80x "
+            "(issue 30's") in out
     assert "resnet18 0.75, bert 2.00 (1 of 2 no worse; worse: bert)" in out
     assert "onnxruntime-bf16: n/a: no bf16 kernels" in out and "bert: n/a" not in out
 
