@@ -8,9 +8,10 @@ import torch
 from torch.utils import _pytree as pytree
 
 from jitcore.ir.errors import DTypeError, ShapeError
+
+from . import threads
 from .precision import report as precision_report
 from .precision import resolve as resolve_precision
-from . import threads
 from .program import export_graph, fallback_nodes, fold_constants, partition
 
 
@@ -125,7 +126,8 @@ class CompiledModule:
     def __init__(self, module: torch.nn.Module, example_inputs: tuple, dynamic: bool = False,
                  constant_inputs: dict | None = None, precision: str | None = None):
         self.module, self.dynamic = module, dynamic
-        # the parts' matmul_precision (None: JITCORE_MATMUL_PRECISION's), checked here
+        # the parts' matmul_precision (None: JITCORE_MATMUL_PRECISION's; a bf16 module's
+        # own: precision.resolve), checked here
         self.precision = resolve_precision(precision, module, constant_inputs)
         self.__name__ = type(module).__name__
         self._constant_inputs = constant_inputs
