@@ -66,13 +66,13 @@ def test_bf16_ops_are_autocasts_lower_precision_ops():
 
 
 def test_classify_follows_the_kernel_kinds():
-    """An op is bf16 exactly when bf16.apply has a kernel kind for it: the matmuls now; the
-    convolutions once a bf16 conv kernel adds Kind.CONV to bf16.KINDS."""
-    assert Kind.GEMM in bf16.KINDS
-    assert precision.classify("aten.linear.default") == "bf16"
-    assert precision.classify("aten.addmm.default") == "bf16"
-    assert precision.classify("aten.conv2d.default") == \
-        ("bf16" if Kind.CONV in bf16.KINDS else "fp32-pending")
+    """An op is bf16 exactly when bf16.apply has a kernel kind for it: the matmuls and the
+    convolutions, not depthwise ones (memory-bound: kept float32)."""
+    assert {Kind.GEMM, Kind.CONV} <= bf16.KINDS and Kind.DEPTHWISE not in bf16.KINDS
+    for name in ("aten.linear.default", "aten.addmm.default", "aten.conv2d.default",
+                 "aten.convolution.default"):
+        assert precision.classify(name) == "bf16", name
+    assert precision.classify("aten.conv2d.default", is_depthwise=True) == "fp32-kept"
 
 
 class MLP(torch.nn.Module):
@@ -88,20 +88,22 @@ class MLP(torch.nn.Module):
 class ConvNet(torch.nn.Module):
     def __init__(self):
         super().__init__()
-        self.conv, self.fc = torch.nn.Conv2d(3, 8, 3), torch.nn.Linear(8, 4)
+        self.conv, self.fc = torch.nn.Conv2d(16, 32, 3), torch.nn.Linear(32, 4)
+        self.dw = torch.nn.Conv2d(32, 32, 3, groups=32)
 
     def forward(self, x):
-        return self.fc(F.relu(self.conv(x)).mean((2, 3)))
+        return self.fc(F.relu(self.dw(F.relu(self.conv(x)))).mean((2, 3)))
 
 
 def test_explain_says_which_ops_are_bf16():
     torch.manual_seed(0)
-    m, x = ConvNet().eval(), torch.randn(2, 3, 8, 8)
-    note = [line for line in jt.compile(m, x, precision="bf16").explain().splitlines()
-            if line.startswith("precision bf16")]
-    assert len(note) == 1 and "accumulation: linear x1" in note[0], note
-    if Kind.CONV not in bf16.KINDS:
-        assert "float32 until jitcore has bf16 kernels for them: conv2d x1" in note[0]
+    m, x = ConvNet().eval(), torch.randn(2, 16, 10, 10)
+    c = jt.compile(m, x, precision="bf16")
+    note = [line for line in c.explain().splitlines() if line.startswith("precision bf16")]
+    assert len(note) == 1 and "accumulation: conv2d x1, linear x1;" in note[0], note
+    assert note[0].endswith("memory-bound): conv2d (depthwise) x1"), note
+    with torch.inference_mode():
+        assert rel_err(c(x), m(x)) <= 2.0 ** -6              # (bf16: about 2^-8)
     assert "precision bf16" not in jt.compile(m, x).explain()      # float32: no such line
 
 

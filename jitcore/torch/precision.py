@@ -7,9 +7,10 @@ matmul, convolutions, scaled dot-product attention); a few ops (prod, ...) are f
 float32; every other op runs in its inputs' dtype, which after a bf16 matmul is bf16.
 jitcore's policy, per op:
 - an op of BF16_OPS multiplies bf16-rounded operands with float32 accumulation, where a
-  kernel of its kind does so (`jitcore.llvm.bf16.KINDS`: the GEMM and GEMV kernels; a bf16
-  convolution kernel joins by adding its kind there); constant weights are rounded and
-  prepacked as bf16 pairs at compile time. Until then the op stays float32 (`report` says so);
+  kernel of its kind does so (`jitcore.llvm.bf16.KINDS`: the GEMM, GEMV and conv kernels);
+  constant weights are rounded and prepacked as bf16 pairs at compile time. A depthwise
+  convolution stays float32 (its kernel is memory-bound: bf16 arithmetic would not speed it
+  up), and `report` says so;
 - every other op (softmax, layer/RMS norm, reductions, elementwise math) computes in
   float32, and values pass between kernels in float32: at least autocast's accuracy (it
   stores them in bf16), at the cost of twice the bytes between kernels.
@@ -56,14 +57,25 @@ def resolve(precision, module: torch.nn.Module, constants: dict | None = None):
     return None
 
 
-def classify(target) -> str:
+def depthwise(node: torch.fx.Node) -> bool:
+    """Whether a convolution node is depthwise: groups of one input channel each."""
+    conv = str(node.target) == "aten.convolution.default"
+    groups = node.args[8] if conv else (node.args[6] if len(node.args) > 6 else
+                                        node.kwargs.get("groups", 1))
+    weight = node.args[1].meta.get("val") if isinstance(node.args[1], torch.fx.Node) else None
+    return groups > 1 and weight is not None and weight.shape[1] == 1
+
+
+def classify(target, is_depthwise: bool = False) -> str:
     """How an ATen op computes under the bf16 policy: 'bf16' (bf16 operands, float32
-    accumulation), 'fp32-pending' (autocast runs it in bf16; jitcore has no bf16 kernel of
-    its kind yet) or 'fp32'."""
+    accumulation), 'fp32-kept' (autocast runs it in bf16; jitcore has no bf16 kernel of its
+    kind: a depthwise convolution) or 'fp32'."""
     kind = BF16_OPS.get(str(target))
     if kind is None:
         return "fp32"
-    return "bf16" if kind in bf16.KINDS else "fp32-pending"
+    if kind is Kind.CONV and is_depthwise:
+        kind = Kind.DEPTHWISE
+    return "bf16" if kind in bf16.KINDS else "fp32-kept"
 
 
 def report(gm: torch.fx.GraphModule, precision) -> str | None:
@@ -75,14 +87,17 @@ def report(gm: torch.fx.GraphModule, precision) -> str | None:
     for node in gm.graph.nodes:
         name = str(node.target)
         if node.op == "call_function" and name.startswith("aten."):
-            ops = counts.setdefault(classify(name), {})
-            ops[name.split(".")[1]] = ops.get(name.split(".")[1], 0) + 1
+            conv = BF16_OPS.get(name) is Kind.CONV and depthwise(node)
+            op = name.split(".")[1] + (" (depthwise)" if conv else "")
+            ops = counts.setdefault(classify(name, conv), {})
+            ops[op] = ops.get(op, 0) + 1
 
     def listed(how):
         return ", ".join(f"{n} x{c}" for n, c in sorted(counts.get(how, {}).items())) or "none"
     text = (f"precision bf16 (torch autocast's CPU policy): bf16 operands, float32 "
             f"accumulation: {listed('bf16')}; float32: every other op "
             f"({sum(counts.get('fp32', {}).values())} nodes), values between kernels float32")
-    if "fp32-pending" in counts:
-        text += f"; float32 until jitcore has bf16 kernels for them: {listed('fp32-pending')}"
+    if "fp32-kept" in counts:
+        text += (f"; kept float32 (no bf16 kernel of their kind: memory-bound): "
+                 f"{listed('fp32-kept')}")
     return text
