@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import importlib.util
 import json
+import platform
 import subprocess
 import sys
 from argparse import Namespace
@@ -32,20 +33,37 @@ def run_models(out, *args):
 
 
 def test_models_cli_tiny(tmp_path):
-    data, stdout = run_models(tmp_path / "models.json", "--only", "mlp",
-                              "--systems", "jitcore,torch")
+    """fp32 and bf16 systems in one run: every cell's error against float64 eager beside its
+    error against float32 eager; a bf16 cell is judged by the former; ONNX Runtime's bf16
+    cell is n/a where it has no bf16 kernels (x86-64)."""
+    data, stdout = run_models(tmp_path / "models.json", "--only", "mlp", "--systems",
+                              "jitcore,torch,jitcore-bf16,torch-autocast,onnxruntime-bf16")
     assert data["models"] == ["mlp"] and data["batches"] == [1] and data["cold"] is False
     cells = {r["system"]: r["results"]["mlp"] for r in data["runs"]}
-    assert set(cells) == {"jitcore", "torch"}
+    assert set(cells) == {"jitcore", "torch", "jitcore-bf16", "torch-autocast",
+                          "onnxruntime-bf16"}
     jit = cells["jitcore"]
     assert jit["status"] == "ok" and jit["rel_error"] <= 1e-4 and jit["fallbacks"] == 0
     assert jit["median_s"] > 0 and jit["first_call_s"] > 0
     assert cells["torch"]["rel_error"] == 0.0
+    assert 0 < cells["torch"]["rel_error_f64"] <= 1e-6 and jit["rel_error_f64"] <= 1e-6
+    bf16, autocast = cells["jitcore-bf16"], cells["torch-autocast"]
+    for c in (bf16, autocast):     # bf16's error: far above float32's, within the tolerance
+        assert c["status"] == "ok" and 1e-4 < c["rel_error_f64"] <= 5e-2, c
+    assert bf16["rel_error_f64"] <= autocast["rel_error_f64"]       # issue 30's target
     assert "latency, median ms" in stdout and "geomean speedup over eager" in stdout
-    # no cold child ran: no table says cold, no runtime ran: no ratio column
+    assert "relative error vs float64 eager" in stdout
+    assert "jitcore-bf16's error vs float64 / torch-autocast's: mlp 0." in stdout
+    # no cold child ran: no table says cold; no fp32 runtime ran: only the bf16 ratio column
     assert "cold cache" not in stdout and "warm cache (no cold child" in stdout
-    assert "jc vs best runtime" not in stdout
+    assert stdout.count("jc vs best runtime") == stdout.count("jc vs best runtime bf16") == 1
     assert {"python", "jitcore", "torch"} <= set(data["versions"])
+    ort = cells["onnxruntime-bf16"]
+    if importlib.util.find_spec("onnxruntime") is None:
+        assert ort["status"] == "missing"
+    elif platform.machine() == "x86_64":
+        assert ort["status"] == "n/a" and "no bf16 GEMM kernels" in ort["error"]
+        assert "onnxruntime-bf16: n/a:" in stdout
 
 
 CLI_CNNS = ("resnet50", "efficientnet_b0")      # ConvNeXt-T: the float64 test below
@@ -171,13 +189,54 @@ def test_tables_show_ratios_per_batch(capsys):
     assert "jc vs best runtime" not in out and "best of onnxruntime" not in out
 
 
+def test_bf16_ratio_and_accuracy_lines(capsys):
+    """jitcore-bf16 against the best bf16 runtime (OpenVINO's bf16 here; ONNX Runtime's n/a),
+    the geomean with the lowest ratio (issue 30's targets), and its float64 error beside
+    torch-autocast's."""
+    def cell(ms, err):
+        return {"status": "ok", "median_s": ms / 1e3, "cpu_per_wall": 1.0, "rel_error": err,
+                "rel_error_f64": err, "first_call_s": 1.0}
+    ms = {"torch": (40.0, 300.0), "jitcore-bf16": (10.0, 50.0), "openvino-bf16": (12.0, 40.0),
+          "torch-autocast": (30.0, 100.0)}
+    err = {"torch": 1e-7, "jitcore-bf16": 3e-3, "openvino-bf16": 3e-3, "torch-autocast": 4e-3}
+    runs = [{"system": s, "threads": 1, "batch": 1,
+             "results": {n: cell(v, err[s]) for n, v in zip(("resnet18", "bert"), values)}}
+            for s, values in ms.items()]
+    runs[1]["results"]["bert"]["rel_error_f64"] = 8e-3          # worse than autocast's
+    runs.append({"system": "onnxruntime-bf16", "threads": 1, "batch": 1, "results": {
+        n: {"status": "n/a", "error": "no bf16 kernels"} for n in ("resnet18", "bert")}})
+    data = {"models": ["resnet18", "bert"], "runs": runs, "cold": False}
+    data["vs_best_runtime"] = model_suite.summary(data)
+    runs[1]["results"]["resnet18"]["cpu_per_wall"] = 0.5      # half its wall time on a CPU
+    (point,) = model_suite.summary(data, "bf16")
+    assert point["ratios"] == pytest.approx({"resnet18": 1.2, "bert": 0.8})
+    assert point["ratios_cpu"] == pytest.approx({"resnet18": 2.4, "bert": 0.8})
+    assert point["best"] == {"resnet18": "openvino-bf16", "bert": "openvino-bf16"}
+    assert data["vs_best_runtime"][0]["ratios"] == {}        # no fp32 jitcore: no fp32 ratio
+    assert model_suite.error_vs_autocast(data, 1, "resnet18") == pytest.approx(0.75)
+    model_suite.print_tables(data, ["torch", "jitcore-bf16", "torch-autocast",
+                                    "onnxruntime-bf16", "openvino-bf16"])
+    out = capsys.readouterr().out
+    assert "jc vs best runtime bf16" in out and "1.20x openvino-bf16" in out
+    assert ("geomean: 0.98x over 2 model(s); CNNs 1.20x; of CPU time 1.39x; lowest 0.80x "
+            "(issue 30's") in out
+    assert "resnet18 0.75, bert 2.00 (1 of 2 no worse; worse: bert)" in out
+    assert "onnxruntime-bf16: n/a: no bf16 kernels" in out and "bert: n/a" not in out
+
+
 def test_batch_and_model_options():
     opts = model_suite.parse(["--tiny", "--batch", "1,8", "--only", ",".join(NEW_CNNS),
                               "--systems", "jitcore,openvino"])
     assert opts.batches == [1, 8] and opts.names == list(NEW_CNNS)
     assert opts.systems_list == ["torch", "jitcore", "openvino"]
     assert model_suite.parse([]).batches == [1]
-    for bad in (["--batch", "0"], ["--batch", "x"], ["--systems", "tvm"]):
+    assert model_suite.parse([]).systems_list == list(model_suite.FP32_SYSTEMS)
+    assert model_suite.parse(["--precision", "bf16"]).systems_list == \
+        ["torch", *model_suite.BF16_SYSTEMS]
+    both = model_suite.parse(["--precision", "fp32,bf16"]).systems_list
+    assert both == [*model_suite.FP32_SYSTEMS, *model_suite.BF16_SYSTEMS]
+    for bad in (["--batch", "0"], ["--batch", "x"], ["--systems", "tvm"],
+                ["--precision", "fp16"]):
         with pytest.raises(SystemExit):
             model_suite.parse(bad)
 

@@ -51,7 +51,8 @@ import time
 from jitcore.llvm.target import LEVELS
 
 from .levels import restriction
-from .peers_runtimes import OPENVINO_SETTINGS, ORT_SETTINGS
+from .peers_runtimes import (OPENVINO_BF16_SETTINGS, OPENVINO_SETTINGS, ORT_BF16_CONFIG,
+                             ORT_SETTINGS)
 from .roofline import add_roofline, compute_cell, peak_of, roofline_text
 from .stamp import caption, stamp
 from .systems import COMPILE_SETTINGS, CONV_LAYOUTS, INTO_NOTES, SYSTEM_MODULES, SYSTEMS
@@ -160,7 +161,12 @@ def peer_settings(threads_list: list, target=None, own_allocators: bool = False)
         jax[str(threads)] = {k: env[k] for k in jax_thread_env(threads)}
     return {"thread_variables": list(THREAD_VARIABLES), "jax": jax,
             "torch.compile": COMPILE_SETTINGS, "onnxruntime": ORT_SETTINGS,
-            "openvino": OPENVINO_SETTINGS,
+            "openvino": OPENVINO_SETTINGS, "openvino-bf16": OPENVINO_BF16_SETTINGS,
+            "onnxruntime-bf16": {**ORT_SETTINGS, "session_config": ORT_BF16_CONFIG,
+                                 "machines": "Arm64 only (n/a elsewhere)"},
+            "autocast": {"device_type": "cpu", "dtype": "bfloat16",
+                         "systems": "torch-autocast, torch.compile-autocast (compiled and "
+                                    "called under it)"},
             "allocation": "own" if own_allocators else FAIR_ALLOCATION}
 
 

@@ -5,7 +5,16 @@ with mode="max-autotune" (torch.compile-max-autotune).
 
     python -m jitcore bench --models [--only mlp,resnet50] [--threads 1,2] [--batch 1,8]
                                      [--systems jitcore,torch,torch.compile,onnxruntime,openvino]
+                                     [--precision fp32|bf16|fp32,bf16]
                                      [--repeat N] [--no-cold] [--json PATH] [--plot PATH] [--tiny]
+
+`--precision bf16` runs the bf16 systems instead (issue 30): jitcore-bf16
+(precision="bf16"), torch-autocast (eager under CPU autocast to bf16), torch.compile-autocast,
+openvino-bf16 (INFERENCE_PRECISION_HINT bf16) and onnxruntime-bf16 (n/a where ONNX Runtime
+has no bf16 kernels: x86-64), beside float32 eager; `fp32,bf16` runs both sets. Every cell
+reports its normwise error against float64 eager; a bf16 cell is 'wrong' above 5e-2 of it.
+jitcore-bf16's ratio is to the best of the bf16 runtimes (issue 30's target: geomean >=
+1.1x, no model below 1.0x), its error beside torch-autocast's (the target: no worse).
 
 Each system, thread count and batch runs in child processes of its own
 (jitcore/bench/model_child.py says how each system runs a model), pinned to as many cores as
@@ -34,7 +43,7 @@ import tempfile
 
 from .cli import (Progress, add_target_option, check_target, cold_measured, fmt_seconds,
                   machine, settings, spawn_child, versions)
-from .model_child import SYSTEM_MODULES, SYSTEMS
+from .model_child import BF16_SYSTEMS, FP32_SYSTEMS, SYSTEM_MODULES, SYSTEMS
 from .stamp import caption, stamp
 
 NAMES = ("mlp", "resnet18", "mobilenet_v2", "resnet50", "efficientnet_b0", "convnext_tiny",
@@ -43,6 +52,9 @@ NEEDS = {n: "transformers" for n in ("resnet50", "efficientnet_b0", "convnext_ti
                                      "gpt2")}
 CNNS = ("resnet18", "mobilenet_v2", "resnet50", "efficientnet_b0", "convnext_tiny")
 RUNTIMES = ("onnxruntime", "openvino")       # jitcore's yardstick: the faster of the two
+# per precision: jitcore's system and the runtimes it is measured against
+YARDSTICKS = {"fp32": ("jitcore", RUNTIMES),
+              "bf16": ("jitcore-bf16", ("onnxruntime-bf16", "openvino-bf16"))}
 VERSIONED = ("jitcore", "torch", "transformers", "onnx", "onnxruntime", "openvino")
 
 
@@ -73,6 +85,8 @@ def run(names: list, systems: list, threads_list: list, opts) -> dict:
             "tiny": opts.tiny, "cold": not opts.no_cold, "models": names,
             "batches": list(opts.batches), "runs": runs}
     data["vs_best_runtime"] = summary(data)
+    if "jitcore-bf16" in present:
+        data["vs_best_runtime_bf16"] = summary(data, "bf16")
     return data
 
 
@@ -83,7 +97,8 @@ def _measure(system: str, threads: int, batch: int, names: list, opts, progress:
     cache = os.path.join(root, f"{system}-{threads}-{batch}")
     cmd = [sys.executable, "-m", "jitcore.bench.model_child", "--system", system,
            "--threads", str(threads), "--batch", str(batch), "--models", ",".join(names),
-           "--repeat", str(opts.repeat)] + (["--tiny"] if opts.tiny else [])
+           "--repeat", str(opts.repeat), "--ref-dir", root] + \
+        (["--tiny"] if opts.tiny else [])
     label = f"{system} @ {threads}, batch {batch}"
     cold = None
     if not opts.no_cold:
@@ -122,18 +137,33 @@ def cpu_speedup(data: dict, system: str, threads: int, name: str, batch: int = 1
     return cpu_s(base) / cpu_s(c)
 
 
-def vs_best_runtime(data: dict, threads: int, name: str, batch: int = 1):
+def vs_best_runtime(data: dict, threads: int, name: str, batch: int = 1,
+                    precision: str = "fp32", cpu: bool = False):
     """(the best runtime's latency / jitcore's, that runtime) of one model: the faster of
-    ONNX Runtime and OpenVINO among those that ran it right; None where jitcore or both
-    runtimes have no right answer timed."""
-    jit = _cell(data["runs"], "jitcore", threads, name, batch)
-    timed = [(c["median_s"], s) for s in RUNTIMES
+    ONNX Runtime and OpenVINO among those that ran it right (`precision` "bf16":
+    jitcore-bf16 against their bf16 systems; `cpu`: of CPU time per call, which a loaded
+    machine's scheduler distorts less); None where jitcore or both runtimes have no right
+    answer timed."""
+    system, runtimes = YARDSTICKS[precision]
+
+    def time_of(c):
+        return cpu_s(c) if cpu else c.get("median_s")
+    jit = _cell(data["runs"], system, threads, name, batch)
+    timed = [(time_of(c), s) for s in runtimes
              if (c := _cell(data["runs"], s, threads, name, batch)).get("status") == "ok"
-             and "median_s" in c]
-    if jit.get("status") != "ok" or "median_s" not in jit or not timed:
+             and time_of(c)]
+    if jit.get("status") != "ok" or not time_of(jit) or not timed:
         return None
     best_s, best = min(timed)
-    return best_s / jit["median_s"], best
+    return best_s / time_of(jit), best
+
+
+def error_vs_autocast(data: dict, threads: int, name: str, batch: int = 1):
+    """jitcore-bf16's normwise error against float64 over torch-autocast's, same model and
+    inputs (issue 30's target: <= 1); None where either has no float64 error."""
+    jit, ac = (_cell(data["runs"], s, threads, name, batch).get("rel_error_f64")
+               for s in ("jitcore-bf16", "torch-autocast"))
+    return None if jit is None or not ac else jit / ac
 
 
 def geomean(values: list):
@@ -141,18 +171,23 @@ def geomean(values: list):
     return math.exp(sum(map(math.log, values)) / len(values)) if values else None
 
 
-def summary(data: dict) -> list:
+def summary(data: dict, precision: str = "fp32") -> list:
     """jitcore against the best runtime per thread count and batch: each model's ratio and
-    runtime, the geomean over all models and over the CNNs (the JSON's vs_best_runtime)."""
+    runtime, the geomean over all models and over the CNNs (the JSON's vs_best_runtime;
+    `precision` "bf16": jitcore-bf16 against the bf16 runtimes, vs_best_runtime_bf16)."""
     out = []
     for threads, batch in _points(data):
         found = {n: r for n in data["models"]
-                 if (r := vs_best_runtime(data, threads, n, batch)) is not None}
+                 if (r := vs_best_runtime(data, threads, n, batch, precision)) is not None}
         ratios = {n: r for n, (r, _) in found.items()}
+        cpu = {n: r for n in data["models"]
+               if (r := vs_best_runtime(data, threads, n, batch, precision, True)) is not None}
         out.append({"threads": threads, "batch": batch, "ratios": ratios,
                     "best": {n: s for n, (_, s) in found.items()},
                     "geomean": geomean(list(ratios.values())),
-                    "geomean_cnns": geomean([r for n, r in ratios.items() if n in CNNS])})
+                    "geomean_cnns": geomean([r for n, r in ratios.items() if n in CNNS]),
+                    "ratios_cpu": {n: r for n, (r, _) in cpu.items()},
+                    "geomean_cpu": geomean([r for r, _ in cpu.values()])})
     return out
 
 
@@ -161,59 +196,96 @@ def _points(data: dict) -> list:
     return sorted({(r["threads"], r.get("batch", 1)) for r in data["runs"]})
 
 
+def _ratio_columns(systems: list) -> list:
+    """The precisions whose jitcore-to-runtime ratio column the latency table shows."""
+    return [p for p, (jit, runtimes) in YARDSTICKS.items()
+            if jit in systems and any(s in systems for s in runtimes)]
+
+
 def print_tables(data: dict, systems: list) -> None:
     names = data["models"]
     cold = cold_measured(data)
     first_title = ("first call (compile + run), s: cold cache / warm cache" if cold else
                    "first call (compile + run), s: warm cache (no cold child: --no-cold)")
-    ratio_head = f"{'jc vs best runtime':>22s}" if any(s in RUNTIMES for s in systems) else ""
+    ratios = _ratio_columns(systems)
+    ratio_head = "".join(f"{'jc vs best runtime' + ('' if p == 'fp32' else ' ' + p):>24s}"
+                         for p in ratios)
+    tables = [("latency, median ms (speedup over torch eager)" + (
+                  "; jitcore's ratio to the best of onnxruntime and openvino (their ms / "
+                  "jitcore's; bf16: of their bf16 systems)" if ratios else ""),
+               _latency, ratio_head),
+              ("CPU ms per call (median x CPU-s per wall-s: what a loaded machine's "
+               "scheduler does not distort), speedup over eager's", _cpu, ""),
+              (first_title, _first if cold else _first_warm, ""),
+              ("relative error vs eager (normwise); jitcore: fallback nodes", _error, "")]
+    if any("rel_error_f64" in c for r in data["runs"] for c in r["results"].values()):
+        tables.append(("relative error vs float64 eager (normwise): accuracy beside speed",
+                       _error_f64, ""))
     for threads, batch in _points(data):
         print(f"\n=== {threads} thread(s), batch {batch} ===")
         width = max([22] + [len(s) + 2 for s in systems])
         head = f"{'model':16s}" + "".join(f"{s:>{width}s}" for s in systems)
-        for title, text, extra in [
-                ("latency, median ms (speedup over torch eager)" + (
-                    "; jitcore's ratio to the best of onnxruntime and openvino (their ms / "
-                    "jitcore's)" if ratio_head else ""), _latency, ratio_head),
-                ("CPU ms per call (median x CPU-s per wall-s: what a loaded machine's "
-                 "scheduler does not distort), speedup over eager's", _cpu, ""),
-                (first_title, _first if cold else _first_warm, ""),
-                ("relative error vs eager (normwise); jitcore: fallback nodes", _error, "")]:
+        for title, text, extra in tables:
             print(f"\n{title}\n{head + extra}\n{'-' * len(head + extra)}")
             for n in names:
                 row = "".join(f"{text(data, s, threads, n, batch):>{width}s}"
                               for s in systems)
                 if extra:
-                    row += f"{_ratio(data, threads, n, batch):>22s}"
+                    row += "".join(f"{_ratio(data, threads, n, batch, p):>24s}"
+                                   for p in ratios)
                 print(f"{n:16s}{row}")
         for label, fn in (("latency", speedup), ("CPU time", cpu_speedup)):
             print(f"geomean speedup over eager ({label}):" + "".join(
                 f"  {s} {g:.2f}x" for s in systems
                 if (g := geomean([fn(data, s, threads, n, batch) for n in names])) is not None))
-        if ratio_head:
-            print(_summary_line(data, threads, batch))
+        for p in ratios:
+            print(_summary_line(data, threads, batch, p))
+        if "jitcore-bf16" in systems and "torch-autocast" in systems:
+            print(_autocast_line(data, threads, batch))
         for s in systems:
             for n in names:
                 c = _cell(data["runs"], s, threads, n, batch)
                 if c.get("status") in ("failed", "wrong"):
                     print(f"  {s} {n}: {c['status']}: {c.get('error', '')}"
                           f"{' error %.2e' % c['rel_error'] if 'rel_error' in c else ''}")
+            why = {c.get("error") for n in names
+                   if (c := _cell(data["runs"], s, threads, n, batch)).get("status") == "n/a"
+                   and c.get("error")}
+            print("".join(f"  {s}: n/a: {w}\n" for w in sorted(why)), end="")
 
 
-def _summary_line(data: dict, threads: int, batch: int) -> str:
-    point = next((p for p in data.get("vs_best_runtime") or summary(data)
+def _summary_line(data: dict, threads: int, batch: int, precision: str = "fp32") -> str:
+    point = next((p for p in summary(data, precision)     # (a saved run's, recomputed)
                   if p["threads"] == threads and p["batch"] == batch), None)
+    jit, runtimes = YARDSTICKS[precision]
+    who = f"{jit} vs the best of {' and '.join(runtimes)}"
     if point is None or point["geomean"] is None:
-        return "jitcore vs the best of onnxruntime and openvino: neither ran right"
-    text = (f"jitcore vs the best of onnxruntime and openvino, geomean: {point['geomean']:.2f}x "
-            f"over {len(point['ratios'])} model(s)")
+        return f"{who}: neither ran right"
+    text = f"{who}, geomean: {point['geomean']:.2f}x over {len(point['ratios'])} model(s)"
     if point["geomean_cnns"] is not None:
         text += f"; CNNs {point['geomean_cnns']:.2f}x"
+    if point.get("geomean_cpu") is not None:
+        text += f"; of CPU time {point['geomean_cpu']:.2f}x"
+    if precision == "bf16":
+        return text + (f"; lowest {min(point['ratios'].values()):.2f}x (issue 30's target: "
+                       "the geomean >= 1.1x, no model below 1.0x)")
     return text + " (issue 29's target: each CNN >= 1.0x, the geomean >= 1.1x)"
 
 
-def _ratio(data, threads, n, batch) -> str:
-    found = vs_best_runtime(data, threads, n, batch)
+def _autocast_line(data: dict, threads: int, batch: int) -> str:
+    found = {n: r for n in data["models"]
+             if (r := error_vs_autocast(data, threads, n, batch)) is not None}
+    if not found:
+        return "jitcore-bf16's error vs float64 against torch-autocast's: neither measured"
+    worse = sorted(n for n, r in found.items() if r > 1.0)
+    return (f"jitcore-bf16's error vs float64 / torch-autocast's: "
+            + ", ".join(f"{n} {r:.2f}" for n, r in found.items())
+            + f" ({len(found) - len(worse)} of {len(found)} no worse"
+            + (f"; worse: {', '.join(worse)}" if worse else "") + ")")
+
+
+def _ratio(data, threads, n, batch, precision="fp32") -> str:
+    found = vs_best_runtime(data, threads, n, batch, precision)
     return "-" if found is None else f"{found[0]:.2f}x {found[1]}"
 
 
@@ -257,6 +329,11 @@ def _error(data, s, threads, n, batch) -> str:
     return text
 
 
+def _error_f64(data, s, threads, n, batch) -> str:
+    c = _cell(data["runs"], s, threads, n, batch)
+    return f"{c['rel_error_f64']:.1e}" if "rel_error_f64" in c else c.get("status", "?")
+
+
 def plot(data: dict, path: str, systems: list) -> str:
     try:
         import matplotlib
@@ -290,7 +367,11 @@ def parse(argv) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m jitcore bench --models",
                                  description=__doc__.split("\n")[0])
     ap.add_argument("--only", help="comma-separated models: " + ",".join(NAMES))
-    ap.add_argument("--systems", default=",".join(SYSTEMS))
+    ap.add_argument("--systems", help="comma-separated (default: those of --precision): "
+                                      + ",".join(SYSTEMS))
+    ap.add_argument("--precision", default="fp32",
+                    help="fp32, bf16 or fp32,bf16: which systems run when --systems does not "
+                         "say (torch eager always: speedups are over it)")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--batch", default="1",
                     help="comma-separated batch sizes: the leading dimension of every model's "
@@ -303,7 +384,12 @@ def parse(argv) -> argparse.Namespace:
     add_target_option(ap)
     opts = ap.parse_args(argv)
     opts.names = opts.only.split(",") if opts.only else list(NAMES)
-    opts.systems_list = opts.systems.split(",")
+    sets = {"fp32": FP32_SYSTEMS, "bf16": BF16_SYSTEMS}
+    precisions = opts.precision.split(",")
+    if any(p not in sets for p in precisions):
+        ap.error(f"--precision takes fp32, bf16 or fp32,bf16, got {opts.precision}")
+    opts.systems_list = opts.systems.split(",") if opts.systems else \
+        [s for p in precisions for s in sets[p]]
     if "torch" not in opts.systems_list:
         opts.systems_list.insert(0, "torch")         # speedups are over eager
     unknown = [n for n in opts.names if n not in NAMES] + \
@@ -346,7 +432,8 @@ def main(argv=None) -> int:
         print(f"results written to {opts.json}")
     if opts.plot:
         print(plot(data, opts.plot, opts.systems_list))
-    bad = [c for r in data["runs"] if r["system"] == "jitcore" for c in r["results"].values()
+    bad = [c for r in data["runs"] if r["system"] in ("jitcore", "jitcore-bf16")
+           for c in r["results"].values()
            if c.get("status") != "ok"]
     return 1 if bad else 0
 

@@ -33,12 +33,21 @@ ORT_SETTINGS = {"graph_optimization_level": "ORT_ENABLE_ALL", "inter_op_num_thre
 OPENVINO_SETTINGS = {"device": "CPU", "INFERENCE_PRECISION_HINT": "f32",
                      "PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1,
                      "INFERENCE_NUM_THREADS": "the cell's threads"}
+# the model suite's bf16 systems (openvino-bf16, onnxruntime-bf16): the same, but for these
+OPENVINO_BF16_SETTINGS = {**OPENVINO_SETTINGS, "INFERENCE_PRECISION_HINT": "bf16"}
+# ONNX Runtime's CPU provider has bf16 GEMM kernels on Arm64 only (MLAS's fastmath mode);
+# on x86-64 it has none, and onnxruntime-bf16 is n/a there
+ORT_BF16_CONFIG = {"mlas.enable_gemm_fastmath_arm64_bfloat16": "1"}
+ORT_BF16_MACHINES = ("aarch64", "arm64")
 
 
-def ort_session(path: str, threads: int):
-    """An ONNX Runtime session of the model at `path` with ORT_SETTINGS at `threads`."""
+def ort_session(path: str, threads: int, config: dict | None = None):
+    """An ONNX Runtime session of the model at `path` with ORT_SETTINGS at `threads`, and
+    the session `config` entries given (ORT_BF16_CONFIG)."""
     import onnxruntime as ort
     opts = ort.SessionOptions()
+    for key, value in (config or {}).items():
+        opts.add_session_config_entry(key, value)
     opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = ORT_SETTINGS["inter_op_num_threads"]
     opts.graph_optimization_level = getattr(ort.GraphOptimizationLevel,
@@ -46,11 +55,12 @@ def ort_session(path: str, threads: int):
     return ort.InferenceSession(path, opts, providers=ORT_SETTINGS["providers"])
 
 
-def openvino_compiled(core, model, threads: int):
-    """`model` compiled by OpenVINO with OPENVINO_SETTINGS at `threads`."""
-    config = {k: v for k, v in OPENVINO_SETTINGS.items() if k != "device"}
+def openvino_compiled(core, model, threads: int, settings: dict = OPENVINO_SETTINGS):
+    """`model` compiled by OpenVINO with `settings` (OPENVINO_SETTINGS or
+    OPENVINO_BF16_SETTINGS) at `threads`."""
+    config = {k: v for k, v in settings.items() if k != "device"}
     config["INFERENCE_NUM_THREADS"] = threads
-    return core.compile_model(model, OPENVINO_SETTINGS["device"], config)
+    return core.compile_model(model, settings["device"], config)
 
 
 def _module(name: str, args: tuple):

@@ -44,6 +44,12 @@ def policy(name) -> str:
     return found
 
 
+# the kernel kinds `apply` makes compute from bf16 operands: the one list of what runs in
+# bf16 under the policy (jitcore/torch/precision.py reports a model's ops by it); depthwise
+# convs are not among them (memory-bound)
+KINDS = frozenset({Kind.GEMM, Kind.GEMV, Kind.CONV})
+
+
 def native(target) -> bool:
     """Whether the target runs the vdpbf16ps GEMM (AVX512_BF16 at 512-bit vectors)."""
     return target.has("avx512bf16") and target.vector_bits >= 512
@@ -58,6 +64,8 @@ def apply(lowered, precision: str, target) -> None:
         return
     fast = BF16 if native(target) else BF16_EMULATED
     for kernel in lowered.kernels:
+        if kernel.kind not in KINDS:
+            continue
         g, c = kernel.gemm, kernel.conv
         if g is not None and g.dtype.name == "float32":
             kernel.gemm = replace(g, precision=fast if kernel.kind is Kind.GEMM

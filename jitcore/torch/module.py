@@ -8,9 +8,10 @@ import torch
 from torch.utils import _pytree as pytree
 
 from jitcore.ir.errors import DTypeError, ShapeError
-from jitcore.llvm.bf16 import policy as bf16_policy
 
 from . import threads
+from .precision import report as precision_report
+from .precision import resolve as resolve_precision
 from .program import export_graph, fallback_nodes, fold_constants, partition
 
 
@@ -58,6 +59,7 @@ class Program:
         n = pytree.tree_flatten((tuple(args), kwargs))[1].num_leaves
         self.flat_args = self.in_spec == pytree.tree_flatten((tuple(range(n)), {}))[1]
         self.single_out = self.out_spec.is_leaf()
+        self.precision_note = precision_report(self.gm, precision)
         self.parts = partition(self.gm, name, dynamic, precision)
         self.fallbacks, self.views_in_torch = fallback_nodes(self.gm)
         self.decomposed = exported.decomposed
@@ -124,8 +126,9 @@ class CompiledModule:
     def __init__(self, module: torch.nn.Module, example_inputs: tuple, dynamic: bool = False,
                  constant_inputs: dict | None = None, precision: str | None = None):
         self.module, self.dynamic = module, dynamic
-        # the parts' matmul_precision (None: JITCORE_MATMUL_PRECISION's), checked here
-        self.precision = None if precision is None else bf16_policy(precision)
+        # the parts' matmul_precision (None: JITCORE_MATMUL_PRECISION's; a bf16 module's
+        # own: precision.resolve), checked here
+        self.precision = resolve_precision(precision, module, constant_inputs)
         self.__name__ = type(module).__name__
         self._constant_inputs = constant_inputs
         t0 = time.perf_counter()
@@ -217,6 +220,8 @@ class CompiledModule:
         if p.fallbacks:
             lines.append("fallback nodes (run in torch):")
             lines += [f"  {n}: {op}: {why}" for n, op, why in p.fallbacks]
+        if p.precision_note:
+            lines.append(p.precision_note)
         if p.dynamic_note:
             lines.append(f"dynamic=True: {p.dynamic_note}")
         if p.views_in_torch:
@@ -246,12 +251,14 @@ def compile(module: torch.nn.Module, *example_inputs, dynamic: bool = False,  # 
     reuses the export and compiles the parts for it (a sequence axis is not a leading one);
     a shape the export does not admit exports again. dynamic=False: a new shape raises
     ShapeError.
-    precision="bf16": the float32 matmuls, linears and convolutions (not depthwise ones)
-    multiply bf16-rounded operands (weights
-    converted and prepacked as bf16 pairs at compile time, `vdpbf16ps` where the CPU has
-    AVX512_BF16, else a slower float32 fallback on the same values) and accumulate in
-    float32; every other op stays float32 (jc.jit's matmul_precision). None: the setting of
-    JITCORE_MATMUL_PRECISION (fp32 unless set).
+    precision="bf16": the policy of jitcore/torch/precision.py (torch autocast's CPU policy
+    as the reference): the float32 matmuls, linears and convolutions (not depthwise ones)
+    multiply bf16-rounded operands (weights converted and prepacked as bf16 pairs at compile
+    time, `vdpbf16ps` where the CPU has AVX512_BF16, else a slower float32 fallback on the
+    same values) and accumulate in float32; softmax, norms, reductions and every other op
+    stay float32 (jc.jit's matmul_precision); explain() lists which ops are which. None: the
+    setting of JITCORE_MATMUL_PRECISION (fp32 unless set), except that a module already in
+    bf16 (`model.to(torch.bfloat16)`) runs as given, its matmuls on the bf16 kernels.
     The module's parameters and buffers are read once, here: weights changed afterwards are
     not seen (compile again). Each submodule keeps the training flag it had.
     """
