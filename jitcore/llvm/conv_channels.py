@@ -49,7 +49,12 @@ MIN_PRODUCTS = 256       # taps x C_in / groups per output at least (the epilogu
 # ... where the epilogue runs along the pixels. Measured (AMD Zen 4, 1 thread, + silu, against
 # the pixel plan): 1x1 192->1152 and 160->960 at 7x7 (K 192, 160) 1.18x; 64->384 at 14x14
 # 0.90x (the pixel plan keeps it: 196 pixels fill 94% of its lanes)
+# ResNet's 7x7/s2 stem (K 147 over 3 input channels) ran 2.63 ms on the pixel plan's im2col
+# variant, 3.60 on this plan: its inner loop of 3 channels is too short, so the lower bound
+# needs at least MIN_CHANNELS_FLAT input channels per group (3x3 24->48/s2 at 28x28, K 216:
+# 0.058 -> 0.047 ms)
 MIN_PRODUCTS_FLAT = 128
+MIN_CHANNELS_FLAT = 16
 MAX_PARTIAL_BYTES = 32 * 1024   # partial sums of one work item's pixel tiles
 PANEL_SHARE = 4          # a block's weights take at most this share of L2
 
@@ -107,7 +112,8 @@ def eligible(kernel: Kernel, vector_bits: int) -> bool:
     where it runs as vectors along the pixels (AVX-512's masks, `flat_accesses`)."""
     c = kernel.conv
     extents = [v.extent for v in c.out_vars + c.x_vars + c.w_vars]
-    least = MIN_PRODUCTS_FLAT if vector_bits >= 512 and flat_accesses(kernel) else MIN_PRODUCTS
+    flat = vector_bits >= 512 and c.cin_group >= MIN_CHANNELS_FLAT and flat_accesses(kernel)
+    least = MIN_PRODUCTS_FLAT if flat else MIN_PRODUCTS
     return all(isinstance(e, int) for e in extents) and c.taps * c.cin_group >= least \
         and c.out_vars[2].extent * c.out_vars[3].extent > 0 and c.out_vars[1].extent > 0
 
