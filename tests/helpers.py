@@ -391,3 +391,17 @@ def ref_conv2d(x, w, b=None, stride=1, padding=0, dilation=1, groups=1):
         out += b.astype(np.float64)[None, :, None, None]
         mag += np.abs(b.astype(np.float64))[None, :, None, None]
     return out, mag
+
+
+def runnable_levels() -> list:
+    """"native" and each x86-64 level this CPU can run (for tests parametrized over levels)."""
+    from jitcore.ir.errors import TargetError
+    from jitcore.llvm.target import LEVELS
+
+    def runnable(level: str) -> bool:
+        try:
+            jc.target_info(target=level)
+            return True
+        except TargetError:
+            return False
+    return [lv for lv in ("native",) + tuple(LEVELS) if runnable(lv)]

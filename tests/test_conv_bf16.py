@@ -18,24 +18,14 @@ import numpy as np
 import pytest
 
 import jitcore as jc
-from jitcore.ir.errors import TargetError
 from jitcore.llvm import bf16
-from jitcore.llvm.target import LEVELS
-from helpers import F32, assert_conv_close, conv_tol, ref_conv2d
+from helpers import F32, assert_conv_close, conv_tol, ref_conv2d, runnable_levels
 
 PAIRS = "bf16 operands in pairs (vdpbf16ps)"
 FALLBACK = "bf16-rounded operands, float32 FMA"
 
 
-def _runnable(level: str) -> bool:
-    try:
-        jc.target_info(target=level)
-        return True
-    except TargetError:
-        return False
-
-
-LEVEL_NAMES = [lv for lv in ("native",) + tuple(LEVELS) if _runnable(lv)]
+LEVEL_NAMES = runnable_levels()
 
 # (x shape, w shape, options): odd C_in (the pair tail), strides (a 1x1/s2 packs every other
 # row), padding, dilation, groups, partial channel vectors and pixel tiles, a 17-channel 1x1

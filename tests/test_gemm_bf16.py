@@ -20,22 +20,13 @@ import pytest
 
 import jitcore as jc
 from jitcore import config
-from jitcore.ir.errors import JitcoreError, TargetError
+from jitcore.ir.errors import JitcoreError
 from jitcore.llvm import bf16
-from jitcore.llvm.target import LEVELS
-from helpers import F32, assert_close, make, rng_for
+from helpers import F32, assert_close, make, rng_for, runnable_levels
 from test_gemm import mm_tol, post_tol
 
 
-def _runnable(level: str) -> bool:
-    try:
-        jc.target_info(target=level)
-        return True
-    except TargetError:
-        return False
-
-
-LEVEL_NAMES = [lv for lv in ("native",) + tuple(LEVELS) if _runnable(lv)]
+LEVEL_NAMES = runnable_levels()
 SHAPES = [(1, 5, 7), (3, 1, 16), (3, 33, 64), (17, 64, 65), (17, 130, 1), (128, 257, 95),
           (128, 1024, 130), (6, 2051, 64)]
 

@@ -295,23 +295,31 @@ class ChannelConvEmitter(ConvKernelEmitter):
     def tap_rows(self, pixels, x_image, x_base, tap) -> list:
         """Per pixel: (pointer to its input at channel 0 of the tap, step per input channel);
         a pixel whose tap reads the padding (or past the plane) reads a zero, step 0."""
-        b, c = self.b, self.c
-        (sh, sw), (pt, _, pl, _), (dh, dw) = c.attrs.stride, c.attrs.padding, c.attrs.dilation
-        kh, kw = b.sdiv(tap, u.I64(self.kw)), b.srem(tap, u.I64(self.kw))
-        dy = b.sub(b.mul(kh, u.I64(dh)), u.I64(pt))
-        dx = b.sub(b.mul(kw, u.I64(dw)), u.I64(pl))
+        b = self.b
         step, rows = u.I64(self.xs[1]), []
-        for valid, oh, ow in pixels:
-            ih = b.add(b.mul(oh, u.I64(sh)), dy)
-            iw = b.add(b.mul(ow, u.I64(sw)), dx)
-            inside = b.and_(b.icmp_unsigned("<", ih, u.I64(self.h)),
-                            b.icmp_unsigned("<", iw, u.I64(self.w)))
-            ok = b.and_(valid, inside)
+        for ok, ih, iw in self.tap_inputs(pixels, tap):
             off = b.add(x_image, b.add(b.mul(ih, u.I64(self.xs[2])),
                                        b.mul(iw, u.I64(self.xs[3]))))
             ptr = b.select(ok, b.gep(x_base, [b.select(ok, off, u.I64(0))]), self.zero)
             rows.append((ptr, b.select(ok, step, u.I64(0))))
         return rows
+
+    def tap_inputs(self, pixels, tap) -> list:
+        """Per pixel (valid, oh, ow): (whether the tap reads inside the input, its input row,
+        its input column)."""
+        b, c = self.b, self.c
+        (sh, sw), (pt, _, pl, _), (dh, dw) = c.attrs.stride, c.attrs.padding, c.attrs.dilation
+        kh, kw = b.sdiv(tap, u.I64(self.kw)), b.srem(tap, u.I64(self.kw))
+        dy = b.sub(b.mul(kh, u.I64(dh)), u.I64(pt))
+        dx = b.sub(b.mul(kw, u.I64(dw)), u.I64(pl))
+        out = []
+        for valid, oh, ow in pixels:
+            ih = b.add(b.mul(oh, u.I64(sh)), dy)
+            iw = b.add(b.mul(ow, u.I64(sw)), dx)
+            inside = b.and_(b.icmp_unsigned("<", ih, u.I64(self.h)),
+                            b.icmp_unsigned("<", iw, u.I64(self.w)))
+            out.append((b.and_(valid, inside), ih, iw))
+        return out
 
     def column_rows(self, pixels, x_image, x_base, o) -> list:
         """Per pixel: (pointer to its input at kernel column 0 of outer step o = (kernel row,

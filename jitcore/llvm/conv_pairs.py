@@ -196,18 +196,9 @@ class PairsConvEmitter(ChannelConvEmitter):
     def tap_rows(self, pixels, x_image, x_base, tap) -> list:
         """Per pixel: (pointer to its pair 0 of the tap in the region, step per pair); a
         pixel whose tap reads the padding (or past the plane) reads a zero pair, step 0."""
-        b, c, p = self.b, self.c, self.p
-        (sh, sw), (pt, _, pl, _), (dh, dw) = c.attrs.stride, c.attrs.padding, c.attrs.dilation
-        kh, kw = b.sdiv(tap, u.I64(self.kw)), b.srem(tap, u.I64(self.kw))
-        dy = b.sub(b.mul(kh, u.I64(dh)), u.I64(pt))
-        dx = b.sub(b.mul(kw, u.I64(dw)), u.I64(pl))
+        b, p = self.b, self.p
         step, rows = u.I64(p.region_rows * p.region_width), []
-        for valid, oh, ow in pixels:
-            ih = b.add(b.mul(oh, u.I64(sh)), dy)
-            iw = b.add(b.mul(ow, u.I64(sw)), dx)
-            inside = b.and_(b.icmp_unsigned("<", ih, u.I64(self.h)),
-                            b.icmp_unsigned("<", iw, u.I64(self.w)))
-            ok = b.and_(valid, inside)
+        for ok, ih, iw in self.tap_inputs(pixels, tap):
             row = b.sdiv(b.sub(ih, self.row_lo), u.I64(p.region_step))
             off = b.add(b.mul(row, u.I64(p.region_width)), iw)
             ptr = b.select(ok, b.gep(self.region, [b.select(ok, off, u.I64(0))]), self.zero)
