@@ -278,7 +278,7 @@ def _autocast_line(data: dict, threads: int, batch: int) -> str:
     if not found:
         return "jitcore-bf16's error vs float64 against torch-autocast's: neither measured"
     worse = sorted(n for n, r in found.items() if r > 1.0)
-    return (f"jitcore-bf16's error vs float64 / torch-autocast's: "
+    return ("jitcore-bf16's error vs float64 / torch-autocast's: "
             + ", ".join(f"{n} {r:.2f}" for n, r in found.items())
             + f" ({len(found) - len(worse)} of {len(found)} no worse"
             + (f"; worse: {', '.join(worse)}" if worse else "") + ")")
@@ -363,6 +363,18 @@ def plot(data: dict, path: str, systems: list) -> str:
     return f"plot written to {path}"
 
 
+def check_names(ap, opts, models) -> None:
+    """Eager torch first among opts.systems_list (speedups are over it); an unknown model of
+    opts.names or system is the parser's error, listing the known ones."""
+    if "torch" not in opts.systems_list:
+        opts.systems_list.insert(0, "torch")
+    unknown = [n for n in opts.names if n not in models] + \
+        [s for s in opts.systems_list if s not in SYSTEMS]
+    if unknown:
+        ap.error(f"unknown: {', '.join(unknown)}; models: {', '.join(models)}; "
+                 f"systems: {', '.join(SYSTEMS)}")
+
+
 def parse(argv) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m jitcore bench --models",
                                  description=__doc__.split("\n")[0])
@@ -390,13 +402,7 @@ def parse(argv) -> argparse.Namespace:
         ap.error(f"--precision takes fp32, bf16 or fp32,bf16, got {opts.precision}")
     opts.systems_list = opts.systems.split(",") if opts.systems else \
         [s for p in precisions for s in sets[p]]
-    if "torch" not in opts.systems_list:
-        opts.systems_list.insert(0, "torch")         # speedups are over eager
-    unknown = [n for n in opts.names if n not in NAMES] + \
-        [s for s in opts.systems_list if s not in SYSTEMS]
-    if unknown:
-        ap.error(f"unknown: {', '.join(unknown)}; models: {', '.join(NAMES)}; "
-                 f"systems: {', '.join(SYSTEMS)}")
+    check_names(ap, opts, NAMES)
     try:
         opts.threads_list = [int(t) for t in opts.threads.split(",")]
         opts.batches = [int(b) for b in opts.batch.split(",")]

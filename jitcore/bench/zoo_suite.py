@@ -32,7 +32,8 @@ from .cli import Progress, fmt_seconds, machine, settings, spawn_child, versions
 from .model_child import SYSTEM_MODULES, SYSTEMS
 from .stamp import caption, stamp
 from .zoo import ARCHS
-from .model_suite import VERSIONED, _cell, cpu_speedup, geomean, installed, plot, speedup
+from .model_suite import (VERSIONED, _cell, check_names, cpu_speedup, geomean, installed, plot,
+                          speedup)
 
 PASS_ERROR = 1e-4        # normwise, float32 systems against float64 eager (eager: ~1e-7)
 LAYERS = 2
@@ -188,13 +189,7 @@ def parse(argv) -> argparse.Namespace:
     opts = ap.parse_args(argv)
     opts.names = opts.only.split(",") if opts.only else list(FAMILIES)
     opts.systems_list = opts.systems.split(",")
-    if "torch" not in opts.systems_list:
-        opts.systems_list.insert(0, "torch")         # speedups are over eager
-    unknown = [n for n in opts.names if n not in FAMILIES] + \
-        [s for s in opts.systems_list if s not in SYSTEMS]
-    if unknown:
-        ap.error(f"unknown: {', '.join(unknown)}; models: {', '.join(FAMILIES)}; "
-                 f"systems: {', '.join(SYSTEMS)}")
+    check_names(ap, opts, FAMILIES)
     try:
         opts.threads_list = [int(t) for t in opts.threads.split(",")]
     except ValueError:
