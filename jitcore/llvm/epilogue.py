@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
+from jitcore.ir.ops import info
 from jitcore.passes.kernel import Acc, Compute, walk
 
 from . import irutil as u
@@ -18,15 +19,18 @@ from .codegen import KernelEmitter
 # FMA units idle. Measured (AMD EPYC Zen 4, 1 thread, interleaved, bitwise equal results),
 # 1x1 conv + bias + silu: 24->144 at 56x56 0.508 -> 0.445 ms, 16->96 at 112x112 1.59 -> 1.30;
 # + gelu 96->96 at 56x56 1.12 -> 0.99; EfficientNet-B0 16.4 -> 15.6 ms. (The limit was 3 ops
-# without exp or divide; gelu's erf is the longest common epilogue, ~30 ops once expanded,
-# but it counts as one op here: the graph's ops, before vecmath expands them.)
+# without exp or divide.) Ops count as the graph has them, before vecmath expands them: an
+# exp or an erf is ~20-30 instructions, so at most UNROLLED_EXPENSIVE_OPS of those (silu,
+# gelu, mish's three) keep the unrolled tile's code size bounded.
 UNROLLED_EPILOGUE_OPS = 12
+UNROLLED_EXPENSIVE_OPS = 3
 
 
 def short_epilogue(kernel) -> bool:
     """Whether the kernel's store expression is short enough to unroll over a register tile."""
     ops = [n for n in walk([kernel.stores[0].value]) if isinstance(n, Compute)]
-    return len(ops) <= UNROLLED_EPILOGUE_OPS
+    expensive = sum(bool(info(n.op).expensive) for n in ops)
+    return len(ops) <= UNROLLED_EPILOGUE_OPS and expensive <= UNROLLED_EXPENSIVE_OPS
 
 
 class EpilogueEmitter(KernelEmitter):
