@@ -193,13 +193,18 @@ def _is_partial_sum(node: Node) -> bool:
 
 def _divided_partials(node: Node):
     """mean's `sum / n` of a split full sum -> the sum of partials / n: the division moves
-    into the final reduction's kernel (two kernels, not three)."""
+    into the final reduction's kernel (two kernels, not three). Only for a finite, nonzero n
+    and at least two partials: no partials would drop the division (an empty mean's 0 / 0
+    gave 0, not NaN), and with n = 0 a zero partial's 0 / 0 would turn an infinite quotient
+    into NaN."""
     total, count = _strip(node.src[0], Op.RESHAPE), _strip(node.src[1], Op.EXPAND, Op.RESHAPE)
     if total.op != Op.SUM or count.op != Op.CONST or count.ndim != 0 \
             or total.arg != tuple(range(total.src[0].ndim)):
         return None
+    if not (isinstance(count.arg, (int, float)) and math.isfinite(count.arg) and count.arg != 0):
+        return None
     partial = total.src[0]
-    if not _is_partial_sum(partial) or math.prod(partial.shape) == 1 \
+    if not _is_partial_sum(partial) or math.prod(partial.shape) < 2 \
             or not partial.dtype.is_float:
         return None
     scaled = build.elementwise(Op.DIV, partial, count)

@@ -13,6 +13,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import numpy as np
 import pytest
@@ -472,3 +473,27 @@ def test_row_sums_around_the_pairwise_block_propagate_nan_and_inf(dtype, regime)
             x, expect = _rows_in(rows, regime)
             np.testing.assert_array_equal(_row_sums(x, regime, dtype),
                                           expect(rows.sum(axis=1)), err_msg=f"n={n} pos={pos}")
+
+
+
+def _sums_divided(xp, divisor):
+    return lambda a: xp.sum(xp.sum(a, axis=0)) / divisor
+
+
+@pytest.mark.parametrize("make, shape", [
+    (lambda xp: lambda a: xp.mean(xp.sum(a, axis=0)), (3, 0)),      # the mean of no partials
+    (lambda xp: _sums_divided(xp, np.float32(0)), (3, 0)),           # 0 / 0
+    (lambda xp: _sums_divided(xp, np.float32(0)), (2, 2)),           # [1, 0] / 0: inf
+    (lambda xp: lambda a: xp.mean(xp.sum(a, axis=(0, 2))), (1, 0, 1)),
+    (lambda xp: _sums_divided(xp, np.float32(3)), (5, 7))])
+def test_a_sum_of_sums_divided_by_a_constant_is_numpys(make, shape):
+    """split_reductions moves `sum / n` into the final reduction (the sum of the partials / n)
+    only for at least two partials and a finite nonzero n: an empty mean gave 0 (the division
+    dropped with the partials), and `/ 0` over a zero partial gave NaN for inf (found by the
+    random programs, randomized)."""
+    x = np.zeros(shape, np.float32)
+    x.flat[:1] = 1.0
+    with np.errstate(divide="ignore", invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want = np.asarray(make(np)(x), np.float32)
+    assert_same(jc.jit(make(jc))(x), want)
