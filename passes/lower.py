@@ -96,7 +96,7 @@ def _strided_view(node: Node, input_strides: dict) -> bool:
     while node.op in VIEWS_THROUGH:
         idx = view_index(node, idx)
         node = node.src[0]
-    if info(node.op).leaf and not _array_leaf(node):
+    if info(node.op).leaf and (not _array_leaf(node) or node.op == Op.CONST and node.shape == ()):
         return False                # a scalar constant or an extent: not in memory
     strides = (input_strides.get(node.arg) if node.op == Op.INPUT else None) or \
         contiguous_strides(node.shape)
@@ -167,8 +167,10 @@ def materialized_nodes(graph: Graph, input_strides: dict | None = None) -> tuple
                 base = _strip_views(s)
                 if base.op not in LEAF:
                     chosen.add(id(base))
-                if n.op == Op.CONV2D and not _strided_view(s, input_strides or {}):
-                    chosen.add(id(s))       # the conv reads a contiguous copy of the view
+                if not _strided_view(s, input_strides or {}):
+                    # the kernel reads a contiguous copy of the view (or of a broadcast
+                    # scalar: a slice of a pad's zeros simplifies to one)
+                    chosen.add(id(s))
         if n.op in REDUCE or n.op == Op.CUMSUM:
             chosen.add(id(n))
         if n.op == Op.CONCAT and not _written_by_outer_concat(n, nodes, graph):

@@ -591,6 +591,28 @@ def test_operand_views_that_strides_cannot_express_are_copied(dtype):
                       "weight a constant")
 
 
+@pytest.mark.parametrize("value", [0.0, 1.5])
+def test_contraction_operands_that_simplify_to_a_broadcast_scalar(value):
+    """A slice of a pad's constant border simplifies to a broadcast scalar, which has no
+    memory: a conv2d or matmul reading it reads a materialized copy ('a matmul operand is not
+    in memory' before; found by the random programs, randomized)."""
+    rng = np.random.default_rng(3)
+    x, w = rand(rng, (1, 3, 2, 5), F32), rand(rng, (2, 1, 1, 2), F32)
+    pads = ((0, 0), (0, 0), (2, 2), (0, 1))
+
+    def conv(a):
+        border = jc.pad(a, pads, constant_values=value)[0:1, 0:1, 5:6, 3:5]
+        return jc.conv2d(border, w, padding=(0, 1))
+
+    def matmul(a):
+        return jc.pad(a, pads, constant_values=value)[0, 0, 0:2, 0:2] @ a[0, 0]
+
+    border = np.pad(x, pads, constant_values=value)
+    ref, mag = ref_conv2d(border[0:1, 0:1, 5:6, 3:5], w, padding=(0, 1))
+    assert_conv_close(jc.jit(conv)(x), ref, mag, F32, 2, "broadcast scalar input")
+    assert_close(jc.jit(matmul)(x), border[0, 0, 0:2, 0:2] @ x[0, 0], F32)
+
+
 @pytest.mark.parametrize("dtype", [F32, F64])
 @pytest.mark.parametrize("widths, value, absorbed", [
     (((0, 0), (0, 0), (0, 1), (0, 1)), 0.0, True),           # TF "same" for stride 2
