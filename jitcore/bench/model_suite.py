@@ -363,6 +363,16 @@ def plot(data: dict, path: str, systems: list) -> str:
     return f"plot written to {path}"
 
 
+def save(data: dict, opts) -> None:
+    """The results as JSON (--json) and a plot (--plot), where the options ask for them."""
+    if opts.json:
+        with open(opts.json, "w") as f:
+            json.dump(data, f, indent=1)
+        print(f"results written to {opts.json}")
+    if opts.plot:
+        print(plot(data, opts.plot, opts.systems_list))
+
+
 def check_names(ap, opts, models) -> None:
     """Eager torch first among opts.systems_list (speedups are over it); an unknown model of
     opts.names or system is the parser's error, listing the known ones."""
@@ -432,12 +442,7 @@ def main(argv=None) -> int:
     data = run(opts.names, opts.systems_list, opts.threads_list, opts)
     data["stamp"] = stamp(settings(opts, argv, "python -m jitcore bench --models"))
     report(data, opts.systems_list)
-    if opts.json:
-        with open(opts.json, "w") as f:
-            json.dump(data, f, indent=1)
-        print(f"results written to {opts.json}")
-    if opts.plot:
-        print(plot(data, opts.plot, opts.systems_list))
+    save(data, opts)
     bad = [c for r in data["runs"] if r["system"] in ("jitcore", "jitcore-bf16")
            for c in r["results"].values()
            if c.get("status") != "ok"]

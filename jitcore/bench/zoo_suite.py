@@ -33,7 +33,7 @@ from .model_child import SYSTEM_MODULES, SYSTEMS
 from .stamp import caption, stamp
 from .zoo import ARCHS
 from .model_suite import (VERSIONED, _cell, check_names, cpu_speedup, geomean, installed, plot,
-                          speedup)
+                          save, speedup)
 
 PASS_ERROR = 1e-4        # normwise, float32 systems against float64 eager (eager: ~1e-7)
 LAYERS = 2
@@ -208,12 +208,7 @@ def main(argv=None) -> int:
     data["stamp"] = stamp({**settings(opts, argv, "python -m jitcore bench --zoo"),
                            "full": opts.full, "chunk": opts.chunk})
     print_tables(data, opts.systems_list)
-    if opts.json:
-        with open(opts.json, "w") as f:
-            json.dump(data, f, indent=1)
-        print(f"results written to {opts.json}")
-    if opts.plot:
-        print(plot(data, opts.plot, opts.systems_list))
+    save(data, opts)
     return 0 if all(p["passed"] == p["models"] for p in data["summary"]) else 1
 
 

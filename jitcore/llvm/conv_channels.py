@@ -194,11 +194,11 @@ class ChannelConvEmitter(ConvKernelEmitter):
                  plan=None):
         super().__init__(module, kernel, name, masked_tail, stream_bytes, plan)
         self.flat_epilogue = masked_tail and self.p.mr <= self.p.lanes and flat_accesses(kernel)
-        if self.flat_epilogue:
+        if self.flat_epilogue:                   # (the base class set it up along channels)
             self.setup_epilogue(self.c.out_vars[3], self.p.lanes)
             self.flat_epilogue = self.epilogue_vector
-        if not self.flat_epilogue:
-            self.setup_epilogue(self.c.out_vars[1], self.p.lanes)
+            if not self.flat_epilogue:
+                self.setup_epilogue(self.c.out_vars[1], self.p.lanes)
 
     @property
     def x_elem(self):
