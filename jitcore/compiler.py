@@ -382,11 +382,11 @@ class _Job:
                                    config.get().winograd)
         return lowered, packed, t1 - t0, time.perf_counter() - t1
 
-    def generate(self, lowered):
+    def generate(self, lowered, on_kernel=None):
         t = self.target
         return build_module(lowered, t.vector_bits, t.triple, self.mach.data_layout,
                             t.masked_tails, self.threads, diskcache.KernelIR(t.key()),
-                            t.stream_bytes, t.has("fma"), t.has("avx512bf16"))
+                            t.stream_bytes, t.has("fma"), t.has("avx512bf16"), on_kernel)
 
 
 def _compile(graph: Graph, strides: tuple, target: Target, threads: int,
@@ -435,7 +435,10 @@ def _build(job: _Job, lowered, whole, front_seconds: dict) -> tuple:
     code from LLVM or the disk cache; the graph stored whole (`whole`) for the next process."""
     target = job.target
     t0 = time.perf_counter()
-    code = job.generate(lowered)
+    # each kernel's module starts building (on the compile workers) as soon as its IR exists
+    prebuilds = engine.Prebuilds(target, config.get().compile_workers)
+    code = job.generate(lowered, lambda k: prebuilds.add(
+        k.text, diskcache.Entry(k.text, target.key(), [k.symbol])))
     ir_seconds = time.perf_counter() - t0
     # the process-wide runtime (built by the first graph that needs it) is not this graph's
     # cost
@@ -449,7 +452,7 @@ def _build(job: _Job, lowered, whole, front_seconds: dict) -> tuple:
     perf_map = config.get().perf_map
     kernel_symbols = list(dict.fromkeys(k.symbol for k in code.kernels)) if perf_map else []
     library = engine.compile_modules(modules, exports + kernel_symbols, target,
-                                     imports=_runtime_imports(symbols))
+                                     imports=_runtime_imports(symbols), prebuilds=prebuilds)
     seconds = {**front_seconds, "ir_generation": ir_seconds}
     source = "compiled" if "machine_code" in library.seconds else \
         "disk" if "disk_load" in library.seconds else "memory"

@@ -23,6 +23,10 @@ JITCORE_WINOGRAD       the largest Winograd output tile for 3x3 stride-1 convs: 
 JITCORE_MATMUL_PRECISION  fp32 | bf16: how float32 matmuls and convs compute when
                        jit(matmul_precision=) does not say (default fp32; bf16: operands
                        rounded to bfloat16, float32 accumulation, see jitcore/llvm/bf16.py)
+JITCORE_COMPILE_WORKERS  processes that build kernels' machine code beside this one when a
+                       compile has several (default: one fewer than the CPUs this process
+                       may run on, at most 4; 0: build every module in this process; see
+                       jitcore/llvm/compile_pool.py)
 JITCORE_PERF_MAP       1: name every compiled kernel in /tmp/perf-<pid>.map for Linux perf
                        (jitcore/perfmap.py; default 0)
 
@@ -52,6 +56,7 @@ class Config:
     perf_map: bool = False
     winograd: int = 2
     matmul_precision: str = "fp32"
+    compile_workers: int | None = None
 
 
 def _int_env(name: str, default, allowed=None, minimum=None):
@@ -87,7 +92,8 @@ def from_env() -> Config:
                   perf_map=bool(_int_env("JITCORE_PERF_MAP", 0, allowed=(0, 1))),
                   winograd=_int_env("JITCORE_WINOGRAD", 2, allowed=(0, 2, 4)),
                   matmul_precision=_choice_env("JITCORE_MATMUL_PRECISION", "fp32",
-                                               ("fp32", "bf16")))
+                                               ("fp32", "bf16")),
+                  compile_workers=_int_env("JITCORE_COMPILE_WORKERS", None, minimum=0))
 
 
 def _choice_env(name: str, default: str, allowed: tuple) -> str:

@@ -119,6 +119,11 @@ class Entry:
     def store(self, obj: bytes, optimized_ir: str):
         store(self.key, self.target_key, obj, optimized_ir)
 
+    def stored(self) -> bool:
+        """Whether the cache has a file for this entry (not read: load() validates it)."""
+        root = directory()
+        return root is not None and os.path.exists(os.path.join(root, self.key + ".jco"))
+
 
 class KernelIR:
     """Kernels' generated LLVM IR on disk, by structure (`passes.kernel_key`), so a new

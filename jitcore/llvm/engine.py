@@ -5,10 +5,10 @@ target machine segfaulted; LLJIT with resource trackers did not). Each compiled 
 JIT library whose `ResourceTracker` the owner keeps for as long as its code may run; dropping
 it frees the code. LLVM calls are serialized by a lock: compiles may come from many threads.
 
-How hard LLVM works on a module is a property of the module (its PIPELINE, declared in its
-text by `with_pipeline`): kernels get LLVM's function simplification pipeline and the code
-generator's highest level; a graph's glue (graph_module.py's run function, entry.py's checks
-and fast call) and the thread pool's runtime go to fast instruction selection unoptimized.
+How hard LLVM works on a module is a property of the module (machine_code.py's pipelines).
+Modules a graph needs are built here or, where a compile has several, partly by compile
+worker processes on other cores (compile_pool.py): `Prebuilds` starts a kernel's module as
+soon as its IR exists, while the next kernels' IR is generated.
 """
 from __future__ import annotations
 
@@ -17,70 +17,20 @@ import itertools
 import sys
 import threading
 import time
-from dataclasses import dataclass
 
 import llvmlite.binding as llvm
 
 from jitcore.ir.errors import CompileError
 from jitcore.runtime.forksafe import hold_during_fork
 
+from . import compile_pool
+from .machine_code import (GLUE, KERNEL, PIPELINES, RUNTIME, TILED, Pipeline,  # noqa: F401
+                           build, create_target_machine, pipeline_of, with_pipeline)
 from .target import Target
 
 _LOCK = threading.RLock()
 hold_during_fork(sys.modules[__name__], "_LOCK", threading.RLock)   # no fork inside LLVM
 _LIB_IDS = itertools.count()
-
-
-@dataclass(frozen=True)
-class Pipeline:
-    """What LLVM does to a module between parsing and linking: `ir_level`, the speed level
-    of LLVM's function simplification pipeline, run on each defined function (SROA, early
-    CSE, GVN, instcombine, LICM and the other loop canonicalizations, full unrolling of
-    constant trip counts; 0: none, the IR goes to the code generator as written); `unroll`:
-    LLVM's loop unroller after it (partial and runtime unrolling); `codegen_level`, the
-    target machine's optimization level (0: fast instruction selection and register
-    allocation)."""
-    name: str
-    ir_level: int
-    codegen_level: int
-    unroll: bool = False
-
-
-# A kernel module is one function, vectorized by codegen: it needs LLVM to promote its allocas,
-# simplify, hoist and unroll short loops, not the module pipeline's inliner, global passes and
-# late loop passes. Measured on AMD EPYC Zen 4 (CPU seconds, one process, interleaved): the
-# 32 kernels of MobileNetV2 took 2.0-2.5 s to optimize and 1.2-1.5 s to emit with O3's module
-# pipeline; 1.5-1.6 s and 1.4-1.6 s with the level-2 function pipeline and the unroller
-# (KERNEL), 1.0-1.4 s and 0.8-1.1 s without the unroller (TILED). At level 1 an avg pool read
-# its window bounds from constant tables on every row (3% slower); without the unroller row
-# kernels (layer norm) ran 4-7% slower, while conv and GEMM kernels, whose emitters unroll
-# their micro-kernels themselves, ran as fast as at O3 (registry.KindEntry.unrolled).
-KERNEL = Pipeline("kernel", 2, 3, unroll=True)
-TILED = Pipeline("tiled", 2, 3)
-# The glue runs once per call: straight-line loads, compares and calls, no loops. O3 and the
-# full code generator cost it 20-40 ms per graph (most of a small graph's LLVM time); fast
-# instruction selection on the IR as written builds it in a few ms, and calls are no slower
-# (a few more instructions per array checked: examples/dispatch_bench.py). SROA and
-# SimplifyCFG before it only made FastISel's code longer.
-GLUE = Pipeline("glue", 0, 0)
-# The thread pool's runtime (runtime/pool_ir.py), built once per process: claiming chunks,
-# futex waits, task queues. O3 cost ~100 ms of every fresh process's first parallel call;
-# as written it builds in ~15 ms and small 2-thread calls (16K-1M floats) take the same time.
-RUNTIME = Pipeline("runtime", 0, 0)
-PIPELINES = {p.name: p for p in (KERNEL, TILED, GLUE, RUNTIME)}
-_MARKER = "; jitcore.pipeline = "
-
-
-def with_pipeline(text: str, pipeline: Pipeline) -> str:
-    """The module text, declaring the pipeline it is compiled with (part of its text, so of
-    every cache key derived from it). Modules that declare none get KERNEL."""
-    return f"{_MARKER}{pipeline.name}\n{text}"
-
-
-def pipeline_of(text: str) -> Pipeline:
-    if text.startswith(_MARKER):
-        return PIPELINES[text[len(_MARKER):text.index("\n")].strip()]
-    return KERNEL
 
 
 class _Machine:
@@ -89,7 +39,7 @@ class _Machine:
     def __init__(self, target: Target):
         llvm.initialize_native_target()
         llvm.initialize_native_asmprinter()
-        self._target = target
+        self.target = target
         self.tm = self._create(KERNEL.codegen_level)
         self.jit = llvm.create_lljit_compiler(self.tm)
         self.data_layout = str(self.tm.target_data)
@@ -97,8 +47,8 @@ class _Machine:
         self._by_level = {KERNEL.codegen_level: self.tm}
 
     def _create(self, level: int):
-        return llvm.Target.from_triple(self._target.triple).create_target_machine(
-            cpu=self._target.cpu, features=self._target.features, opt=level, jit=True)
+        t = self.target
+        return create_target_machine(t.triple, t.cpu, t.features, level)
 
     def codegen(self, level: int):
         """The target machine that emits code at this optimization level (the JIT's own
@@ -180,26 +130,16 @@ class ObjectCache:
 
 
 OBJECTS = ObjectCache()
-STATS = {"modules_compiled": 0, "modules_reused": 0}
+STATS = {"modules_compiled": 0, "modules_reused": 0, "modules_built_by_workers": 0}
 
 
-def _machine_code(text: str, mach: _Machine, seconds: dict) -> tuple:
-    """(object bytes, optimized IR text) of a module, built with the pipeline its text
-    declares; adds each stage's time to `seconds`."""
-    pipeline = pipeline_of(text)
-    t0 = time.perf_counter()
+def _machine_code_stages(text: str, mach: _Machine) -> tuple:
+    """(object bytes, optimized IR text, seconds per stage) of a module, built in this
+    process with the pipeline its text declares."""
     try:
-        mod = llvm.parse_assembly(text)
-        mod.verify()
+        return build(text, mach.codegen)
     except RuntimeError as e:
         raise CompileError(f"LLVM rejected the generated IR: {e}") from None
-    t1 = time.perf_counter()
-    _optimize(mod, mach.tm, pipeline)
-    t2 = time.perf_counter()
-    obj = mach.codegen(pipeline.codegen_level).emit_object(mod)
-    t3 = time.perf_counter()
-    _add(seconds, parse=t1 - t0, optimize=t2 - t1, machine_code=t3 - t2)
-    return obj, str(mod) if pipeline.ir_level else text     # (unoptimized: as written)
 
 
 def _add(seconds: dict, **stages) -> None:
@@ -207,33 +147,51 @@ def _add(seconds: dict, **stages) -> None:
         seconds[stage] = seconds.get(stage, 0.0) + s
 
 
-def _optimize(mod, tm, pipeline: Pipeline = KERNEL):
-    if pipeline.ir_level == 0:
-        return
-    pto = llvm.create_pipeline_tuning_options(speed_level=pipeline.ir_level)
-    pb = llvm.create_pass_builder(tm, pto)
-    fpm = pb.getFunctionPassManager()
-    try:
-        if pipeline.unroll:
-            fpm.add_loop_unroll_pass()
-        for fn in mod.functions:
-            if not fn.is_declaration:
-                fpm.run(fn, pb)
-    finally:
-        _free_pass_manager(fpm)
-        pb.close()
-        pto.close()
+def _module_key(mach: _Machine, text: str, cache) -> tuple:
+    return (mach.tm_key, cache.key if cache is not None else
+            hashlib.sha256(text.encode()).hexdigest())
 
 
-def _free_pass_manager(fpm):
-    """Free a pass pipeline now. llvmlite's FunctionPassManager never frees it (its
-    _dispose is shadowed by ObjectRef's empty one in the class's MRO: 70-110 KB lost per
-    compile with the module pipeline, see tests/test_memory.py); detaching afterwards keeps
-    a fixed llvmlite from freeing it twice."""
-    dispose = getattr(llvm.ffi.lib, "LLVMPY_DisposeNewFunctionPassManger", None)
-    if dispose is not None and not fpm.closed:
-        dispose(fpm)
-        fpm.detach()
+class Prebuilds:
+    """One compile's kernel modules, started on the compile workers as soon as their IR is
+    generated (compiler.py passes `add` to IR generation), so LLVM builds the first kernels
+    while Python generates the next. Modules this process has (OBJECTS) or the disk cache
+    has are not started; the workers start once MIN_MODULES modules wait to be built.
+    compile_modules takes the futures; a module never asked for is built for nothing.
+    `workers`: JITCORE_COMPILE_WORKERS (None: compile_pool's default)."""
+
+    def __init__(self, target: Target, workers: int | None = None):
+        self.target, self.mach, self.workers = target, machine(target), workers
+        self.futures: dict = {}          # module key -> Future (compile_pool.Pool.submit)
+        self._waiting: dict = {}         # module key -> text, before the workers start
+        self._pool = None
+
+    def add(self, text: str, cache) -> None:
+        key = _module_key(self.mach, text, cache)
+        if key in self.futures or key in self._waiting:
+            return
+        with _LOCK:
+            if key in OBJECTS.items:
+                return
+        if cache is not None and cache.stored():
+            return
+        self._waiting[key] = text
+        if self.pool(len(self._waiting)) is not None:
+            t = self.target
+            for key, text in self._waiting.items():
+                self.futures[key] = self._pool.submit(text, t.triple, t.cpu, t.features)
+            self._waiting.clear()
+
+    def pool(self, modules: int):
+        """The compile workers' pool, started once `modules` wait to be built (or earlier),
+        or None."""
+        if self._pool is None and modules >= compile_pool.MIN_MODULES:
+            self._pool = compile_pool.pool(self.workers)
+        return self._pool
+
+    def take(self, key):
+        """The Future of this module, or None where it was not started."""
+        return self.futures.pop(key, None)
 
 
 def compile_ir(text: str, exports: list, target: Target, imports: dict | None = None,
@@ -243,20 +201,22 @@ def compile_ir(text: str, exports: list, target: Target, imports: dict | None = 
 
 
 def compile_modules(modules: list, exports: list, target: Target,
-                    imports: dict | None = None) -> Library:
+                    imports: dict | None = None, prebuilds: Prebuilds | None = None) -> Library:
     """Parse, verify, optimize and emit machine code for each module (with the pipeline its
     text declares, see with_pipeline), then link them all into one JIT library of this
     process. `modules`: (IR text, cache) pairs, where
     cache is None or an object with `key`, load() -> (object, optimized IR) | None and
     store(object, optimized IR) (the disk cache): a hit skips LLVM's optimizer and code
     generator. Objects are also kept in memory (OBJECTS) by that key, or by the text's hash.
+    With `prebuilds` (one compile's, engine.Prebuilds), modules to build go to the compile
+    workers where there are MIN_MODULES of them, this thread building those no worker has
+    taken yet.
     `imports` binds external symbols of the modules to addresses of this process."""
     mach = machine(target)
-    seconds, objects, optimized, pipelines, reused = {}, [], [], [], 0
-    linked = set()
+    seconds, reused = {}, 0
+    found, linked = [], set()            # [key, text, cache, (object, optimized IR) | None]
     for text, cache in modules:
-        key = (mach.tm_key, cache.key if cache is not None else
-               hashlib.sha256(text.encode()).hexdigest())
+        key = _module_key(mach, text, cache)
         if key in linked:               # an equal kernel earlier in this graph
             STATS["modules_reused"] += 1
             reused += 1
@@ -272,21 +232,16 @@ def compile_modules(modules: list, exports: list, target: Target,
             hit = cache.load() if cache is not None else None
             if hit is not None:
                 _add(seconds, disk_load=time.perf_counter() - t0)
-            else:
                 with _LOCK:
-                    hit = _machine_code(text, mach, seconds)
-                    STATS["modules_compiled"] += 1
-                if cache is not None:
-                    t0 = time.perf_counter()
-                    cache.store(*hit)
-                    _add(seconds, disk_store=time.perf_counter() - t0)
-            with _LOCK:
-                OBJECTS.put(key, *hit)
-        objects.append(hit[0])
-        optimized.append(hit[1])
-        # (a module from a stored manifest has no text: its stored IR declares the pipeline
-        # too, as unoptimized modules keep their text as written)
-        pipelines.append(pipeline_of(text if text is not None else hit[1]).name)
+                    OBJECTS.put(key, *hit)
+        found.append([key, text, cache, hit])
+    _build_missing([f for f in found if f[3] is None], mach, prebuilds, seconds)
+    objects = [f[3][0] for f in found]
+    optimized = [f[3][1] for f in found]
+    # (a module from a stored manifest has no text: its stored IR declares the pipeline too,
+    # as unoptimized modules keep their text as written)
+    pipelines = [pipeline_of(text if text is not None else hit[1]).name
+                 for _, text, _, hit in found]
     t0 = time.perf_counter()
     with _LOCK:
         builder = llvm.JITLibraryBuilder().add_current_process()
@@ -305,3 +260,43 @@ def compile_modules(modules: list, exports: list, target: Target,
     library = Library(tracker, addresses, optimized, mach, seconds, tuple(pipelines))
     library.modules, library.reused = len(modules), reused
     return library
+
+
+def _build_missing(missing: list, mach: _Machine, prebuilds: Prebuilds | None,
+                   seconds: dict) -> None:
+    """Build each [key, text, cache, None] entry's machine code into its last slot, store it
+    on disk (where it has a cache) and in OBJECTS."""
+    futures = [prebuilds.take(key) if prebuilds is not None else None
+               for key, *_ in missing]
+    pool = prebuilds.pool(len(missing)) if prebuilds is not None else None
+    if pool is not None:
+        t = mach.target
+        futures = [f if f is not None or text is None else
+                   pool.submit(text, t.triple, t.cpu, t.features)
+                   for f, (_, text, _, _) in zip(futures, missing)]
+        pool.run_queued(_build_request)          # this thread builds as one more worker
+    for entry, future in zip(missing, futures):
+        key, text, cache, _ = entry
+        built = future.result() if future is not None else None
+        if built is None:                # not sent to a worker, or it failed: build here
+            with _LOCK:
+                built = (*_machine_code_stages(text, mach), "here")
+        obj, optimized, stages, where = built
+        if where == "worker":
+            STATS["modules_built_by_workers"] += 1
+        _add(seconds, **stages)
+        STATS["modules_compiled"] += 1
+        if cache is not None:
+            t0 = time.perf_counter()
+            cache.store(obj, optimized)
+            _add(seconds, disk_store=time.perf_counter() - t0)
+        with _LOCK:
+            OBJECTS.put(key, obj, optimized)
+        entry[3] = (obj, optimized)
+
+
+def _build_request(request: tuple) -> tuple:
+    """A compile worker's request built in this process (Pool.run_queued)."""
+    triple, cpu, features, text = request
+    with _LOCK:
+        return _machine_code_stages(text, _MACHINES[(triple, cpu, features)])

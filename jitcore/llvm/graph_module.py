@@ -87,16 +87,21 @@ class GraphModule:
 def build_module(lowered, vector_bits: int, triple: str, data_layout: str,
                  masked_tails: bool = False, threads: int = 0, store=None,
                  stream_bytes: int = 0, fused_fma: bool = True,
-                 bf16_native: bool = False) -> GraphModule:
+                 bf16_native: bool = False, on_kernel=None) -> GraphModule:
     """The LLVM modules of a lowered graph. `threads`: intra-op threads of its kernels (0:
     the process-wide setting at call time). `store`: where kernels' IR outlives the process
     (the disk cache: load(key) -> KernelCode | None, save(key, KernelCode)), or None.
     `stream_bytes`: elementwise kernels writing this much output stream it (0: never).
     `fused_fma`: the target fuses llvm.fmuladd (has FMA; irutil.fused_fma). `bf16_native`:
-    it has AVX512_BF16 (bf16_convert.set_native)."""
-    kernels = tuple(emit_kernel(kernel, vector_bits, triple, data_layout, masked_tails, threads,
-                                store, stream_bytes, fused_fma, bf16_native)
-                    for kernel in lowered.kernels)
+    it has AVX512_BF16 (bf16_convert.set_native). `on_kernel(KernelCode)`: called as each
+    kernel's IR is ready (engine.Prebuilds.add starts building it)."""
+    kernels = []
+    for kernel in lowered.kernels:
+        kernels.append(emit_kernel(kernel, vector_bits, triple, data_layout, masked_tails,
+                                   threads, store, stream_bytes, fused_fma, bf16_native))
+        if on_kernel is not None:
+            on_kernel(kernels[-1])
+    kernels = tuple(kernels)
     module = ir.Module(name=lowered.name)
     module.triple, module.data_layout = triple, data_layout
     prefix = f"jc_{lowered.name}"
