@@ -311,11 +311,20 @@ def packed_weights(dense: np.ndarray, groups: int, mr: int,
 def _dense_weights(flat: np.ndarray, load: Load, variables) -> np.ndarray:
     """The (O, C_in/groups, KH, KW) array a load reads: flat[const + sum of coeff * index]."""
     shape = _extents(variables)
-    idx = np.full(shape, load.offset.const, dtype=np.int64)
+    flat = flat.ravel()
+    coeffs = [load.offset.coeff(v) for v in variables]
+    start = load.offset.const
+    last = start + sum(c * (n - 1) for c, n in zip(coeffs, shape))
+    if flat.size and min(coeffs) >= 0 and 0 <= start and last < flat.size:
+        # a strided view (the packing copies it): a gather's index array cost ResNet-18's
+        # prepacking ~0.45 s of its ~0.8 s
+        return np.lib.stride_tricks.as_strided(
+            flat[start:], shape, [c * flat.itemsize for c in coeffs], writeable=False)
+    idx = np.full(shape, start, dtype=np.int64)
     for axis, v in enumerate(variables):
         ar = np.arange(v.extent).reshape([-1 if a == axis else 1 for a in range(4)])
         idx = idx + load.offset.coeff(v) * ar
-    return flat.ravel()[idx] if flat.size else np.zeros(shape, flat.dtype)
+    return flat[idx] if flat.size else np.zeros(shape, flat.dtype)
 
 
 def prepack(lowered, vector_bits: int, threads: int, winograd: int = 2) -> int:
