@@ -38,8 +38,11 @@ class Op(Enum):
     # numpy's math with kernels of their own in the vector math (jitcore.ops.math uses them)
     CBRT = auto(); EXPM1 = auto(); LOG1P = auto(); LOG2 = auto(); LOG10 = auto()
     EXP2 = auto(); SINH = auto(); COSH = auto()
+    # a kernel of its own in the vector math too (cheaper than its formula in exp and a
+    # divide: exp's argument, -|x|, is never positive)
+    SIGMOID = auto()
     # unary composites (decomposed into primitives by passes.decompose)
-    RSQRT = auto(); RECIPROCAL = auto(); SIGMOID = auto(); RELU = auto(); GELU = auto()
+    RSQRT = auto(); RECIPROCAL = auto(); RELU = auto(); GELU = auto()
     SILU = auto(); HARDTANH = auto(); HARDSWISH = auto(); HARDSIGMOID = auto()
     LEAKY_RELU = auto(); RELU6 = auto()
     # binary elementwise
@@ -285,9 +288,10 @@ _RECORDS = (
     _ew(Op.EXP2, 1, T.FLOAT, np.exp2, cost=25),
     _ew(Op.SINH, 1, T.FLOAT, np.sinh, cost=30),
     _ew(Op.COSH, 1, T.FLOAT, np.cosh, cost=30),
+    _ew(Op.SIGMOID, 1, T.FLOAT, None, cost=25),     # not folded (numpy has no sigmoid)
     # unary composites
     _composite(Op.RSQRT, T.FLOAT), _composite(Op.RECIPROCAL, T.FLOAT),
-    _composite(Op.SIGMOID, T.FLOAT), _composite(Op.RELU, T.NUMERIC),
+    _composite(Op.RELU, T.NUMERIC),
     _composite(Op.GELU, T.FLOAT, "approximate"), _composite(Op.SILU, T.FLOAT),
     _composite(Op.HARDTANH, T.FLOAT, "range"), _composite(Op.HARDSWISH, T.FLOAT),
     _composite(Op.HARDSIGMOID, T.FLOAT), _composite(Op.LEAKY_RELU, T.FLOAT, "slope"),

@@ -46,14 +46,6 @@ def _clamp(x, lo, hi):
     return E(Op.MINIMUM, E(Op.MAXIMUM, x, c(lo, x)), c(hi, x))
 
 
-def _sigmoid(x):
-    """1 / (1 + e) for x >= 0 and e / (1 + e) below, with e = exp(-|x|): one exp that never
-    overflows, so sigmoid(-100) is the denormal exp(-100), not 1 / (1 + inf) = 0."""
-    e = E(Op.EXP, E(Op.NEG, E(Op.ABS, x)))
-    s = E(Op.DIV, c(1, x), E(Op.ADD, c(1, x), e))
-    return E(Op.WHERE, E(Op.GE, x, c(0, x)), s, E(Op.MUL, e, s))
-
-
 @decomposes(Op.GELU)
 def _gelu(n):
     x = n.src[0]
@@ -148,11 +140,6 @@ def _reciprocal_node(n):
     return _reciprocal(n.src[0])
 
 
-@decomposes(Op.SIGMOID)
-def _sigmoid_node(n):
-    return _sigmoid(n.src[0])
-
-
 @decomposes(Op.RELU)
 def _relu_node(n):
     return _relu(n.src[0])
@@ -176,7 +163,7 @@ def _leaky_relu(n):
 
 @decomposes(Op.SILU)
 def _silu(n):
-    return E(Op.MUL, n.src[0], _sigmoid(n.src[0]))
+    return E(Op.MUL, n.src[0], E(Op.SIGMOID, n.src[0]))
 
 
 @decomposes(Op.HARDSIGMOID)

@@ -25,10 +25,14 @@ are linear in the graph.
 """
 from __future__ import annotations
 
-from jitcore.ir.ops import ELEMENTWISE, LEAF, TASK_BOUNDARY, VIEW, info
+from jitcore.ir.ops import ELEMENTWISE, LEAF, TASK_BOUNDARY, VIEW, Op, info
 
 OP_COST = 1
 TRANSCENDENTAL_COST = 6       # vector math: a polynomial and range reduction
+# vector math that is more than one transcendental: a sigmoid is an exp and, beside it, a
+# divide, an add, a product and a select (what it cost as that formula, before vecmath ran
+# it as one function); so silu read twice (EfficientNet's squeeze-excitation) is stored
+COMPOUND_COST = {Op.SIGMOID: TRANSCENDENTAL_COST + 6}
 ROUND_TRIP_COST = 10          # storing a value and loading it back, in the same units
 MAX_CONE_COST = 64            # the most one kernel recomputes per element
 READERS_CAP = ROUND_TRIP_COST // OP_COST + 2   # (r - 1) * OP_COST > ROUND_TRIP_COST from here
@@ -40,6 +44,8 @@ LEAVES = LEAF
 
 def op_cost(node) -> int:
     """The cost of evaluating `node` once per element inside a kernel."""
+    if node.op in COMPOUND_COST:
+        return COMPOUND_COST[node.op]
     if info(node.op).expensive:
         return TRANSCENDENTAL_COST
     return OP_COST if node.op in ELEMENTWISE else 0

@@ -349,6 +349,26 @@ def _emit_exp(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     return _ldexp(b, b.fadd(p, _fc(x, 1.0)), ki)
 
 
+def _emit_sigmoid(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """1 / (1 + exp(-x)) as s = 1 / (1 + e) for x >= 0 and e * s below, e = exp(-|x|) (so
+    sigmoid(-100) is the denormal exp(-100), not 1 / (1 + inf) = 0). exp's argument is
+    never positive, which makes exp cheaper than `_emit_exp`: no upper clamp, and the
+    scale 2^k (k in [exp_lo * log2e, 0]) is two products, 2^(k + mant + 2) (a normal
+    number) and the constant 2^-(mant + 2), which rounds once into the denormals.
+    NaN fails the clamp's compare and stays NaN throughout."""
+    f = _fmt(x.type)
+    a = _to_float(b, b.or_(_to_int(b, x), _ic(x, 1 << (f.width - 1))), x.type)   # -|x|
+    a = _select(b, b.fcmp_ordered("<", a, _fc(x, f.exp_lo)), _fc(x, f.exp_lo), a)
+    k, ki = _round_to_int(b, b.fmul(a, _fc(x, f.log2e)))
+    r = _fmuladd(b, k, _fc(x, -f.ln2_hi), a)
+    r = _fmuladd(b, k, _fc(x, -f.ln2_lo), r)
+    p = b.fadd(_fmuladd(b, b.fmul(r, r), _poly(b, r, f.coeffs["exp"]), r), _fc(x, 1.0))
+    shift = f.mant + 2
+    e = b.fmul(b.fmul(p, _pow2(b, b.add(ki, _ic(x, shift)), x.type)), _fc(x, 2.0 ** -shift))
+    s = b.fdiv(_fc(x, 1.0), b.fadd(e, _fc(x, 1.0)))
+    return _select(b, b.fcmp_ordered(">=", x, _fc(x, 0.0)), s, b.fmul(e, s))
+
+
 def _emit_log(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     """log(x) = k*ln2 + log1p(f) with 1+f in [sqrt(1/2), sqrt(2)) (fdlibm-style kernel)."""
     return _log_specials(b, x, _log_core(b, x))
@@ -711,6 +731,7 @@ def _emit_cos(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
 
 _EMITTERS: Dict[str, Callable[[ir.IRBuilder, ir.Value], ir.Value]] = {
     "exp": _emit_exp,
+    "sigmoid": _emit_sigmoid,
     "log": _emit_log,
     "tanh": _emit_tanh,
     "erf": _emit_erf,
