@@ -81,6 +81,15 @@ CHANNEL_PLAN_COST = 1.1   # the channel plan's extra cost per product (its broad
 # (1x1 256->512/s2 at 56x56, 3.2 MB: 68 against the pixel plan's 60 GFLOP/s)
 STREAMED_INPUT_L2S = 2
 STREAMED_INPUT_COST = 0.9
+# an output image past L2 is written back to L3 as MR store streams (the tile's channel
+# planes), NV vectors per plane and visit. With few products per output (K = taps x C_in up
+# to STREAMED_OUTPUT_K) the streams' misses outweigh the FMAs, so the tile writes at least
+# STREAMED_OUTPUT_NV vectors (4 lines) per plane. Measured (AMD Zen 4, 1 MB L2, 1 thread, a
+# loaded guest, 1x1 convs, interleaved): 16->96 at 112x112 + silu 12x2 1.26 ms, 6x4 0.97;
+# 24->144 at 56x56 0.271 -> 0.242 (6x4); 64->256 at 56x56 1.70 -> 1.57. Outputs within L2
+# keep the tile (40->240 at 28x28 + silu: 12x2 0.231, 6x4 0.253)
+STREAMED_OUTPUT_K = 64
+STREAMED_OUTPUT_NV = 4
 
 
 @dataclass(frozen=True)
@@ -129,12 +138,14 @@ def flat_ok(kernel: Kernel) -> bool:
     return oh.extent == 1 or all(a.coeff(oh) == ow.extent * a.coeff(ow) for a in accesses)
 
 
-def _choose_tile(cout_g: int, n_vec: int, regs: int) -> tuple:
+def _choose_tile(cout_g: int, n_vec: int, regs: int, least_nv: int = 1) -> tuple:
     """(MR, NV): the register tile with the least cost per useful FMA: FMAs or loads per
     step (two of each per cycle), times the channel rows and pixel vectors wasted at the
-    edges (the last tile of a plane computes NV vectors, whether they exist or not)."""
+    edges (the last tile of a plane computes NV vectors, whether they exist or not); NV at
+    least `least_nv` (or the plane's vectors)."""
     best = None
-    for nv in range(1, min(MAX_NV, max(n_vec, 1)) + 1):
+    most = min(MAX_NV, max(n_vec, 1))
+    for nv in range(min(least_nv, most), most + 1):
         for mr in range(1, max(min(cout_g, MAX_MR), 1) + 1):
             if mr * nv + nv + 1 > regs:
                 break
@@ -250,7 +261,10 @@ def pixel_plan(kernel: Kernel, vector_bits: int, threads: int,
         if c.im2col or packing and groups == 1 and c.cin_group <= SHORT_CHANNEL_LOOP and \
         c.strides(c.x, c.x_vars)[3] == 1 else None
     im2col = tile is not None
-    mr, nv = tile if im2col else _choose_tile(cout_g, n_vec, regs)
+    streamed = o * oh * ow * c.dtype.itemsize > cache_sizes()[2] and \
+        c.taps * c.cin_group <= STREAMED_OUTPUT_K
+    mr, nv = tile if im2col else _choose_tile(cout_g, n_vec, regs,
+                                              STREAMED_OUTPUT_NV if streamed else 1)
     n_tiles = -(-n_vec // nv)
     ocb = -(-cout_g // mr)
     blocks = groups * ocb
