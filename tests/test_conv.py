@@ -353,6 +353,40 @@ def test_input_channels_in_passes(dtype, monkeypatch):
     np.testing.assert_array_equal(results[0], results[1])
 
 
+@pytest.mark.parametrize("dtype", [F32, F64])
+def test_output_past_l2_takes_a_tile_of_four_vectors(dtype, monkeypatch):
+    """A 1x1 conv with few products per output (K = 7) whose output exceeds L2 (a tiny L2
+    here) writes at least 4 pixel vectors per channel plane and visit: the same sums in the
+    same order as the default tile (bitwise equal), within the bound of float64; tails of
+    channels (37) and of pixels (23 x 21) included."""
+    from jitcore.llvm import conv
+    rng = np.random.default_rng(21)
+    x, w, b = rand(rng, (2, 7, 23, 21), dtype), rand(rng, (37, 7, 1, 1), dtype), \
+        rand(rng, 37, dtype)
+
+    def f(x):
+        return jc.silu(jc.conv2d(x, w, b))
+    tiles = []
+    choose = conv._choose_tile
+    monkeypatch.setattr(conv, "_choose_tile", lambda *a: tiles.append(choose(*a)) or tiles[-1])
+    default = jc.jit(f)(x)
+    monkeypatch.setattr(conv, "cache_sizes", lambda: {1: 32 * 1024, 2: 1024})
+    # compiled anew (no cached graph, kernel IR or object of the first compile)
+    from collections import OrderedDict
+    from jitcore import compiler
+    from jitcore.cache.lru import LRU
+    from jitcore.llvm import engine, graph_module
+    monkeypatch.setenv("JITCORE_DISK_CACHE", "0")
+    monkeypatch.setattr(compiler, "_CACHE", LRU())
+    monkeypatch.setattr(graph_module, "_EMITTED", OrderedDict())
+    monkeypatch.setattr(engine, "OBJECTS", type(engine.OBJECTS)())
+    streamed = jc.jit(f)(x)
+    assert tiles[0][1] < conv.STREAMED_OUTPUT_NV <= tiles[-1][1], tiles
+    ref, mag = ref_conv2d(x, w, b)
+    assert_conv_close(streamed, ref / (1 + np.exp(-ref)), mag, dtype, 7)
+    np.testing.assert_array_equal(streamed, default)
+
+
 def test_channels_last_input_read_in_place():
     """A transposed view of an NHWC array is an NCHW input with other strides."""
     rng = np.random.default_rng(10)

@@ -25,15 +25,15 @@ from llvmlite import ir
 from jitcore.llvm import vecmath
 
 FUNCS = ("exp", "log", "tanh", "erf", "sin", "cos", "atan", "cbrt", "expm1", "log1p",
-         "log2", "log10", "exp2", "sinh", "cosh")
+         "log2", "log10", "exp2", "sinh", "cosh", "sigmoid")
 DTYPES = (np.float32, np.float64)
 
 # Max ulp error allowed per (dtype, function).
 BOUNDS = {
     np.float32: dict(exp=4, log=4, tanh=4, erf=4, sin=4, cos=4, atan=1, cbrt=0.75, expm1=1.05,
-                     log1p=1, log2=1.05, log10=1.05, exp2=0.8, sinh=1.6, cosh=1.4),
+                     log1p=1, log2=1.05, log10=1.05, exp2=0.8, sinh=1.6, cosh=1.4, sigmoid=3),
     np.float64: dict(exp=4, log=4, tanh=8, erf=8, sin=8, cos=8, atan=2, cbrt=0.75, expm1=1.1,
-                     log1p=1, log2=1.05, log10=1.05, exp2=0.8, sinh=1.6, cosh=1.4),
+                     log1p=1, log2=1.05, log10=1.05, exp2=0.8, sinh=1.6, cosh=1.4, sigmoid=3),
 }
 # sin/cos must be accurate up to this |x| (required: 1e5 / 1e9; the reduction holds up to
 # 2^(mant-1) * pi/2); beyond it any value in [-1, 1] is accepted.
@@ -220,6 +220,8 @@ def reference(name: str, x: np.ndarray) -> np.ndarray:
             return _erf_longdouble(x)
         if name == "erf":
             return _erf_vec(x.astype(np.float64)).astype(np.float64).astype(hi)
+        if name == "sigmoid":
+            return 1 / (1 + np.exp(-x.astype(hi)))
         return getattr(np, name)(x.astype(hi))
 
 
@@ -265,6 +267,8 @@ def sweep(name: str, dtype, n: int, seed: int = 0) -> np.ndarray:
         "exp2": (-1080.0, 1030.0) if f64 else (-155.0, 130.0),
         "sinh": (-711.0, 711.0) if f64 else (-90.0, 90.0),     # past exp's overflow too
         "cosh": (-711.0, 711.0) if f64 else (-90.0, 90.0),
+        # exp(x)'s denormals (the result below) to where the result rounds to 1
+        "sigmoid": (-750.0, 40.0) if f64 else (-110.0, 20.0),
     }[name]
     dense = rng.uniform(lo, hi, size=n).astype(dtype)
     parts = [bits, dense, edge_values(dtype)]
@@ -364,7 +368,8 @@ def test_odd_lane_count(kernels, dtype):
 
 # the kernels that promise their accuracy without FMA (x86-64-v2: SSE4.2, fmuladd unfused):
 # sin/cos need FMA for large arguments, the others hold their bounds
-NO_FMA_FUNCS = ("exp", "log", "atan", "cbrt", "expm1", "log1p", "log2", "log10", "exp2")
+NO_FMA_FUNCS = ("exp", "log", "atan", "cbrt", "expm1", "log1p", "log2", "log10", "exp2",
+                "sigmoid")
 
 
 @pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="x86-64 CPU names")
