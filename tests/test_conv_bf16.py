@@ -3,8 +3,10 @@ conv_panel_pairs.py, bf16.py's policy): float32 convs of kind "conv" multiply bf
 operands and accumulate in float32, at every x86-64 level this host runs. Where the level
 has AVX512_BF16 and the weights are constant: the vdpbf16ps pairs channel plan (at least 16
 input channels per group, at least 64 products per output) or the im2col variant in pairs
-along K (a stem's few channels); else the float32 kernels on rounded operands. Depthwise
-convs stay float32; Winograd is never taken (its products are of transformed operands).
+along K (a stem's few channels); a conv with constant weights that neither takes computes
+in float32 there (exact, and faster than rounding its inputs); elsewhere the float32 kernels
+on rounded operands. Depthwise convs stay float32; Winograd is never taken under bf16 (its
+products are of transformed operands).
 
 Tolerance rule (as tests/test_gemm_bf16.py's): against the float64 conv OF THE bf16-ROUNDED
 operands, the only error left is float32 accumulation: test_conv's bound, gamma(K + 2) of
@@ -29,8 +31,9 @@ LEVEL_NAMES = runnable_levels()
 
 # (x shape, w shape, options): odd C_in (the pair tail), strides (a 1x1/s2 packs every other
 # row), padding, dilation, groups, partial channel vectors and pixel tiles, a 17-channel 1x1
-# (the float32 kernels on rounded operands at every level) and a stem's 3 channels (the
-# im2col variant: in pairs along K, K = 75 odd, where the level has AVX512_BF16)
+# (too few products for the pairs plans: float32 where the level has AVX512_BF16, the float32
+# kernels on rounded operands elsewhere) and a stem's 3 channels (the im2col variant: in
+# pairs along K, K = 75 odd, where the level has AVX512_BF16)
 CONVS = [
     ((2, 33, 9, 10), (70, 33, 3, 3), dict(padding=1)),
     ((1, 64, 11, 11), (20, 64, 3, 3), dict(stride=2, padding=1)),
@@ -79,14 +82,21 @@ def test_convs_and_paths(level):
                      for x, (_, w, b, opts) in zip(xs, ops))
     fn = jc.jit(convs, matmul_precision="bf16", target=level)
     xs = [x for x, *_ in ops]
+    native = bf16.native(jc.targetinfo.select_target(target=level))
+    relu = lambda v: np.maximum(v, 0)                       # noqa: E731
     for i, (got, (x, w, b, opts)) in enumerate(zip(fn(*xs), ops)):
-        check(got, x, w, b, opts, post=lambda v: np.maximum(v, 0), msg=f"{level} conv {i}")
+        if native and i == 4:             # float32: test_conv's bound on the exact operands
+            ref, mag = ref_conv2d(x, w, b, **opts)
+            assert_conv_close(got, relu(ref), mag, F32, int(np.prod(w.shape[1:])) + 1,
+                              msg=f"{level} conv {i}")
+        else:
+            check(got, x, w, b, opts, post=relu, msg=f"{level} conv {i}")
     kernels = [k.loop_nest for k in fn.kernels(*xs) if k.layout]
     assert len(kernels) == len(CONVS)
-    native = bf16.native(jc.targetinfo.select_target(target=level))
     pairs = [PAIRS in text for text in kernels]
     assert pairs == [native] * 4 + [False, native], (level, kernels)
-    assert all(FALLBACK in text for text, p in zip(kernels, pairs) if not p)
+    fallback = [FALLBACK in text for text in kernels]
+    assert fallback == [not native] * 6, (level, kernels)
 
 
 @pytest.mark.parametrize("level", LEVEL_NAMES)
