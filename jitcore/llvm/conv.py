@@ -69,6 +69,13 @@ SHORT_CHANNEL_LOOP = 4   # input channels per group up to this: the channel loop
                          # (a stem's 3: the tap loop's overhead was a tap's 3 steps' share)
 MAX_PANEL_BYTES = L1_BYTES * 3 // 4   # an item's im2col panel (K x its pixel vectors)
 PANEL_LOAD_COST = 0.25  # a load's cost beside an FMA's in the im2col variant's steps
+# the bf16 pairs panel (conv_panel_pairs.py) for more than a stem's channels: output channels
+# per group at least, as its conversion of the panel to pairs is shared by them. Measured
+# (AMD Zen 4, 1 thread, + batch norm + relu6, ms, float32 on exact operands / the panel):
+# 1x1 16->96 at 112x112 0.85 / 0.60, 24->144 at 56 0.32 / 0.18, 32->192 at 28 0.15 / 0.09,
+# 24->24 at 56 0.091 / 0.077, 3x3 8->64 at 56 0.35 / 0.20; but 1x1 32->16 at 112 0.19-0.26 /
+# 0.18-0.30 and 48->8 at 56 0.054 / 0.056
+MIN_PANEL_PAIRS_CHANNELS = 24
 # the pixel plan's loss where a stride-s row is read as s vectors and a shuffle, or gathered
 STRIDE_PENALTY = {"contiguous": 1.0, "deinterleave": 0.85, "gather": 0.5}
 CHANNEL_PLAN_COST = 1.1   # the channel plan's extra cost per product (its broadcasts, the
@@ -213,11 +220,13 @@ def choose_plan(kernel: Kernel, vector_bits: int, threads: int, winograd: int = 
 def bf16_plan(kernel: Kernel, vector_bits: int, threads: int):
     """The bf16 pairs plan of a conv with constant weights (precision BF16: the target has
     AVX512_BF16): the channel plan over pairs of input channels (conv_pairs.py), or the
-    im2col panel in pairs along K (a stem's few channels, conv_panel_pairs.py); None where
-    neither takes it."""
+    im2col panel in pairs along K (a stem's few channels, or too few products per output for
+    the channel plan: conv_panel_pairs.py); None where neither takes it."""
     if conv_pairs.eligible(kernel):
         return conv_pairs.plan(kernel, vector_bits, threads)
-    pixel = pixel_plan(kernel, vector_bits, threads, packing=True)
+    c = kernel.conv
+    wide = c.out_vars[1].extent // c.attrs.groups >= MIN_PANEL_PAIRS_CHANNELS
+    pixel = pixel_plan(kernel, vector_bits, threads, packing=True, any_channels=wide)
     return pixel if pixel.pairs else None
 
 
@@ -243,9 +252,10 @@ def pixel_efficiency(kernel: Kernel, p: ConvPlan) -> float:
 
 
 def pixel_plan(kernel: Kernel, vector_bits: int, threads: int,
-               packing: bool = False) -> ConvPlan:
+               packing: bool = False, any_channels: bool = False) -> ConvPlan:
     """`packing`: for weights about to be prepacked, which decides the im2col variant (the
-    kernel's Conv.im2col records it)."""
+    kernel's Conv.im2col records it); `any_channels`: that variant for any number of input
+    channels whose panel fits (the bf16 pairs panel: `bf16_plan`), not only a stem's few."""
     c = kernel.conv
     n, o, oh, ow = _extents(c.out_vars)
     lanes = max(vector_bits // c.dtype.bits, 1)
@@ -259,14 +269,16 @@ def pixel_plan(kernel: Kernel, vector_bits: int, threads: int,
     # every channel block read the (strided, masked) input again; im2col packs it once
     tile = _choose_panel_tile(cout_g, n_vec, regs, c.taps * c.cin_group,
                               lanes * c.dtype.itemsize) \
-        if c.im2col or packing and groups == 1 and c.cin_group <= SHORT_CHANNEL_LOOP and \
+        if c.im2col or packing and groups == 1 and \
+        (c.cin_group <= SHORT_CHANNEL_LOOP or any_channels) and \
         c.strides(c.x, c.x_vars)[3] == 1 else None
     im2col = tile is not None
     mr, nv = tile if im2col else _choose_tile(cout_g, n_vec, regs)
     n_tiles = -(-n_vec // nv)
     ocb = -(-cout_g // mr)
     blocks = groups * ocb
-    cc = _channels_per_pass(kernel, lanes, nv, flat)
+    # the im2col variant's panel holds all of K: no passes
+    cc = c.cin_group if im2col else _channels_per_pass(kernel, lanes, nv, flat)
     chunks = 1
     if threads > 1 and 0 < n * n_tiles < 4 * threads:        # too few items: split channels
         chunks = min(max(blocks, 1), -(-4 * threads // (n * n_tiles)))
@@ -452,7 +464,7 @@ class ConvEmitter(ConvKernelEmitter):
                 u.opaque(b, v) for v in (self.kh, self.kw, self.cin_g, p.mr, p.cc))
             self.n_nv = u.opaque(b, p.nv)
             self.n_k = u.opaque(b, self.c.taps * self.cin_g)
-        # (the im2col variant's few channels never take passes: cc is at least 8)
+        # (the im2col variant never takes passes: its panel holds all of K)
         if self.cin_g <= SHORT_CHANNEL_LOOP and not self.passes:
             self.n_ci = u.I64(self.cin_g)     # unrolled: a stem's 3 channels per tap
         per_image = p.n_tiles * p.chunks
