@@ -35,12 +35,13 @@ LEVEL_NAMES = runnable_levels()
 # float32 where the level has AVX512_BF16, the float32 kernels on rounded operands elsewhere),
 # a stem's 3 channels (the im2col variant: in pairs along K, K = 75 odd, where the level has
 # AVX512_BF16), the same panel for a 17-channel 1x1 to 40 channels (K = 17) and a 3x3 over
-# 8 channels (K = 72, two images, odd C_out), a 1x1 to 16 channels (float32 at native) and
+# 8 channels (K = 72, two images, odd C_out), a 1x1 to 16 channels (float32 at native),
 # the panel over 33 channels (more than the direct variant's pass over the channels holds)
+# and a 1x1/s2 over 64 (K <= MAX_PANEL_PAIRS_K: the panel, not the channel plan)
 CONVS = [
     ((2, 33, 9, 10), (70, 33, 3, 3), dict(padding=1)),
     ((1, 64, 11, 11), (20, 64, 3, 3), dict(stride=2, padding=1)),
-    ((1, 65, 13, 12), (130, 65, 1, 1), dict(stride=2, padding=1)),
+    ((1, 131, 13, 12), (40, 131, 1, 1), dict(stride=2, padding=1)),
     ((1, 32, 8, 9), (24, 16, 3, 3), dict(padding=(1, 0), dilation=2, groups=2)),
     ((1, 17, 6, 7), (21, 17, 1, 1), {}),
     ((1, 3, 12, 12), (16, 3, 5, 5), dict(stride=2, padding=2)),
@@ -48,6 +49,7 @@ CONVS = [
     ((2, 8, 10, 9), (30, 8, 3, 3), dict(padding=1)),
     ((1, 32, 7, 7), (16, 32, 1, 1), {}),
     ((1, 33, 16, 15), (24, 33, 1, 1), {}),
+    ((1, 64, 14, 13), (48, 64, 1, 1), dict(stride=2)),
 ]
 FLOAT32_AT_NATIVE = (4, 8)     # CONVS that no pairs plan takes
 

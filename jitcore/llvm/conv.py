@@ -76,6 +76,13 @@ PANEL_LOAD_COST = 0.25  # a load's cost beside an FMA's in the im2col variant's 
 # 24->24 at 56 0.091 / 0.077, 3x3 8->64 at 56 0.35 / 0.20; but 1x1 32->16 at 112 0.19-0.26 /
 # 0.18-0.30 and 48->8 at 56 0.054 / 0.056
 MIN_PANEL_PAIRS_CHANNELS = 24
+# ... and in place of the pairs channel plan up to this K (its tile has 3 or more pixel
+# vectors; its epilogue runs along the pixels, no transposes). Measured as above, channel
+# plan / panel: 1x1 64->384 at 14x14 0.110 / 0.081, 64->128 at 28 0.149 / 0.111, 96->576 at
+# 14 0.214 / 0.180, 96->24 at 56 0.183 / 0.156, 80->480 at 14 0.160 / 0.132, 1x1/s2 64->128
+# at 56 0.145 / 0.120, 128->256 at 28 0.140 / 0.117; about even from K = 144 to 192, and
+# 256->512/s2 at 14 0.138 / 0.196 (one pixel vector per tile)
+MAX_PANEL_PAIRS_K = 128
 # the pixel plan's loss where a stride-s row is read as s vectors and a shuffle, or gathered
 STRIDE_PENALTY = {"contiguous": 1.0, "deinterleave": 0.85, "gather": 0.5}
 CHANNEL_PLAN_COST = 1.1   # the channel plan's extra cost per product (its broadcasts, the
@@ -220,14 +227,17 @@ def choose_plan(kernel: Kernel, vector_bits: int, threads: int, winograd: int = 
 def bf16_plan(kernel: Kernel, vector_bits: int, threads: int):
     """The bf16 pairs plan of a conv with constant weights (precision BF16: the target has
     AVX512_BF16): the channel plan over pairs of input channels (conv_pairs.py), or the
-    im2col panel in pairs along K (a stem's few channels, or too few products per output for
-    the channel plan: conv_panel_pairs.py); None where neither takes it."""
-    if conv_pairs.eligible(kernel):
-        return conv_pairs.plan(kernel, vector_bits, threads)
+    im2col panel in pairs along K (a stem's few channels; too few products per output for
+    the channel plan; or a short K, up to MAX_PANEL_PAIRS_K: conv_panel_pairs.py); None where
+    neither takes it."""
     c = kernel.conv
+    channel = conv_pairs.eligible(kernel)
     wide = c.out_vars[1].extent // c.attrs.groups >= MIN_PANEL_PAIRS_CHANNELS
-    pixel = pixel_plan(kernel, vector_bits, threads, packing=True, any_channels=wide)
-    return pixel if pixel.pairs else None
+    if not channel or wide and c.taps * c.cin_group <= MAX_PANEL_PAIRS_K:
+        pixel = pixel_plan(kernel, vector_bits, threads, packing=True, any_channels=wide)
+        if pixel.pairs:
+            return pixel
+    return conv_pairs.plan(kernel, vector_bits, threads) if channel else None
 
 
 def _image_bytes(kernel: Kernel) -> int:
