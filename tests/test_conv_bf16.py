@@ -3,8 +3,10 @@ conv_panel_pairs.py, bf16.py's policy): float32 convs of kind "conv" multiply bf
 operands and accumulate in float32, at every x86-64 level this host runs. Where the level
 has AVX512_BF16 and the weights are constant: the vdpbf16ps pairs channel plan (at least 16
 input channels per group, at least 64 products per output) or the im2col variant in pairs
-along K (a stem's few channels); else the float32 kernels on rounded operands. Depthwise
-convs stay float32; Winograd is never taken (its products are of transformed operands).
+along K (a stem's few channels); a conv with constant weights that neither takes computes
+in float32 there (exact, and faster than rounding its inputs); elsewhere the float32 kernels
+on rounded operands. Depthwise convs stay float32; Winograd is never taken under bf16 (its
+products are of transformed operands).
 
 Tolerance rule (as tests/test_gemm_bf16.py's): against the float64 conv OF THE bf16-ROUNDED
 operands, the only error left is float32 accumulation: test_conv's bound, gamma(K + 2) of
@@ -29,16 +31,27 @@ LEVEL_NAMES = runnable_levels()
 
 # (x shape, w shape, options): odd C_in (the pair tail), strides (a 1x1/s2 packs every other
 # row), padding, dilation, groups, partial channel vectors and pixel tiles, a 17-channel 1x1
-# (the float32 kernels on rounded operands at every level) and a stem's 3 channels (the
-# im2col variant: in pairs along K, K = 75 odd, where the level has AVX512_BF16)
+# to 21 channels (too few products for the channel plan, too few outputs for the panel:
+# float32 where the level has AVX512_BF16, the float32 kernels on rounded operands elsewhere),
+# a stem's 3 channels (the im2col variant: in pairs along K, K = 75 odd, where the level has
+# AVX512_BF16), the same panel for a 17-channel 1x1 to 40 channels (K = 17) and a 3x3 over
+# 8 channels (K = 72, two images, odd C_out), a 1x1 to 16 channels (float32 at native),
+# the panel over 33 channels (more than the direct variant's pass over the channels holds)
+# and a 1x1/s2 over 64 (K <= MAX_PANEL_PAIRS_K: the panel, not the channel plan)
 CONVS = [
     ((2, 33, 9, 10), (70, 33, 3, 3), dict(padding=1)),
     ((1, 64, 11, 11), (20, 64, 3, 3), dict(stride=2, padding=1)),
-    ((1, 65, 13, 12), (130, 65, 1, 1), dict(stride=2, padding=1)),
+    ((1, 131, 13, 12), (40, 131, 1, 1), dict(stride=2, padding=1)),
     ((1, 32, 8, 9), (24, 16, 3, 3), dict(padding=(1, 0), dilation=2, groups=2)),
     ((1, 17, 6, 7), (21, 17, 1, 1), {}),
     ((1, 3, 12, 12), (16, 3, 5, 5), dict(stride=2, padding=2)),
+    ((1, 17, 9, 11), (40, 17, 1, 1), {}),
+    ((2, 8, 10, 9), (30, 8, 3, 3), dict(padding=1)),
+    ((1, 32, 7, 7), (16, 32, 1, 1), {}),
+    ((1, 33, 16, 15), (24, 33, 1, 1), {}),
+    ((1, 64, 14, 13), (48, 64, 1, 1), dict(stride=2)),
 ]
+FLOAT32_AT_NATIVE = (4, 8)     # CONVS that no pairs plan takes
 
 
 def rounded(x) -> np.ndarray:
@@ -79,14 +92,22 @@ def test_convs_and_paths(level):
                      for x, (_, w, b, opts) in zip(xs, ops))
     fn = jc.jit(convs, matmul_precision="bf16", target=level)
     xs = [x for x, *_ in ops]
+    native = bf16.native(jc.targetinfo.select_target(target=level))
+    relu = lambda v: np.maximum(v, 0)                       # noqa: E731
     for i, (got, (x, w, b, opts)) in enumerate(zip(fn(*xs), ops)):
-        check(got, x, w, b, opts, post=lambda v: np.maximum(v, 0), msg=f"{level} conv {i}")
+        if native and i in FLOAT32_AT_NATIVE:   # test_conv's bound on the exact operands
+            ref, mag = ref_conv2d(x, w, b, **opts)
+            assert_conv_close(got, relu(ref), mag, F32, int(np.prod(w.shape[1:])) + 1,
+                              msg=f"{level} conv {i}")
+        else:
+            check(got, x, w, b, opts, post=relu, msg=f"{level} conv {i}")
     kernels = [k.loop_nest for k in fn.kernels(*xs) if k.layout]
     assert len(kernels) == len(CONVS)
-    native = bf16.native(jc.targetinfo.select_target(target=level))
     pairs = [PAIRS in text for text in kernels]
-    assert pairs == [native] * 4 + [False, native], (level, kernels)
-    assert all(FALLBACK in text for text, p in zip(kernels, pairs) if not p)
+    assert pairs == [native and i not in FLOAT32_AT_NATIVE for i in range(len(CONVS))], \
+        (level, kernels)
+    fallback = [FALLBACK in text for text in kernels]
+    assert fallback == [not native] * len(CONVS), (level, kernels)
 
 
 @pytest.mark.parametrize("level", LEVEL_NAMES)
@@ -163,6 +184,25 @@ def test_threads_batches_and_empty():
     check(one, x, w, b, opts)
     empty = jc.jit(lambda x: jc.conv2d(x, w, b, **opts), matmul_precision="bf16")(x[:0])
     assert empty.shape == (0,) + one.shape[1:]
+
+
+@pytest.mark.parametrize("level", LEVEL_NAMES)
+def test_panel_nan_inf_and_threads(level):
+    """The pairs panel past a stem's channels (CONVS 6 and 7 at native, rounded operands
+    elsewhere): a NaN or Inf input reaches exactly the outputs whose windows hold it, and
+    two threads give the one-thread bits."""
+    for x, w, b, opts in operands(14)[6:8]:
+        x[0, x.shape[1] - 1, 1, 2], x[-1, 0, 5, 4] = np.nan, -np.inf     # K's odd tail
+        one, two = (jc.jit(lambda x: jc.conv2d(x, w, b, **opts), matmul_precision="bf16",
+                           num_threads=t, target=level)(x) for t in (1, 2))
+        np.testing.assert_array_equal(one, two)
+        ref, mag = ref_conv2d(rounded(x), rounded(w), b, **opts)
+        np.testing.assert_array_equal(np.isnan(one), np.isnan(ref))
+        np.testing.assert_array_equal(np.isinf(one), np.isinf(ref))
+        assert np.isnan(one[0, :, 1, 2]).all() and np.isinf(one[-1, :, 5, 4]).all()
+        finite = np.isfinite(ref)
+        assert_conv_close(one[finite], ref[finite], np.nan_to_num(mag)[finite], F32,
+                          int(np.prod(w.shape[1:])) + 1, msg=level)
 
 
 def test_tap_blocks_and_pixel_groups_agree_bit_for_bit(monkeypatch):

@@ -13,8 +13,10 @@ elsewhere (x86-64-v4 without BF16, v3, v2, x86-64) it rounds the operands as it 
 runs its float32 FMA kernel ("bf16-emulated": the same values, a slower path). A GEMV rounds
 its operands as it loads them ("bf16-emulated" at every level: it reads its matrix once, so
 the gain of bf16 there is the halved memory traffic of bf16 storage, not the arithmetic).
-A conv (kind "conv") with constant weights takes the pairs channel plan where the target has
-AVX512_BF16 (conv_pairs.py: "bf16"); any other conv rounds its operands ("bf16-emulated");
+A conv (kind "conv") with constant weights takes a pairs plan where the target has
+AVX512_BF16 (conv_pairs.py, conv_panel_pairs.py: "bf16"), and computes in float32 where
+neither pairs plan takes it (too few products per output: rounding its inputs as read would
+only slow it, conv.prepack); elsewhere a conv rounds its operands ("bf16-emulated");
 depthwise convs stay float32.
 """
 from __future__ import annotations
@@ -58,7 +60,8 @@ def native(target) -> bool:
 def apply(lowered, precision: str, target) -> None:
     """Mark the float32 GEMM, GEMV and conv kernels of `lowered` with how they compute under
     the policy `precision` (FP32: unchanged), in place, before weights are prepacked. A conv
-    marked BF16 keeps it only where conv.prepack gives it the pairs plan (else emulated);
+    marked BF16 keeps it where conv.prepack gives it a pairs plan: with constant weights
+    that none takes it computes in float32, with weights not constant it is emulated;
     depthwise convs stay float32 (memory-bound: bf16 arithmetic would not speed them up)."""
     if precision == FP32:
         return

@@ -69,6 +69,20 @@ SHORT_CHANNEL_LOOP = 4   # input channels per group up to this: the channel loop
                          # (a stem's 3: the tap loop's overhead was a tap's 3 steps' share)
 MAX_PANEL_BYTES = L1_BYTES * 3 // 4   # an item's im2col panel (K x its pixel vectors)
 PANEL_LOAD_COST = 0.25  # a load's cost beside an FMA's in the im2col variant's steps
+# the bf16 pairs panel (conv_panel_pairs.py) for more than a stem's channels: output channels
+# per group at least, as its conversion of the panel to pairs is shared by them. Measured
+# (AMD Zen 4, 1 thread, + batch norm + relu6, ms, float32 on exact operands / the panel):
+# 1x1 16->96 at 112x112 0.85 / 0.60, 24->144 at 56 0.32 / 0.18, 32->192 at 28 0.15 / 0.09,
+# 24->24 at 56 0.091 / 0.077, 3x3 8->64 at 56 0.35 / 0.20; but 1x1 32->16 at 112 0.19-0.26 /
+# 0.18-0.30 and 48->8 at 56 0.054 / 0.056
+MIN_PANEL_PAIRS_CHANNELS = 24
+# ... and in place of the pairs channel plan up to this K (its tile has 3 or more pixel
+# vectors; its epilogue runs along the pixels, no transposes). Measured as above, channel
+# plan / panel: 1x1 64->384 at 14x14 0.110 / 0.081, 64->128 at 28 0.149 / 0.111, 96->576 at
+# 14 0.214 / 0.180, 96->24 at 56 0.183 / 0.156, 80->480 at 14 0.160 / 0.132, 1x1/s2 64->128
+# at 56 0.145 / 0.120, 128->256 at 28 0.140 / 0.117; about even from K = 144 to 192, and
+# 256->512/s2 at 14 0.138 / 0.196 (one pixel vector per tile)
+MAX_PANEL_PAIRS_K = 128
 # the pixel plan's loss where a stride-s row is read as s vectors and a shuffle, or gathered
 STRIDE_PENALTY = {"contiguous": 1.0, "deinterleave": 0.85, "gather": 0.5}
 CHANNEL_PLAN_COST = 1.1   # the channel plan's extra cost per product (its broadcasts, the
@@ -198,14 +212,15 @@ def plan(kernel: Kernel, vector_bits: int, threads: int):
 
 
 def choose_plan(kernel: Kernel, vector_bits: int, threads: int, winograd: int = 2):
-    """For constant weights about to be prepacked: the bf16 pairs channel plan where the
-    precision policy allows it (conv_pairs.py); Winograd where it applies (with tiles up to
-    `winograd`: JITCORE_WINOGRAD, 0 for none; never under a bf16 precision, whose products
-    are of the rounded operands, not of transformed ones), else the channel plan where it
-    wastes fewer lanes than the pixel plan by more than its extra cost, else the pixel plan."""
+    """For constant weights about to be prepacked: a bf16 pairs plan where the precision
+    policy asks for bf16 (`bf16_plan`: the caller has made a conv that none takes float32);
+    Winograd where it applies (with tiles up to `winograd`: JITCORE_WINOGRAD, 0 for none;
+    never under a bf16 precision, whose products are of the rounded operands, not of
+    transformed ones), else the channel plan where it wastes fewer lanes than the pixel plan
+    by more than its extra cost, else the pixel plan."""
     precision = kernel.conv.precision
-    if precision == bf16.BF16 and conv_pairs.eligible(kernel):
-        return conv_pairs.plan(kernel, vector_bits, threads)
+    if precision == bf16.BF16:
+        return bf16_plan(kernel, vector_bits, threads)
     m = conv_winograd.variant(kernel, winograd) if precision == bf16.FP32 else 0
     if m:
         return conv_winograd.plan(kernel, vector_bits, threads, m)
@@ -218,6 +233,22 @@ def choose_plan(kernel: Kernel, vector_bits: int, threads: int, winograd: int = 
         if efficiency > pixel_efficiency(kernel, pixel) * CHANNEL_PLAN_COST:
             return channel
     return pixel
+
+
+def bf16_plan(kernel: Kernel, vector_bits: int, threads: int):
+    """The bf16 pairs plan of a conv with constant weights (precision BF16: the target has
+    AVX512_BF16): the channel plan over pairs of input channels (conv_pairs.py), or the
+    im2col panel in pairs along K (a stem's few channels; too few products per output for
+    the channel plan; or a short K, up to MAX_PANEL_PAIRS_K: conv_panel_pairs.py); None where
+    neither takes it."""
+    c = kernel.conv
+    channel = conv_pairs.eligible(kernel)
+    wide = c.out_vars[1].extent // c.attrs.groups >= MIN_PANEL_PAIRS_CHANNELS
+    if not channel or wide and c.taps * c.cin_group <= MAX_PANEL_PAIRS_K:
+        pixel = pixel_plan(kernel, vector_bits, threads, packing=True, any_channels=wide)
+        if pixel.pairs:
+            return pixel
+    return conv_pairs.plan(kernel, vector_bits, threads) if channel else None
 
 
 def _image_bytes(kernel: Kernel) -> int:
@@ -242,9 +273,10 @@ def pixel_efficiency(kernel: Kernel, p: ConvPlan) -> float:
 
 
 def pixel_plan(kernel: Kernel, vector_bits: int, threads: int,
-               packing: bool = False) -> ConvPlan:
+               packing: bool = False, any_channels: bool = False) -> ConvPlan:
     """`packing`: for weights about to be prepacked, which decides the im2col variant (the
-    kernel's Conv.im2col records it)."""
+    kernel's Conv.im2col records it); `any_channels`: that variant for any number of input
+    channels whose panel fits (the bf16 pairs panel: `bf16_plan`), not only a stem's few."""
     c = kernel.conv
     n, o, oh, ow = _extents(c.out_vars)
     lanes = max(vector_bits // c.dtype.bits, 1)
@@ -258,7 +290,8 @@ def pixel_plan(kernel: Kernel, vector_bits: int, threads: int,
     # every channel block read the (strided, masked) input again; im2col packs it once
     tile = _choose_panel_tile(cout_g, n_vec, regs, c.taps * c.cin_group,
                               lanes * c.dtype.itemsize) \
-        if c.im2col or packing and groups == 1 and c.cin_group <= SHORT_CHANNEL_LOOP and \
+        if c.im2col or packing and groups == 1 and \
+        (c.cin_group <= SHORT_CHANNEL_LOOP or any_channels) and \
         c.strides(c.x, c.x_vars)[3] == 1 else None
     im2col = tile is not None
     streamed = o * oh * ow * c.dtype.itemsize > cache_sizes()[2] and \
@@ -268,7 +301,8 @@ def pixel_plan(kernel: Kernel, vector_bits: int, threads: int,
     n_tiles = -(-n_vec // nv)
     ocb = -(-cout_g // mr)
     blocks = groups * ocb
-    cc = _channels_per_pass(kernel, lanes, nv, flat)
+    # the im2col variant's panel holds all of K: no passes
+    cc = c.cin_group if im2col else _channels_per_pass(kernel, lanes, nv, flat)
     chunks = 1
     if threads > 1 and 0 < n * n_tiles < 4 * threads:        # too few items: split channels
         chunks = min(max(blocks, 1), -(-4 * threads // (n * n_tiles)))
@@ -354,6 +388,12 @@ def prepack(lowered, vector_bits: int, threads: int, winograd: int = 2) -> int:
         slot = c.w.buffer.slot
         if loads[slot] != 1:
             continue
+        if c.precision == bf16.BF16 and bf16_plan(kernel, vector_bits, threads) is None:
+            # no bf16 kernel takes it (too few products per output): float32 is exact, and
+            # faster than rounding its inputs as read. Measured (AMD Zen 4, 1 thread, with
+            # batch norm and relu6, ms, rounded / float32): MobileNetV2's 1x1 16->96 at
+            # 112x112 1.00 / 0.56, 32->16 at 112 0.25 / 0.18, 24->144 at 56 0.39 / 0.33
+            kernel.conv = c = replace(c, precision=bf16.FP32)
         p = choose_plan(kernel, vector_bits, threads, winograd)
         index = const_bufs.index(c.w.buffer)
         dense = _dense_weights(lowered.consts[index].array, c.w, c.w_vars)
@@ -361,8 +401,6 @@ def prepack(lowered, vector_bits: int, threads: int, winograd: int = 2) -> int:
         transformed = isinstance(p, WinogradPlan)
         pairs = not transformed and p.pairs
         precision = c.precision
-        if precision == bf16.BF16 and not pairs:
-            precision = bf16.BF16_EMULATED
         if precision == bf16.BF16_EMULATED:
             dense = bf16.rounded(dense)
         dtype = dt.int32 if pairs else c.w.buffer.dtype
@@ -450,7 +488,7 @@ class ConvEmitter(ConvKernelEmitter):
                 u.opaque(b, v) for v in (self.kh, self.kw, self.cin_g, p.mr, p.cc))
             self.n_nv = u.opaque(b, p.nv)
             self.n_k = u.opaque(b, self.c.taps * self.cin_g)
-        # (the im2col variant's few channels never take passes: cc is at least 8)
+        # (the im2col variant never takes passes: its panel holds all of K)
         if self.cin_g <= SHORT_CHANNEL_LOOP and not self.passes:
             self.n_ci = u.I64(self.cin_g)     # unrolled: a stem's 3 channels per tap
         per_image = p.n_tiles * p.chunks

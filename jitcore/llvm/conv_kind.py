@@ -13,9 +13,9 @@ from .conv_winograd import WinogradConvEmitter, WinogradPlan
 from .registry import KindEntry, plan_items, register
 
 # the report of a conv on bf16-rounded operands (matmul_precision="bf16" without a pairs
-# plan: no AVX512_BF16, weights not prepacked, or too few input channels: conv_pairs.eligible)
+# plan: no AVX512_BF16, or weights not constant, hence not prepacked)
 EMULATED_CONV = ("; bf16-rounded operands, float32 FMA (the slower fallback: no AVX512_BF16 "
-                 "here, or a conv the bf16 pairs plans do not take)")
+                 "here, or weights not constant)")
 
 
 def report(kernel: Kernel) -> tuple:
