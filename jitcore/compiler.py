@@ -29,7 +29,7 @@ from .cache import disk as diskcache
 from .cache import outputs as output_cache
 from .cache.fingerprint import host_caches
 from .cache.lru import LRU
-from .llvm import bf16, conv, engine, gemm, graph_module
+from .llvm import bf16, conv, engine, gemm, gemv_pack, graph_module
 from .llvm import entry as abi
 from .llvm.entry import NDARRAY_TYPE_SYMBOL
 from .llvm.graph_module import build_module
@@ -152,7 +152,7 @@ class CompiledGraph:
         self.graph, self._lowered, self.target = graph, lowered, target
         self._llvm_ir, self.library, self.seconds = llvm_ir, library, seconds
         self.source = source
-        self.prepacked_bytes = 0          # constant GEMM/conv weights packed at compile time
+        self.prepacked_bytes = 0          # constant GEMM/GEMV/conv weights packed at compile time
         # the code lives as long as self.library; whoever calls these addresses holds self
         self.entry_address = library.addresses[entry_name]
         # the native fast call (llvm/entry.py emit_fastcall), for graphs it handles, else None
@@ -378,6 +378,7 @@ class _Job:
         packed = 0
         if self.prepack:     # in place in `lowered`: the kernels read the packed constants
             packed += gemm.prepack(lowered, target.vector_bits, threads)
+            packed += gemv_pack.prepack(lowered, target.vector_bits, threads)
             packed += conv.prepack(lowered, target.vector_bits, threads,
                                    config.get().winograd)
         return lowered, packed, t1 - t0, time.perf_counter() - t1

@@ -25,7 +25,7 @@ def explain(compiled, extents: tuple = (), paths: tuple = ()) -> str:
     lines.append(f"memory: {sum(k.bytes for k in kernels)} bytes moved (lower bound), "
                  f"{sum(k.flops for k in kernels)} flops{at}")
     if compiled.prepacked_bytes:
-        lines.append(f"weights: {compiled.prepacked_bytes} bytes of constant GEMM/conv weights "
+        lines.append(f"weights: {compiled.prepacked_bytes} bytes of constant GEMM/GEMV/conv weights "
                      f"prepacked into panels at compile time (extra memory)")
     for label, path in zip(("call path", "call path with out="), paths):
         lines.append(f"{label}: {path}")

@@ -157,7 +157,8 @@ class Gemm:
     k: Var
     batch: tuple         # the batch variables, outermost first
     dtype: DType
-    prepacked: bool = False   # b's buffer holds the packed panels (see jitcore/llvm/gemm.py)
+    prepacked: bool = False   # b's buffer holds the packed panels (see jitcore/llvm/gemm.py);
+    #                           a gemv's matrix operand (a or b) its panels (llvm/gemv_pack.py)
     # how the products compute (the matmul precision policy, jitcore/llvm/bf16.py): "fp32",
     # "bf16" (operands in bf16 pairs, vdpbf16ps) or "bf16-emulated" (bf16-rounded operands,
     # float32 FMA); float32 accumulation always

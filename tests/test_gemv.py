@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 import jitcore as jc
-from helpers import F32, F64, I32, TOL, assert_close, f64, make, reduction_tol, rng_for
+from helpers import (F32, F64, I32, TOL, assert_close, f64, make, reduction_tol, rng_for,
+                     runnable_levels)
 
 SIZES = [1, 17, 1003]          # tails at 4, 8 and 16 lanes (1000 had none at 4 or 8)
 
@@ -247,19 +248,86 @@ def test_one_and_two_threads_give_the_same_bits(shapes):
     assert_close(one, two, F32, exact=True)
 
 
-@pytest.mark.parametrize("dtype", [F32, F64], ids=str)
-def test_constant_weights_are_read_in_place(dtype):
-    """A GEMV reads its matrix once: constants= are not prepacked (nothing to gain)."""
-    W = make((65, 1000), dtype, rng=rng_for("const-gemv", str(dtype)), low=-1, high=1)
-    x = make((65,), dtype, rng=rng_for("const-x", str(dtype)), low=-1, high=1)
-    f = jc.jit(lambda x, W: jc.relu(x @ W), constants={"W": W})
-    assert_close(f(x), np.maximum(f64(x) @ f64(W), 0.0), dtype, **tol(dtype, x, W, post=True))
-    assert kinds(f, x) == ["gemv"]
-    assert "prepacked" not in f.explain(x)
-    g = jc.jit(lambda v, W: W.T @ v, constants={"W": W})
-    v = make((65,), dtype, rng=rng_for("const-v", str(dtype)), low=-1, high=1)
-    assert_close(g(v), f64(W).T @ f64(v), dtype, **tol(dtype, W.T, v))
-    assert kinds(g, v) == ["gemv"]
+# ---- constant matrices: prepacked panels (jitcore/llvm/gemv_pack.py) --------------------------
+
+LEVELS = runnable_levels()
+# the constant matrix's product, by layout: (function of the vector and W, W's shape and the
+# vector's for (outputs N, inner K)); W is bound with constants=
+CONST_LAYOUTS = {
+    "x@W": (lambda x, W: x @ W, lambda n, k: ((k, n), (1, k))),
+    "x@W.T": (lambda x, W: x @ W.T, lambda n, k: ((n, k), (k,))),
+    "W@v": (lambda v, W: W @ v, lambda n, k: ((n, k), (k,))),
+    "W.T@v": (lambda v, W: W.T @ v, lambda n, k: ((k, n), (k, 1))),
+    "batched(B,1,K)@W": (lambda x, W: x @ W, lambda n, k: ((k, n), (3, 1, k))),
+}
+# (N, K): outputs below a vector, a panel's second vector partly filled (33 at 16 lanes), many
+# panels with a tail; K odd (the accumulator pairs), past one chunk of 128 k's and not whole
+CONST_SIZES = [(1, 1), (33, 129), (1003, 300)]
+
+
+def const_gemv(fn, W, **opts):
+    return jc.jit(lambda x: fn(x, W), **opts)
+
+
+@pytest.mark.parametrize("layout", list(CONST_LAYOUTS))
+@pytest.mark.parametrize("level", LEVELS)
+def test_constant_matrices_are_prepacked_into_panels(level, layout):
+    """A constant matrix is packed once at compile time (explain() says so) and read as
+    panels; values as numpy's float64 at every level, float32 and (native) float64."""
+    fn, shapes = CONST_LAYOUTS[layout]
+    for dtype in (F32, F64) if level == "native" else (F32,):
+        for n, k in CONST_SIZES:
+            w_shape, x_shape = shapes(n, k)
+            W, x = pair(w_shape, x_shape, dtype, layout)
+            f = const_gemv(fn, W, target=level)
+            got = f(x)
+            ref = fn(f64(x), f64(W))
+            assert_close(got, ref, dtype, **tol(dtype, x, W, k=k), msg=f"{level} {n}x{k}")
+            assert kinds(f, x) == ["gemv"]
+            # (one output: a dot product, whose matrix operand may be the vector)
+            assert n == 1 or "prepacked" in f.explain(x)
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_constant_matrix_epilogue_empty_nan_and_inf(level):
+    """The epilogue on each vector of a panel's outputs; K = 0 (the bias alone) and N = 0;
+    NaN and infinities in the constant and in the vector reach the outputs they touch."""
+    rng = rng_for("const-epilogue", level)
+    W, c = make((70, 33), F32, rng=rng, low=-1, high=1), make((33,), F32, rng=rng)
+    x = make((70,), F32, rng=rng, low=-1, high=1)
+    got = const_gemv(lambda x, W: jc.relu(x @ W + c), W, target=level)(x)
+    assert_close(got, np.maximum(f64(x) @ f64(W) + c, 0.0), F32, **tol(F32, x, W, post=True))
+    for w_shape, x_shape in (((0, 5), (0,)), ((9, 0), (9,))):
+        f = const_gemv(lambda x, W: jc.relu(x @ W) + 1.0, np.ones(w_shape, F32), target=level)
+        assert_close(f(np.ones(x_shape, F32)), np.ones(w_shape[1]), F32, exact=True)
+    W[3, 5] = np.nan                     # output 5 NaN
+    W[7, 1], W[7, 2] = np.inf, -np.inf   # outputs 1 and 2 infinite
+    f = const_gemv(lambda x, W: x @ W, W, target=level)
+    with np.errstate(invalid="ignore"):
+        ref = f64(x) @ f64(W)
+    got = f(x)
+    assert_close(np.isnan(got), np.isnan(ref), exact=True)
+    assert_close(np.where(np.isnan(ref), 0, got), np.where(np.isnan(ref), 0, ref), F32,
+                 **tol(F32, x, np.nan_to_num(W, posinf=1, neginf=1)))
+    x[-1] = np.inf                       # every output inf or NaN
+    with np.errstate(invalid="ignore"):
+        ref = f64(x) @ f64(W)
+    got = f(x)
+    assert_close(np.isnan(got), np.isnan(ref), exact=True)
+    assert np.array_equal(got[~np.isnan(ref)], ref[~np.isnan(ref)])
+
+
+def test_constant_matrix_long_k_and_threads():
+    """K = 100,000 within 2 sqrt(K) eps of float64 (relative to sum |x_k W_kn|: the panels
+    sum chunks of 128 k's, then the chunks); 1 and 2 threads give the same bits."""
+    W, x = pair((100_000, 3), (100_000,), F32, "const-long")
+    got = const_gemv(lambda x, W: x @ W, W)(x)
+    err = np.max(np.abs(got - f64(x) @ f64(W)) / (np.abs(f64(x)) @ np.abs(f64(W))))
+    assert err <= 2 * np.sqrt(100_000) * np.finfo(F32).eps, err
+    W, x = pair((300, 3000), (300,), F32, "const-threads")
+    one = const_gemv(lambda x, W: x @ W, W, num_threads=1)(x)
+    two = const_gemv(lambda x, W: x @ W, W, num_threads=2)(x)
+    assert_close(one, two, F32, exact=True)
 
 
 @pytest.mark.parametrize("fn, shapes", [(av, ((40, 70), (70,))), (av, ((70,), (70, 40)))],

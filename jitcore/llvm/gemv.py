@@ -22,6 +22,14 @@ the axis along which Mat is contiguous:
 Mat strided along both axes runs the rows shape with element-wise loads (correct, slower); so
 does a strided x in the rows shape.
 
+- "panels" (Mat a constant, prepacked by gemv_pack.py into [panel][k][P]): a work item is one
+  panel of P = PANEL_VECTORS vectors of outputs; per k, one broadcast of x[k] and P/lanes
+  contiguous loads feed P/lanes x K_ACCS vector accumulators (k alternating between the
+  K_ACCS), so the matrix streams once, in memory order, with no horizontal sums. The sum
+  runs in two levels: each chunk of CHUNK k's into the accumulators, summed in a fixed tree
+  and added to the panel's totals (an error bound of about CHUNK / K_ACCS + K / CHUNK
+  roundings, below the columns shape's K / STEP for K > 256).
+
 Under matmul_precision="bf16" (jitcore/llvm/bf16.py: precision "bf16-emulated") both
 operands are rounded to bf16 as they are loaded, and the products accumulate in float32.
 
@@ -47,6 +55,9 @@ GROUP = 4                  # rows: rows that share each load of x
 UNROLL = 2                 # rows: vector accumulators per row
 STEP = 8                   # columns: rows of Mat per pass over the block, summed pairwise
                            # (8: float32 errors as OpenBLAS's, 4 measured 1-3x larger)
+PANEL_VECTORS = 2          # panels: vectors of outputs per panel (4 measured no faster)
+K_ACCS = 2                 # panels: accumulators per vector of outputs, k alternating
+CHUNK = 128                # panels: k's summed in registers before the totals take them
 COLUMN_BLOCK_BYTES = 8 * 1024   # columns: the outputs one item accumulates (in L1)
 MIN_COLUMN_BLOCK = 256     # columns: no narrower block (short rows defeat the prefetchers)...
                            # ...unless the threads need more items than that gives
@@ -74,7 +85,10 @@ def operands(g) -> tuple:
 
 
 def layout(g) -> str:
-    """"columns" when Mat is contiguous along the outputs (and not along k), else "rows"."""
+    """"panels" when Mat is prepacked (gemv_pack.py); "columns" when it is contiguous along
+    the outputs (and not along k); else "rows"."""
+    if g.prepacked:
+        return "panels"
     mat, _, i, _ = operands(g)
     if mat.offset.coeff(g.k) == 1:
         return "rows"
@@ -92,6 +106,8 @@ def plan(kernel, vector_bits: int, threads: int) -> GemvPlan:
     shape = layout(g)
     if shape == "rows":
         block = lanes
+    elif shape == "panels":
+        block = lanes * max(min(PANEL_VECTORS, -(-outputs // lanes)), 1)
     else:
         widest = max(COLUMN_BLOCK_BYTES // size // lanes * lanes, lanes)
         split = -(-2 * threads // batch) if threads > 1 and batch else 1
@@ -127,10 +143,8 @@ class GemvEmitter(EpilogueEmitter):
                 flat = b.sdiv(flat, u.I64(v.extent))
             lo = b.mul(blk, u.I64(p.block))
             count = u.imin(b, u.I64(p.block), b.sub(u.I64(self.i.extent), lo))
-            if p.layout == "rows":
-                self.rows_item(lo, count)
-            else:
-                self.columns_item(lo, count)
+            {"rows": self.rows_item, "panels": self.panels_item,
+             "columns": self.columns_item}[p.layout](lo, count)
 
     # -- element access -----------------------------------------------------------------------
     def pointer(self, load, k, i=None):
@@ -220,6 +234,63 @@ class GemvEmitter(EpilogueEmitter):
                     vecs[len(vecs) // 2 * 2:]
             totals.append(u.reduce_lanes(b, vecs[0], b.fadd))
         return totals
+
+    # -- panels: prepacked -------------------------------------------------------------------------
+    def panels_item(self, lo, count):
+        """Outputs lo .. lo+count (count <= block): their panel, packed[lo / block][k][c],
+        read front to back; each vector of totals finished by the epilogue."""
+        b, p = self.b, self.p
+        vectors = p.block // p.lanes
+        extent = self.g.k.extent
+        mat = self.base_ptr(self.mat.buffer)
+        panel = b.mul(lo, u.I64(extent))             # the panel's first element
+        totals = [u.alloca_once(b, self.vty, name=f"total{r}") for r in range(vectors)]
+        accs = [[u.alloca_once(b, self.vty, name=f"acc{r}_{a}") for a in range(K_ACCS)]
+                for r in range(vectors)]
+        for t in totals:
+            b.store(u.const(self.vty, 0), t)
+
+        def step(kk, a):
+            x = u.splat(b, self.operand(b.load(self.pointer(self.x, kk))), p.lanes)
+            row = b.add(panel, b.mul(kk, u.I64(p.block)))
+            for r in range(vectors):
+                ptr = b.gep(mat, [b.add(row, u.I64(r * p.lanes))])
+                w = b.load(b.bitcast(ptr, self.vty.as_pointer()), align=1)
+                acc = accs[r][a]
+                b.store(u.intrinsic(b, "fmuladd", [w, x, b.load(acc)]), acc)
+
+        def chunk(k0, n: int):
+            """k0 .. k0+n into zeroed accumulators, then their tree into the totals."""
+            for row in accs:
+                for acc in row:
+                    b.store(u.const(self.vty, 0), acc)
+            paired = n // K_ACCS * K_ACCS
+            with u.for_range(b, k0, b.add(k0, u.I64(paired)), K_ACCS, name="kp",
+                             unroll=False) as kk:
+                for a in range(K_ACCS):
+                    step(b.add(kk, u.I64(a)), a)
+            for j in range(paired, n):
+                step(b.add(k0, u.I64(j)), 0)
+            for row, total in zip(accs, totals):
+                vecs = [b.load(acc) for acc in row]
+                while len(vecs) > 1:                 # fixed tree: deterministic
+                    vecs = [b.fadd(x, y) for x, y in zip(vecs[::2], vecs[1::2])] + \
+                        vecs[len(vecs) // 2 * 2:]
+                b.store(b.fadd(b.load(total), vecs[0]), total)
+
+        whole = extent // CHUNK * CHUNK
+        with u.for_range(b, u.I64(0), u.I64(whole), CHUNK, name="kchunk", unroll=False) as k0:
+            chunk(k0, CHUNK)
+        if whole < extent:
+            chunk(u.I64(whole), extent - whole)
+        for r, total in enumerate(totals):
+            left = b.sub(count, u.I64(r * p.lanes))
+            self.env[self.i] = b.add(lo, u.I64(r * p.lanes))
+            if r == 0:                               # (an item has at least one output)
+                self.finish(b.load(total), u.imin(b, left, u.I64(p.lanes)))
+                continue
+            with b.if_then(b.icmp_signed(">", left, u.I64(0))):
+                self.finish(b.load(total), u.imin(b, left, u.I64(p.lanes)))
 
     # -- columns: axpy ----------------------------------------------------------------------------
     def columns_item(self, lo, count):
