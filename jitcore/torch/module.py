@@ -167,11 +167,15 @@ class CompiledModule:
         if sig == program.signature or sig == self._last_signature:
             return program, flat
         if self.dynamic:                   # a new shape: an export that admits it, or a new one
-            program = self._programs.get(tuple(map(str, sig))) or next(
+            # (the current one first: a decode step's cache length is new at every call, and
+            # the signature's text for the lookup by it costs more than the check)
+            program = (program if program.accepts(sig) else None) or \
+                self._programs.get(tuple(map(str, sig))) or next(
                 (p for p in self._programs.values() if p.accepts(sig)), None) or \
                 self._build(args)
+            same = program is self._program
             self._program, self._last_signature = program, sig
-            return program, self._flat(args, program)
+            return program, flat if same else self._flat(args, program)
         for k, (got, want) in enumerate(zip(sig, program.signature)):
             if got != want:
                 err = DTypeError if got and want and got[1] != want[1] else ShapeError
