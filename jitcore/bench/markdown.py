@@ -6,7 +6,8 @@ one of the memory-bound workloads' GB/s as % of the copy bandwidth, one of the m
 convolution workloads' GFLOP/s as % of the fp32 FMA peak (roofline.py), and one of first calls
 (cold / warm where the run measured cold ones, else warm only). A model run (`bench
 --models`): per thread count and batch, latency with the speedup over eager, first calls
-(labelled alike), and the error against eager with jitcore's fallback nodes."""
+(labelled alike), and the error against eager with jitcore's fallback nodes. A generation run
+(`bench --generate`): generate_suite's tables."""
 from __future__ import annotations
 
 import json
@@ -29,9 +30,12 @@ def _time(c: dict, base: dict, unit: str) -> str:
 
 
 def tables(data: dict) -> str:
-    """The markdown of a saved kernel-suite or model run, its caption first."""
+    """The markdown of a saved kernel-suite, model or generation run, its caption first."""
     if "models" in data:
         return model_tables(data)
+    if "tokens" in data:                       # bench --generate
+        from .generate_suite import tables as generation_tables
+        return generation_tables(data)
     lines, names = [f"Measured on {caption(data)}."], list(data["workloads"])
     for threads in sorted({r["threads"] for r in data["runs"]}):
         at = {r["system"]: r for r in data["runs"] if r["threads"] == threads}
