@@ -3,9 +3,10 @@
 State machine (one process-wide pool, all state in the module's globals):
   - workers are created lazily, once, by the first parallel region that needs them;
   - a region publishes a job (kernel, bufs, extent, fine chunks: ~CHUNKS_PER_THREAD per
-    thread, none under the kernel's grain) and its cursor (generation << 32 | chunk 0), then
-    writes the generation into the `go` word of each worker it wants; such a worker claims
-    chunks of that generation by compare-and-swap on the cursor until none are left;
+    thread, none under the kernel's grain), its chunk count (generation << 32 | count) and
+    its cursor (generation << 32 | chunk 0), then writes the generation into the `go` word
+    of each worker it wants; such a worker claims chunks of that generation by
+    compare-and-swap on the cursor until none are left;
   - the caller claims chunks too, then waits only until every chunk is finished (`job_done`):
     never for a worker as such. A worker the OS has not run yet (its core busy with another
     process) simply finds nothing left to claim, so a region costs at most one chunk of delay
@@ -53,9 +54,10 @@ class PoolModule:
             g("busy", I32)
         self.gen = g("gen", I32)
         # the running region: its chunks are claimed from `job_cursor` = (region generation
-        # << 32) | next chunk index, by compare-and-swap, so a claim can only ever take a
+        # << 32) | next chunk index, by compare-and-swap, below `job_limit` = (generation
+        # << 32) | chunk count; both carry the generation, so a claim can only ever take a
         # chunk of the region it was woken for; `job_done` counts finished chunks
-        self.job_cursor, self.job_nchunks = g("job_cursor", I64), g("job_nchunks", I64)
+        self.job_cursor, self.job_limit = g("job_cursor", I64), g("job_limit", I64)
         self.job_done, self.caller_asleep = g("job_done", I32), g("caller_asleep", I32)
         self.go = g("go", ir.ArrayType(I32, MAX_WORKERS))          # per worker: job to run
         self.asleep = g("asleep", ir.ArrayType(I32, MAX_WORKERS))  # per worker: in futex wait
@@ -167,9 +169,16 @@ class PoolModule:
         b.branch(loop)
         b.position_at_end(loop)
         cur = b.load_atomic(self.job_cursor, "acquire", 8)
-        nchunks = b.load_atomic(self.job_nchunks, "monotonic", 8)
+        # the count must be this region's too: the next region stores its count before its
+        # cursor, so a late thread may read the old cursor (all claimed) with the new,
+        # larger count; claiming on that would run a chunk of the new region twice and
+        # count it twice in `job_done`, and its caller would wait forever for a count it
+        # has passed
+        limit = b.load_atomic(self.job_limit, "monotonic", 8)
+        nchunks = b.and_(limit, I64(0xFFFFFFFF))
         index = b.and_(cur, I64(0xFFFFFFFF))
-        ours = b.and_(b.icmp_unsigned("==", b.lshr(cur, I64(32)), gen),
+        ours = b.and_(b.and_(b.icmp_unsigned("==", b.lshr(cur, I64(32)), gen),
+                             b.icmp_unsigned("==", b.lshr(limit, I64(32)), gen)),
                       b.icmp_signed("<", index, nchunks))
         b.cbranch(ours, claim, done)
         b.position_at_end(claim)
@@ -293,8 +302,9 @@ class PoolModule:
         for gv, v in ((self.job_fn, kernel), (self.job_bufs, bufs), (self.job_extent, extent),
                       (self.job_chunk, chunk), (self.job_done, I32(0))):
             b.store(v, gv)
-        b.store_atomic(nchunks, self.job_nchunks, "monotonic", 8)
-        b.store_atomic(b.shl(b.zext(gen, I64), I64(32)), self.job_cursor, "release", 8)
+        tag = b.shl(b.zext(gen, I64), I64(32))
+        b.store_atomic(b.or_(tag, nchunks), self.job_limit, "monotonic", 8)
+        b.store_atomic(tag, self.job_cursor, "release", 8)
         self.wake(b, parts, gen)
         b.call(run_chunks, [gen])
         self._wait_for_chunks(b, b.trunc(nchunks, I32))
