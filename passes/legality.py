@@ -131,11 +131,14 @@ CHECKS = (
 
 def _pool_bad_load(kernel: Kernel) -> bool:
     """Lanes need every load to be a broadcast, a contiguous run, or (a source read along
-    a contiguous input row) a run of stride*lanes elements of which every stride-th is used."""
+    a contiguous input row) a run of stride*lanes elements of which every stride-th is used,
+    and every gather's index to be the same for all lanes (the output columns and their taps'
+    input columns)."""
     p = kernel.pool
     return any(ld.offset.coeff(p.iw) not in (0, 1) or ld.offset.coeff(p.col) not in (0, 1)
                for ld in kernel.loads()) or \
-        any(s.offset.coeff(p.col) != 1 for s in kernel.stores)
+        any(s.offset.coeff(p.col) != 1 for s in kernel.stores) or \
+        any(varies(g.index, p.iw) or varies(g.index, p.col) for g in _gathers(kernel))
 
 
 def _pool_lanes(kernel: Kernel, lanes: int) -> int:

@@ -262,6 +262,27 @@ def test_fusion_around_pools():
                  atol=0)
 
 
+@pytest.mark.parametrize("kind", ["max", "avg"])
+@pytest.mark.parametrize("axis", [1, 2, 3])
+def test_pool_of_a_gather(kind, axis):
+    """A take (or an index computed at run time) read per tap: each tap reads the gathered
+    element, the index's value included (the pool's loads once read a gather at its other
+    axes' offset alone: every output of a take over the channels was the first channel's).
+    A take along the batch, channel or row axis is the same for every lane of a vector (a
+    vectorized pool, 64 columns); one along the columns is read per output column (scalar);
+    negative indices count from the end; one out of range raises."""
+    rng = rng_for("pool-take", axis)
+    x = rng.standard_normal((2, 3, 9, 64)).astype(F32)
+    idx = np.array([2, 0, -1, 1, 1] if axis != 3 else [5, 0, 63, -2, 7, 7])
+    kw = dict(kernel=3, stride=2, padding=1) if kind == "max" else dict(kernel=2)
+    f = jc.jit(lambda a: _call(kind, np.take(a, idx, axis=axis), kw))
+    _check(f(x), np.take(x, idx, axis=axis), kind, F32, f"take axis {axis}", **kw)
+    with pytest.raises(IndexError):
+        bad = idx.copy()
+        bad[1] = x.shape[axis]
+        jc.jit(lambda a: _call(kind, np.take(a, bad, axis=axis), kw))(x)
+
+
 @pytest.mark.parametrize("dtype", FLOATS, ids=dtype_id)
 def test_threads_bitwise(dtype):
     """Rows split over the pool: 1 and 2 threads give the same bits."""

@@ -21,7 +21,7 @@ from llvmlite import ir
 
 from jitcore.ir.dtypes import bool_ as dt_bool
 from jitcore.ir.ops import Op
-from jitcore.passes.kernel import Acc, Kernel, Kind, Load, walk
+from jitcore.passes.kernel import Acc, Gather, Kernel, Kind, Load, walk
 
 from . import irutil as u
 from .codegen import KernelEmitter
@@ -60,9 +60,17 @@ class PoolEmitter(KernelEmitter):
 
     # -- expressions ----------------------------------------------------------------------------
     def _load(self, node: Load, lanes: int):
-        """A load at the env's coordinates; with lanes, consecutive output columns per lane."""
+        """A load at the env's coordinates; with lanes, consecutive output columns per lane.
+        A gather adds its checked index (legality vectorizes only gathers whose index is
+        the same for every lane: it is read once, as a scalar)."""
         b, p = self.b, self.pool
-        ptr = b.gep(self.base_ptr(node.buffer), [self.index(node.offset)])
+        if isinstance(node, Gather):
+            at = self.checked_index(node, self.value(node.index, 1, {}, load=self._load))
+            if at is None:                       # an empty gathered axis: nothing to read
+                return u.const(u.value_type(node.dtype, lanes), 0)
+        else:
+            at = self.index(node.offset)
+        ptr = b.gep(self.base_ptr(node.buffer), [at])
         elem = u.memory_type(node.dtype)
         step = node.offset.coeff(p.iw) * (p.cols.stride or 0) + node.offset.coeff(p.col) \
             if lanes > 1 else 0
