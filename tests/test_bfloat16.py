@@ -453,6 +453,21 @@ def test_take_concat_cumsum_transpose():
                       msg="cumsum")
 
 
+@pytest.mark.parametrize("fill", [0.0, 1.5, -np.inf])
+def test_constant_padding(fill):
+    """np.pad with a constant (and a product after it): the padding is a bf16 constant
+    stored as it is, its bits (it was emitted as a float literal into an i16 store, which
+    LLVM rejected: a CompileError for any constant padding of a bf16 array)."""
+    x = make((5, 37), F32, rng=rng_for("bf16-pad")).astype(BF16)
+    widths = ((1, 0), (2, 3))
+    want = np.pad(x, widths, constant_values=fill)
+    got = jc.jit(lambda v: np.pad(v, widths, constant_values=fill))(x)
+    assert got.dtype == BF16 and np.array_equal(got.view(np.uint16), want.view(np.uint16))
+    got = jc.jit(lambda v: np.pad(v, 1, constant_values=fill) * 2)(x)
+    want = np.pad(x, 1, constant_values=fill) * 2
+    assert got.dtype == BF16 and np.array_equal(got.view(np.uint16), want.view(np.uint16))
+
+
 def test_pooling():
     x, x64 = bf16_input(make((2, 3, 17, 19), F32, rng=rng_for("bf16-pool")))
     got = jc.jit(lambda v: jc.max_pool2d(v, 3, stride=2))(x)

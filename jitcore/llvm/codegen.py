@@ -11,6 +11,7 @@ kernel a module of its own and adds the graph's run function.
 """
 from __future__ import annotations
 
+import numpy as np
 from llvmlite import ir
 
 from jitcore.ir.ops import info
@@ -20,6 +21,7 @@ from jitcore.passes.legality import varies
 from jitcore.passes.symbolic import Div, Lin, Var, monomial
 from jitcore.runtime import kernel_type
 
+from . import bf16
 from . import irutil as u
 from .opemit import emit
 from .streaming import store_fence, store_nontemporal, streamed_slots
@@ -40,6 +42,14 @@ def _may_run(lo, hi, step: int) -> bool:
 def compute_cost(value) -> int:
     """A rough instruction count of one evaluation of an expression."""
     return sum(info(n.op).cost for n in walk([value]) if isinstance(n, Compute))
+
+
+def const_value(node: Const):
+    """The value of an ir.Constant for a Const node: a bfloat16 constant (one that simplify
+    folded from a cast, a pad's fill stored as it is) is its bits, as bf16 values are."""
+    if node.dtype.name != "bfloat16":
+        return node.value
+    return int(bf16.bits(np.array([node.value], np.float32))[0])
 
 
 class KernelEmitter:
@@ -190,7 +200,7 @@ class KernelEmitter:
             elif isinstance(node, Extent):       # (a Const to the passes)
                 out = u.splat(self.b, self.extent(node.value), lanes)
             elif isinstance(node, Const):
-                out = u.const(u.value_type(node.dtype, lanes), node.value)
+                out = u.const(u.value_type(node.dtype, lanes), const_value(node))
             else:
                 args = [memo[id(s)] for s in node.src]
                 in_dtype = node.src[-1].dtype if node.src else node.dtype
