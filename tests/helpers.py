@@ -142,7 +142,8 @@ def assert_close(got, ref, dtype=None, *, rtol=None, atol=None, scale=None, exac
     dtype: numpy's result dtype for the operation; the documented deviations (DTYPE_DEVIATIONS)
            are applied, then got.dtype must equal it. None: the dtype is not checked (values are
            compared in ref's dtype kind).
-    Floats: NaN == NaN, infinities must match in sign, else |got - ref| <= atol + rtol*|ref|
+    Floats (ml_dtypes bfloat16 too): NaN == NaN, infinities must match in sign, else
+    |got - ref| <= atol + rtol*|ref|
     with TOL[dtype] unless rtol/atol are given (atol may be an array broadcast against ref:
     a bound per element); exact=True requires equality.
     scale: the magnitude of the terms each output is computed from (broadcast against ref),
@@ -159,7 +160,7 @@ def assert_close(got, ref, dtype=None, *, rtol=None, atol=None, scale=None, exac
     kind_dtype = got.dtype
     if got.size == 0:
         return
-    if kind_dtype.kind != "f":
+    if kind_dtype.kind != "f" and kind_dtype.name != "bfloat16":   # (ml_dtypes': kind "V")
         g = got.astype(np.int64) if kind_dtype.kind in "iub" else got
         r = ref
         if r.dtype.kind == "f":
@@ -216,7 +217,7 @@ def _fail(what, got, ref, bad):
     g, r = got.reshape(-1), np.asarray(ref).reshape(-1)
     for i in flat[:6]:
         lines.append(f"  at {_fmt_index(i, got.shape)}: got {g[i]!r}, expected {r[i]!r}")
-    if got.dtype.kind == "f":
+    if got.dtype.kind == "f" or got.dtype.name == "bfloat16":
         with np.errstate(all="ignore"):
             err = np.abs(g.astype(np.float64) - r.astype(np.float64))
             fin = np.isfinite(err)

@@ -43,6 +43,7 @@ VALUE_MODULES = frozenset({
     "test_reduction_accuracy", "test_arg_reductions", "test_gemm", "test_gemv", "test_conv",
     "test_depthwise", "test_pooling", "test_gather_join", "test_vecmath_jit", "test_row_norms",
     "test_random_graphs", "test_broadcast_views", "test_composite_accuracy", "test_bfloat16",
+    "test_random_bf16", "test_random_winograd",
 })
 DEFAULT_LEVELS = "x86-64-v3,x86-64-v2"
 # the share of the value tests copied, for all levels together: each level of a run takes an

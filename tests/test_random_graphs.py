@@ -35,6 +35,8 @@ from jitcore import config
 from jitcore.llvm import work
 from helpers import (BOOL, F32, F64, TOL, U8, ULP, assert_close, ref_conv2d,
                      saturating_astype)
+from jitcore.llvm import conv_winograd as winograd
+from test_conv_winograd import winograd_magnitude, winograd_tol
 from test_pooling import out_size, ref_adaptive, ref_pool
 
 DIMS = [1, 2, 3, 5, 7, 16, 17]
@@ -284,6 +286,28 @@ def step_inputs(step) -> tuple:
     return (step[1] if kind not in ("scalar", "scalar_arg") else step[2],)
 
 
+def live_values(program) -> set:
+    """The values the program's outputs read, through any number of steps."""
+    first, live = len(program.input_shapes), set(program.outputs)
+    for k in range(first + len(program.steps) - 1, first - 1, -1):
+        if k in live:
+            live |= set(step_inputs(program.steps[k - first]))
+    return live
+
+
+def returning(*kinds):
+    """A function of a program that adds the result of each of its steps of `kinds` (fork
+    steps by the step they run) to its outputs: steps the random steps after them leave
+    unread would be dead code."""
+    def add_outputs(program):
+        first = len(program.input_shapes)
+        picked = [k for k, step in enumerate(program.steps, start=first)
+                  if (step[1] if step[0] == "fork" else step)[0] in kinds]
+        program.outputs += [k for k in picked if k not in program.outputs]
+        return program
+    return add_outputs
+
+
 def apply_step(step, vals, reference=False, scalars=None):
     """One step on numpy arrays or tracers. `reference`: the float64 run of a float program
     (a cast to float32 only rounds; the values stay float64). `scalars`: the jitted
@@ -340,7 +364,7 @@ def apply_step(step, vals, reference=False, scalars=None):
         return np.cumsum(v, axis=step[2])
     if kind == "astype":
         target = np.dtype(step[2])
-        if reference and _is_np(v) and target.kind == "f":
+        if reference and _is_np(v) and (target.kind == "f" or target.name == "bfloat16"):
             return v.astype(target).astype(np.float64)
         if _is_np(v) and v.dtype.kind == "f" and target.kind in "iu":
             return saturating_astype(v, target)      # numpy's own cast is undefined there
@@ -382,7 +406,7 @@ def pool_step(step, v):
     return out[0].astype(v.dtype)
 def conv_weight(step) -> np.ndarray:
     """The constant weight of a conv step: multiples of 1/8 (exact in float32 and float64)."""
-    _, _, seed, wshape, _ = step
+    seed, wshape = step[2:4]
     return np.random.default_rng(seed).integers(-8, 9, wshape) / 8.0
 
 
@@ -396,6 +420,19 @@ def conv_batch_norm(step):
             rng.integers(-4, 5, c) / 4, rng.integers(-4, 5, c) / 4)
 
 
+def folded_conv(step) -> tuple:
+    """(weights, shift or None) of a conv step in float64, its batch norm folded in (as
+    jitcore folds it, passes/fold_batch_norm.py, before rounding to the conv's dtype). A step
+    with a 6th element, a function, computes from that function of those weights (the
+    operands a kernel rounds: bf16)."""
+    w, bn, shift = conv_weight(step), conv_batch_norm(step), None
+    if bn is not None:                         # (x - mean) * scale + beta, folded
+        mean, var, gamma, beta = bn
+        scale = gamma / np.sqrt(var + 1e-5)
+        w, shift = w * scale[:, None, None, None], beta - mean * scale
+    return (step[5](w) if len(step) > 5 else w), shift
+
+
 def _conv(step, v, absolute=False, bias=True):
     """conv2d of a value (then a batch norm with constant arrays, which jitcore folds into
     the weights): numpy's float64 reference on arrays, jc.conv2d on tracers. absolute: with
@@ -407,11 +444,7 @@ def _conv(step, v, absolute=False, bias=True):
     if not _is_np(v):
         y = jc.conv2d(v, w.astype(v.dtype), **opts)
         return y if bn is None else jc.batch_norm(y, *(a.astype(v.dtype) for a in bn))
-    shift = None
-    if bn is not None:                         # (x - mean) * scale + beta, folded
-        mean, var, gamma, beta = bn
-        scale = gamma / np.sqrt(var + 1e-5)
-        w, shift = w * scale[:, None, None, None], beta - mean * scale
+    w, shift = folded_conv(step)
     if absolute:
         w, shift = np.abs(w), None if shift is None else np.abs(shift)
     # float64 sums, in the value's dtype (as torch would give it)
@@ -842,17 +875,47 @@ def image_shapes(draw):
             return s
 
 
+@dataclass(frozen=True)
+class Opening:
+    """How a program starts: the strategy of its first input's shape, and a function
+    (draw, builder) that adds its first steps."""
+    shape: st.SearchStrategy
+    steps: object
+
+
+def _conv_opening(draw, b):
+    """A conv of the image (of its zero padding, half the time)."""
+    base = b.shape[0]
+    if draw(st.booleans()):         # a zero padding of the spatial axes, which the conv absorbs
+        widths = ((0, 0),) * (len(base) - 2) + tuple(
+            (draw(st.integers(0, 2)), draw(st.integers(0, 2))) for _ in range(2))
+        padded = [d + lo + hi for d, (lo, hi) in zip(base, widths)]
+        if _size(padded) <= MAX_SIZE:
+            b.add(("pad", 0, widths, "constant", 0))
+    step = _draw_conv(draw, b)
+    if step is not None:
+        b.add(step)
+
+
+# the programs' kinds: (unary, binary, reduce ops, input and cast dtypes, Python scalars)
+KINDS = {
+    "float": (UNARY, BINARY, REDUCE, [F32, F64], [0.5, -1.25, 2.0, 3]),
+    "float32": (UNARY, BINARY, REDUCE, [F32], [0.5, -1.25, 2.0, 3]),
+    "int": (INT_UNARY, INT_BINARY, INT_REDUCE, [I32, I64, U8], [1, 2, -3]),
+}
+
+
 @st.composite
-def programs(draw, kind="float", conv_first=False):
-    """Random programs of `kind`; with `conv_first` (float), the first input is an image and
-    the first steps a conv of it (of its zero padding, half the time)."""
-    unary_ops, binary_ops, reduce_ops, dtypes, scalars = {
-        "float": (UNARY, BINARY, REDUCE, [F32, F64], [0.5, -1.25, 2.0, 3]),
-        "int": (INT_UNARY, INT_BINARY, INT_REDUCE, [I32, I64, U8], [1, 2, -3]),
-    }[kind]
-    floats = kind == "float"   # matmuls and float casts; integer matmul computes in float64
+def programs(draw, kind="float", conv_first=False, opening=None):
+    """Random programs of `kind` ("float", "float32": float32 inputs and casts only, or
+    "int"); with `conv_first` (float), the first input is an image and the first steps a
+    conv of it; an `opening` (Opening) draws the first input's shape and the first steps."""
+    unary_ops, binary_ops, reduce_ops, dtypes, scalars = KINDS[kind]
+    floats = kind != "int"     # matmuls and float casts; integer matmul computes in float64
                                # (a documented deviation from numpy's integer result)
-    base = draw(image_shapes() if conv_first else shapes())
+    if conv_first:
+        opening = Opening(image_shapes(), _conv_opening)
+    base = draw(opening.shape if opening else shapes())
     n_in = draw(st.integers(1, 3))
     in_shapes = [base] + [_broadcast_variant(draw, base) if draw(st.booleans()) else base
                           for _ in range(n_in - 1)]
@@ -864,16 +927,8 @@ def programs(draw, kind="float", conv_first=False):
         in_shapes.append(_broadcast_variant(draw, base) if draw(st.booleans()) else base)
         in_dtypes.append(draw(st.sampled_from([F32, F64])))
     b = _Builder(Program(in_shapes, in_dtypes, seed=draw(st.integers(0, 2**31 - 1))), floats)
-    if conv_first:
-        if draw(st.booleans()):     # a zero padding of the spatial axes, which the conv absorbs
-            widths = ((0, 0),) * (len(base) - 2) + tuple(
-                (draw(st.integers(0, 2)), draw(st.integers(0, 2))) for _ in range(2))
-            padded = [d + lo + hi for d, (lo, hi) in zip(base, widths)]
-            if _size(padded) <= MAX_SIZE:
-                b.add(("pad", 0, widths, "constant", 0))
-        step = _draw_conv(draw, b)
-        if step is not None:
-            b.add(step)
+    if opening:
+        opening.steps(draw, b)
     scalar_ops = SCALAR_OPS if floats else SCALAR_OPS + BITWISE
     choices = ["unary", "unary", "binary", "binary", "scalar", "view", "view", "reduce",
                "reductions", "fork", "join"] + (
@@ -1003,9 +1058,31 @@ def _rounding_terms(step, vals, out):
             taps = math.prod(opts["kernel"])
         return pool_step(step, np.abs(vals[step[1]])) * taps
     if kind == "conv":                               # sum|terms|, times sqrt(terms)
-        return _conv(step, np.abs(vals[step[1]]), absolute=True) * \
-            math.sqrt(conv_weight(step)[0].size)
+        v = np.abs(vals[step[1]])
+        return np.maximum(_conv(step, v, absolute=True) * math.sqrt(conv_weight(step)[0].size),
+                          _winograd_terms(step, v))
     return np.abs(out)                               # astype: one rounding
+
+
+def _winograd_terms(step, v):
+    """The rounding terms of a conv that may take Winograd (3x3, stride 1, one group, at
+    least MIN_CHANNELS channels each way; its dtype and tile count decide at compile time):
+    gamma(C_in + 2 alpha + 4) times the transformed magnitudes (test_conv_winograd.py's
+    bound) of each tile size JITCORE_WINOGRAD allows, in units of ROUNDING_ULP ulp; 0 for
+    other convs."""
+    cout, cin, kh, kw = step[3]
+    opts = dict(step[4])
+    sizes = [m for m in winograd.VARIANTS if m <= config.get().winograd]
+    if (kh, kw) != (3, 3) or opts["stride"] != 1 or opts["dilation"] != 1 or \
+            opts["groups"] != 1 or min(cin, cout) < winograd.MIN_CHANNELS or not sizes:
+        return 0.0
+    w, shift = folded_conv(step)
+    x = v if v.ndim == 4 else v[None]
+    terms = np.maximum.reduce([winograd_magnitude(x, np.abs(w), opts["padding"], m) *
+                               winograd_tol(cin, m) for m in sizes])
+    if shift is not None:
+        terms = terms + np.abs(shift)[:, None, None] * winograd_tol(cin, 2)
+    return terms / (ROUNDING_ULP * ULP[F32])
 
 
 def _moved(step, vals, errs, out, i):
@@ -1056,7 +1133,26 @@ def _propagated(step, vals, errs, out):
     return sum(_moved(step, vals, errs, out, i) for i in refs)
 
 
-def error_bounds(program, inputs, ulp):
+class Numerics:
+    """How jitcore computes a program, for the reference and its bounds: as written (this
+    class), or with some steps' operands rounded first (`operands`, e.g. bf16 matmuls) and
+    some results rounded on store (`stored`, e.g. bf16 values)."""
+
+    def operands(self, k: int, step, vals: dict, errs: dict) -> tuple:
+        """(step, values, error bounds) step k computes from: as written by default (a conv
+        step may come back with a function of its weights, see folded_conv)."""
+        return step, vals, errs
+
+    def stored(self, k: int, out: np.ndarray, err: np.ndarray) -> np.ndarray:
+        """Step k's error from storing its result `out` (err: its error before): none."""
+        return np.zeros(out.shape)
+
+    def compared(self, ref: np.ndarray, err: np.ndarray, dtype) -> np.ndarray:
+        """The bound on an output of `dtype` against the reference rounded to it: err."""
+        return err
+
+
+def error_bounds(program, inputs, ulp, numerics=Numerics()):
     """(float64 reference outputs, absolute error bound per output element) of a float
     program on float64 copies of its inputs; ulp: the spacing at 1 of its least precise
     dtype."""
@@ -1064,19 +1160,26 @@ def error_bounds(program, inputs, ulp):
     errs = {i: np.zeros(x.shape) for i, x in enumerate(inputs)}
     for k, step in enumerate(program.steps, start=len(inputs)):
         inner = step[1] if step[0] == "fork" else step
+        inner, read, read_errs = numerics.operands(k, inner, vals, errs)
         with quiet_numpy():
-            out = np.asarray(apply_step(inner, vals, True))
+            out = np.asarray(apply_step(inner, read, True))
             err = np.zeros(out.shape)
             if out.dtype.kind == "f":
-                err = _propagated(inner, vals, errs, out) + ROUNDING_ULP * ulp * np.broadcast_to(
-                    _rounding_terms(inner, vals, out), out.shape)
+                err = _propagated(inner, read, read_errs, out) + ROUNDING_ULP * ulp * \
+                    np.broadcast_to(_rounding_terms(inner, read, out), out.shape)
+                err = err + numerics.stored(k, out, err)
         vals[k], errs[k] = out, np.where(np.isnan(err), np.inf, err)
     return ([vals[i] for i in program.outputs], [errs[i] for i in program.outputs])
 
 
 def _float32_anywhere(program) -> bool:
-    return F32 in program.input_dtypes or any(
-        st_[0] == "astype" and np.dtype(st_[2]) == F32 for st_ in program.steps)
+    """Whether the program computes in float32 anywhere (bfloat16 values do too)."""
+    return any(_computes_in_float32(d) for d in program.input_dtypes) or any(
+        st_[0] == "astype" and _computes_in_float32(st_[2]) for st_ in program.steps)
+
+
+def _computes_in_float32(dtype) -> bool:
+    return np.dtype(dtype) == F32 or np.dtype(dtype).name == "bfloat16"
 
 
 def jitted(program, **options):
@@ -1090,9 +1193,10 @@ def call_args(program, inputs) -> list:
     return [*inputs, *program.scalar_args]
 
 
-def _jit_and_run(program, inputs):
-    """Jit the program and run it; a failure names the program and shows jitcore's graph."""
-    f = jitted(program)
+def _jit_and_run(program, inputs, **options):
+    """Jit the program (with jit `options`) and run it; a failure names the program and
+    shows jitcore's graph."""
+    f = jitted(program, **options)
     try:
         got = f(*call_args(program, inputs))
     except Exception as e:
@@ -1111,21 +1215,35 @@ def _jit_and_run(program, inputs):
                                  HealthCheck.filter_too_much])
 @given(programs())
 def test_random_programs_match_numpy(program):
+    check_program(program)
+
+
+def program_inputs(program) -> list:
+    """Normal values (times 2) of the program's input shapes and dtypes, seeded by it."""
     rng = np.random.default_rng(program.seed)
-    inputs = [(rng.standard_normal(s) * 2.0).astype(d)
-              for s, d in zip(program.input_shapes, program.input_dtypes)]
+    return [(rng.standard_normal(s) * 2.0).astype(d)
+            for s, d in zip(program.input_shapes, program.input_dtypes)]
+
+
+def check_program(program, numerics=Numerics(), inputs=None, dtypes=None, **options):
+    """Jit a float program (with `options`), run it on `inputs` (default: program_inputs)
+    and hold each output to its float64 reference within the error bound of `numerics`, and
+    to `dtypes` (default: numpy's on the same inputs); returns the jitted function."""
+    inputs = program_inputs(program) if inputs is None else inputs
     least = F32 if _float32_anywhere(program) else F64
-    refs, bounds = error_bounds(program, inputs, ULP[least])
-    with quiet_numpy():
-        typed = run(program, inputs)            # numpy on the original dtypes: the result dtypes
-    f, got = _jit_and_run(program, inputs)
-    for k, (g, r, t, e) in enumerate(zip(got, refs, typed, bounds)):
+    refs, bounds = error_bounds(program, inputs, ULP[least], numerics)
+    if dtypes is None:
+        with quiet_numpy():                 # numpy on the original dtypes: the result dtypes
+            dtypes = [np.asarray(t).dtype for t in run(program, inputs)]
+    f, got = _jit_and_run(program, inputs, **options)
+    for k, (g, r, t, e) in enumerate(zip(got, refs, dtypes, bounds)):
         try:
-            assert_close(g, r, np.asarray(t).dtype, rtol=0.0, atol=TOL[least][1] + e,
+            assert_close(g, r, t, rtol=0.0, atol=TOL[least][1] + numerics.compared(r, e, t),
                          msg=f"output {k}")
         except AssertionError as e:
             graph = _graph_text(f, call_args(program, inputs))
             raise AssertionError(f"{e}\nprogram:\n{program}\ngraph:\n{graph}") from None
+    return f
 
 
 @settings(max_examples=40, deadline=None, database=None,
