@@ -626,8 +626,11 @@ def _choose_order(kernel: Kernel) -> list:
 
 
 # a float sum whose vector loop is a parallel one adds this many values or more in sequence
-# per lane: too many for float32 (relative error up to n * 2**-24); see _pairwise_instead
-VERTICAL_CHAIN_LIMIT = 1 << 12
+# per lane: more than a row sum's lane adds in sequence (a pairwise block of 512 float32 over
+# two vector accumulators: 16), so a value repeated along the row (167 units of float32
+# roundoff at 1000 copies, 637 at 4000; numpy's pairwise sum: 3) is summed as a row; see
+# _pairwise_instead
+VERTICAL_CHAIN_LIMIT = 1 << 5
 
 
 def _static_extent(var: Var) -> int | None:

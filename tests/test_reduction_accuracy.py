@@ -345,7 +345,9 @@ def test_transposed_inputs_are_cut_along_their_outermost_axis_in_memory(shape, t
 # vector lane (-4% at 2**30 elements, +22% at 2**32). Broadcast views cost no memory, so the
 # tests go beyond 2**31 elements; the reference n * value is exact in float64.
 SCALAR_BROADCASTS = [((1024, 1 << 20), 0.1), ((1 << 16, 1 << 16), 1.5), ((3, 1 << 25), 0.1),
-                     (((1 << 24) + 3,), 0.1), ((5, 1 << 13, 1 << 13), 0.7)]
+                     (((1 << 24) + 3,), 0.1), ((5, 1 << 13, 1 << 13), 0.7),
+                     # split in partials of chains shorter than 4096 (637 units at 1000003)
+                     ((65_536,), 0.1), ((300_000,), 0.1), ((1_000_003,), 0.1)]
 
 
 @pytest.mark.parametrize("shape,value", SCALAR_BROADCASTS, ids=str)
@@ -360,7 +362,10 @@ def test_full_sums_of_a_broadcast_scalar_are_pairwise_accurate(shape, value, cal
 
 
 @pytest.mark.parametrize("shape,axis", [((8, 1 << 19), 1), ((1 << 19, 8), 0),
-                                        ((1 << 11, 1 << 11, 4), (0, 1)), ((4, 1 << 19, 2), 1)])
+                                        ((1 << 11, 1 << 11, 4), (0, 1)), ((4, 1 << 19, 2), 1),
+                                        # short chains (167 units at 1000)
+                                        ((4, 1000), 1), ((1000, 5), 0), ((40, 40, 3), (0, 1)),
+                                        ((3, 4000, 2), 1), ((64, 16), 0)])
 def test_axis_sums_of_values_broadcast_along_the_axis_are_pairwise_accurate(shape, axis):
     """Each output sums one value repeated along the reduced axes: a vertical kernel would add
     it in sequence in its lane; the broadcast axis is summed pairwise instead."""
