@@ -10,6 +10,8 @@ its transformed magnitudes (test_conv_winograd.py); a conv the kind must take Wi
 is checked to have taken it."""
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -73,13 +75,17 @@ def winograd_opening(draw, b):
 
 def takes_winograd(program) -> bool:
     """Whether some conv an output reads has what Winograd needs (float32 is given): at
-    least MIN_CHANNELS channels each way and MIN_TILES F(2x2) tiles, and JITCORE_WINOGRAD
-    allows it."""
+    least MIN_CHANNELS channels each way and MIN_TILES F(2x2) tiles, weights of its own
+    (equal constants are one buffer, and conv.prepack packs only a weight one kernel reads:
+    convs that share theirs stay direct), and JITCORE_WINOGRAD allows it."""
     if not config.get().winograd:
         return False
     live = rg.live_values(program)
+    convs = [(k, step) for k, step in enumerate(program.steps, start=len(program.input_shapes))
+             if step[0] == "conv" and k in live]
+    weights = Counter((step[2], step[3], dict(step[4])["bn"]) for _, step in convs)
     for k, (step, vals, _) in enumerate(rg.walk(program), start=len(program.input_shapes)):
-        if step[0] != "conv" or k not in live:
+        if (k, step) not in convs or weights[step[2], step[3], dict(step[4])["bn"]] > 1:
             continue
         cout, cin = step[3][:2]
         n, _, h, w = (1,) * (4 - vals[step[1]].ndim) + vals[step[1]].shape
