@@ -1,11 +1,12 @@
 """Random programs in bf16 (test_random_graphs.py's programs, two ways):
 
-- matmul_precision="bf16": the float32 matmuls (GEMM and GEMV) and convolutions (all but
-  depthwise ones) compute from operands rounded to bf16, summing in float32 (the vdpbf16ps
+- matmul_precision="bf16": the float32 matmuls (GEMM and GEMV) and the convolutions a bf16
+  kernel takes compute from operands rounded to bf16, summing in float32 (the vdpbf16ps
   kernels: jitcore/llvm/gemm_bf16.py, conv_pairs.py, conv_panel_pairs.py where the target
-  has AVX512_BF16, the float32 kernels on rounded operands elsewhere). The float64
-  reference rounds the same operands (a conv's weights after its batch norm is folded in, in
-  float32, as jitcore folds them) and computes in float64; every other step as written. An
+  has AVX512_BF16, the float32 kernels on rounded operands elsewhere; a conv no bf16 kernel
+  takes computes in float32, so a conv is held to either result). The float64 reference
+  rounds the same operands (a conv's weights after its batch norm is folded in, in float32,
+  as jitcore folds them) and computes in float64; every other step as written. An
   operand jitcore computes exactly (an input, a view of one) rounds to the same bf16 value,
   so only float32 accumulation separates the two; an operand within e of the reference
   rounds to a bf16 value between those of the reference -e and +e (`rounded_bound`).
@@ -60,26 +61,43 @@ def depthwise(step) -> bool:
 
 
 class Bf16Products(rg.Numerics):
-    """matmul_precision="bf16": the steps that are float32 matmuls or non-depthwise float32
-    convs compute from bf16-rounded operands."""
+    """matmul_precision="bf16": the steps that are float32 matmuls compute from bf16-rounded
+    operands; so do non-depthwise float32 convs, where a bf16 kernel takes them (the pairs
+    plans; the emulated one without AVX512_BF16), else they compute in float32 (conv.prepack:
+    too few products per output), so a conv's bound covers both results."""
 
     def __init__(self, program):
-        self.rounded = set()
+        self.matmuls, self.convs, self.either = set(), set(), {}
         for k, (step, vals, out) in enumerate(rg.walk(program), start=len(program.input_shapes)):
             inner = step[1] if step[0] == "fork" else step
-            if out.dtype == F32 and (inner[0] == "matmul" or
-                                     inner[0] == "conv" and not depthwise(inner)):
-                self.rounded.add(k)
+            if out.dtype == F32 and inner[0] == "matmul":
+                self.matmuls.add(k)
+            elif out.dtype == F32 and inner[0] == "conv" and not depthwise(inner):
+                self.convs.add(k)
+
+    @property
+    def rounded(self) -> set:
+        """The steps that may compute from rounded operands."""
+        return self.matmuls | self.convs
 
     def operands(self, k, step, vals, errs):
         if k not in self.rounded:
             return step, vals, errs
+        wide = (vals, errs)
         vals, errs = dict(vals), dict(errs)
         for i in set(rg.step_inputs(step)):
             vals[i], errs[i] = rounded(vals[i]), rounded_bound(vals[i], errs[i])
         if step[0] == "conv":        # the folded weights, rounded to float32, then to bf16
+            with rg.quiet_numpy():   # either result, and either operands' error
+                self.either[k] = np.abs(np.asarray(rg.apply_step(step + (rounded,), vals, True))
+                                        - np.asarray(rg.apply_step(step, wide[0], True)))
+            errs = {i: np.maximum(e, wide[1][i]) if i in step[1:2] else e
+                    for i, e in errs.items()}
             step = step + (rounded,)
         return step, vals, errs
+
+    def stored(self, k, out, err):
+        return self.either.pop(k, np.zeros(out.shape))
 
 
 @settings(SETTINGS, max_examples=40)
@@ -88,10 +106,10 @@ class Bf16Products(rg.Numerics):
 def test_random_programs_with_bf16_products_match_numpy(program):
     numerics = Bf16Products(program)
     f = rg.check_program(program, numerics, matmul_precision="bf16")
-    # the kernels that say they compute in bf16 are those of the rounded steps
+    # kernels say they compute in bf16 for rounded steps only, and always for matmuls
     kernels = f.kernels(*rg.call_args(program, rg.program_inputs(program)))
     said = any("bf16" in str(k) for k in kernels)
-    assert said or not numerics.rounded & rg.live_values(program) - empty_values(program), \
+    assert said or not numerics.matmuls & rg.live_values(program) - empty_values(program), \
         f"{program}\n{kernels}"
     assert numerics.rounded or not said, f"{program}\n{kernels}"
 
