@@ -1036,8 +1036,10 @@ def _rounding_terms(step, vals, out):
             x, y = vals[step[2]], vals[step[3]]
         else:
             x, y = vals[step[2]], step[3]
-        if step[1] in ("add", "sub", "logaddexp"):    # logaddexp cancels like a sum
+        if step[1] in ("add", "sub"):
             return np.abs(x) + np.abs(y)
+        if step[1] == "logaddexp":                   # cancels like a sum, and adds log 2 or
+            return np.abs(x) + np.abs(y) + np.abs(out)   # more: |out| can exceed |x| + |y|
         return np.abs(out)
     if kind == "reduce":
         v, op, axis, keepdims = vals[step[1]], *step[2:]
@@ -1130,6 +1132,10 @@ def _propagated(step, vals, errs, out):
             return 2 * d
         v = vals[step[2]]
         return 2 * d * (1 + np.abs(out)) / np.sqrt(v.var(axis=-1, keepdims=True) + 1.0)
+    if kind == "unary" and step[1] in ("sin", "cos"):   # not monotone: the input's bound
+        e = errs[step[2]]                            # may straddle an extremum, so Taylor:
+        slope = np.abs(np.cos(vals[step[2]]) if step[1] == "sin" else np.sin(vals[step[2]]))
+        return np.minimum(np.minimum(slope * e + e * e / 2, e), 2.0)   # |f'| e + e^2/2
     return sum(_moved(step, vals, errs, out, i) for i in refs)
 
 
