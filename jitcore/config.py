@@ -59,9 +59,10 @@ class Config:
     compile_workers: int | None = None
 
 
-def _int_env(name: str, default, allowed=None, minimum=None):
+def _int_env(name: str, default, allowed=None, minimum=None, default_text=None):
     """The integer in environment variable `name`; an unset one gives the default, and so
-    does a bad one, with a warning that says what was expected."""
+    does a bad one, with a warning that says what was expected (and `default_text`, what a
+    None default means)."""
     raw = os.environ.get(name, "").strip()
     if not raw:
         return default
@@ -74,10 +75,16 @@ def _int_env(name: str, default, allowed=None, minimum=None):
         expected = " | ".join(map(str, allowed)) if allowed else \
             f"an integer >= {minimum}" if minimum is not None else "an integer"
         warnings.warn(f"jitcore: ignoring {name}={raw!r} (expected {expected}); using the "
-                      f"default ({default if default is not None else 'the CPU maximum'})",
+                      f"default ({_describe(default, default_text)})",
                       RuntimeWarning, stacklevel=2)
         return default
     return value
+
+
+def _describe(default, default_text) -> str:
+    if default is not None:
+        return str(default)
+    return default_text or "the CPU maximum"
 
 
 def from_env() -> Config:
@@ -93,7 +100,8 @@ def from_env() -> Config:
                   winograd=_int_env("JITCORE_WINOGRAD", 2, allowed=(0, 2, 4)),
                   matmul_precision=_choice_env("JITCORE_MATMUL_PRECISION", "fp32",
                                                ("fp32", "bf16")),
-                  compile_workers=_int_env("JITCORE_COMPILE_WORKERS", None, minimum=0))
+                  compile_workers=_int_env("JITCORE_COMPILE_WORKERS", None, minimum=0,
+                                           default_text="one fewer than the usable CPUs"))
 
 
 def _choice_env(name: str, default: str, allowed: tuple) -> str:

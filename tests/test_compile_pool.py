@@ -115,3 +115,11 @@ def test_a_module_no_worker_can_build_raises_compile_error_here(monkeypatch):
     assert prebuilds.futures                  # the workers took them, and could not build
     with pytest.raises(CompileError, match="LLVM rejected the generated IR"):
         engine.compile_modules(modules, [], target, prebuilds=prebuilds)
+
+
+def test_the_setting_is_read_from_the_environment(monkeypatch):
+    monkeypatch.setenv("JITCORE_COMPILE_WORKERS", "2")
+    assert config.from_env().compile_workers == 2
+    monkeypatch.setenv("JITCORE_COMPILE_WORKERS", "-1")
+    with pytest.warns(RuntimeWarning, match="one fewer than the usable CPUs"):
+        assert config.from_env().compile_workers is None
