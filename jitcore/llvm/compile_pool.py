@@ -77,7 +77,7 @@ class _Worker:
         while True:
             task = tasks.get()
             if task is None:                  # the pool closed: the worker exits on EOF
-                self.process.stdin.close()
+                self._release()
                 return
             if not task.future.set_running_or_notify_cancel():
                 continue
@@ -88,8 +88,22 @@ class _Worker:
                 # the worker died: its caller builds this one, the other workers or the
                 # waiting thread (Pool.run_queued) the ones still queued
                 task.future.set_result(None)
+                self._release()
                 return
             task.future.set_result((*reply[1:], "worker") if reply[0] == "ok" else None)
+
+
+    def _release(self) -> None:
+        """Close the pipes (the worker exits on EOF, if it still runs) and reap it."""
+        for pipe in (self.process.stdin, self.process.stdout):
+            try:
+                pipe.close()
+            except OSError:
+                pass
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
 
 
 class Pool:
