@@ -438,16 +438,20 @@ def _build(job: _Job, lowered, whole, front_seconds: dict) -> tuple:
     t0 = time.perf_counter()
     # each kernel's module starts building (on the compile workers) as soon as its IR exists
     prebuilds = engine.Prebuilds(target, config.get().compile_workers)
-    code = job.generate(lowered, lambda k: prebuilds.add(
-        k.text, diskcache.Entry(k.text, target.key(), [k.symbol])))
+    kernel_entries = {}          # symbol -> its disk entry (keyed by a hash of its text)
+
+    def started(k):
+        if k.symbol not in kernel_entries:
+            kernel_entries[k.symbol] = diskcache.Entry(k.text, target.key(), [k.symbol])
+            prebuilds.add(k.text, kernel_entries[k.symbol])
+    code = job.generate(lowered, started)
     ir_seconds = time.perf_counter() - t0
     # the process-wide runtime (built by the first graph that needs it) is not this graph's
     # cost
     symbols = _runtime_symbols(code.graph_text)
     exports = [code.run_name, code.entry_name] + \
         ([code.fastcall_name] if code.fastcall_name else [])
-    modules = [(k.text, diskcache.Entry(k.text, target.key(), [k.symbol]))
-               for k in code.kernels]
+    modules = [(k.text, kernel_entries[k.symbol]) for k in code.kernels]
     modules.append((code.graph_text, diskcache.Entry(code.graph_text, target.key(), exports)))
     entries = [cache for _, cache in modules]
     perf_map = config.get().perf_map

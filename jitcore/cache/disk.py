@@ -3,8 +3,8 @@
 An entry holds the object code that LLVM emitted for one module and the module's optimized
 IR (for `f.llvm_ir()`), keyed by a SHA-256 of the generated IR text and
 `fingerprint(ENGINE, target)` (fingerprint.py: the target, the LLVM and llvmlite
-versions, jitcore's version and the source of jitcore/llvm/engine.py, the optimizer
-settings). The generated IR already encodes the graph, its layouts and its block sizes, so
+versions, jitcore's version and the source of jitcore/llvm/engine.py and machine_code.py,
+the optimizer settings). The generated IR already encodes the graph, its layouts and its block sizes, so
 equal keys mean equal code. jitcore/cache/__init__.py lists every cache layer and its key.
 
 Two kinds of entries skip IR generation as well: a kernel's generated IR (`KernelIR`, by the

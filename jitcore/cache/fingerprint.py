@@ -19,7 +19,9 @@ from ..version import VERSION
 
 # The modules and packages whose source decides what a layer's entries hold (packages
 # whole, subfolders included). Named, not imported: the fingerprint reads the files.
-ENGINE = ("jitcore.llvm.engine",)           # IR text -> machine code (optimizer settings)
+# IR text -> machine code: the optimizer's pipelines and the build of one module live in
+# machine_code (also what compile workers run), the linking in engine
+ENGINE = ("jitcore.llvm.engine", "jitcore.llvm.machine_code")
 BACKEND = ("jitcore.ir", "jitcore.passes", "jitcore.runtime", "jitcore.llvm")  # -> IR
 DRIVER = BACKEND + ("jitcore.compiler", "jitcore.cache.disk")   # a graph -> its manifest
 
