@@ -299,7 +299,7 @@ class Kind(StrEnum):
         """Its emitter reads extents at run time (jc.jit(dynamic=True)); the others are
         compiled per shape (passes/dynamic.py)."""
         return self in (Kind.POINTWISE, Kind.TILES, Kind.REDUCE_HORIZONTAL,
-                        Kind.REDUCE_VERTICAL, Kind.ROWS, Kind.GEMM)
+                        Kind.REDUCE_VERTICAL, Kind.ROWS, Kind.GEMM, Kind.GEMV)
 
     @property
     def ranges_inner_loop(self) -> bool:

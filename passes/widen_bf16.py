@@ -86,5 +86,5 @@ def note(graph: Graph) -> str | None:
                  "widened to float32 copies, float32 kernels)")
     if "matmul" in slow:
         text += (", except matmuls under matmul_precision='bf16' (their kernels below say "
-                 "vdpbf16ps: exact products of bfloat16 operands)")
+                 "how their bf16 operands multiply: vdpbf16ps where the CPU has AVX512_BF16)")
     return text

@@ -501,7 +501,12 @@ def test_matmul_and_conv_through_float32():
     # bf16 operands are exact in bf16
     fast = jc.jit(lambda p, q: p @ q, matmul_precision="bf16")
     assert_bf16_close(fast(a, b), a64 @ b64, msg="matmul_precision=bf16")
-    assert "bf16 operands" in fast.explain(a, b)
+    said = fast.explain(a, b)
+    assert "how their bf16 operands multiply" in said
+    if HAS_BF16_INSN:
+        assert "bf16 operands in pairs (vdpbf16ps)" in said
+    else:              # (Ice Lake, Zen 3: no AVX512_BF16)
+        assert "no AVX512_BF16 here: the slower fallback" in said
 
 
 def test_large_outputs_keep_their_dtype():

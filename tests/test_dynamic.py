@@ -14,7 +14,7 @@ import pytest
 
 import jitcore as jc
 from helpers import (F32, F64, assert_close, layer_norm_ref, make, reduction_tol, rng_for,
-                     softmax_ref)
+                     runnable_levels, softmax_ref)
 
 SIZES = [2, 5, 17, 100, 3, 1, 0]      # 0 and 1 last: they compile on their own
 STATIC_TOO = {17, 1}                  # sizes also run through the static code (a compile each)
@@ -791,3 +791,66 @@ def test_slices_below_every_run_time_extent_stay_dynamic():
         want = x[:, 0] + x[:, 1] * 2.0 + x[:, :2].sum(axis=1)
         assert_close(f(x), np.float64(want), F32, rtol=1e-6, atol=1e-6)
     assert compiles() - before == 1
+
+
+# ---- decode attention: matrix-vector products along a run-time cache length ----------------
+
+def decode_attention(q, k, v):
+    return jc.softmax(q @ jc.transpose(k, (0, 1, 3, 2)) * 0.25) @ v
+
+
+def decode_attention_ref(q, k, v):
+    return softmax_ref(q @ k.transpose(0, 1, 3, 2) * 0.25) @ v
+
+
+def decode_args(dtype):
+    def args(B, T):
+        rng = rng_for("decode", B, T, str(dtype))
+        return [make((B, 4, 1, 16), dtype, rng=rng), make((B, 4, T, 16), dtype, rng=rng),
+                make((B, 4, T, 16), dtype, rng=rng)]
+    return args
+
+
+DECODE_PAIRS = [(2, 3), (2, 16), (2, 17), (3, 33), (2, 100), (4, 5), (2, 64), (2, 1000)]
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_decode_attention_gemvs_one_compile_across_cache_lengths(dtype):
+    """One query row against a cache of T rows (q [B, 4, 1, 16], k and v [B, 4, T, 16]):
+    q @ k^T is the "rows" GEMV with T outputs, p @ v the "columns" one with K = T. Both read
+    the run-time T: one compile for every cache length (a decode step must not compile per
+    token). Caches stored transposed or [T, B, heads, dim], whose T numpy's shape classes
+    do not make run-time, run through torch.export's symbols in tests/test_torch_dynamic.py."""
+    args = decode_args(dtype)
+    rtol, atol = (1e-4, 1e-5) if dtype == F32 else (1e-11, 1e-12)
+    dyn = check_pairs(decode_attention, args, decode_attention_ref, dtype,
+                      pairs=DECODE_PAIRS + [(1, 9), (2, 1)], rtol=rtol, atol=atol)
+    kinds = [k.kind for k in dyn.kernels(*args(2, 9))]
+    assert kinds.count("gemv") == 2, kinds
+    assert "compiled per shape" not in dyn.explain(*args(2, 9))
+
+
+@pytest.mark.parametrize("level", runnable_levels())
+def test_run_time_gemvs_are_bitwise_the_static_code(level):
+    """q @ k^T (T outputs) and p @ v (K = T) with a run-time T and batch give the per-shape
+    compile's bits at every instruction-set level (their loops split K and the outputs at
+    run time as a static extent is split), and T past the vectors' and unrolling's
+    multiples."""
+    def scores(q, k):
+        return q @ jc.transpose(k, (0, 1, 3, 2))
+
+    def attention(q, k, v):        # (v's K = T comes from q and k: a [B, 4, 1, T] input's T,
+        return scores(q, k) * 0.25 @ v      # its last axis, is no run-time candidate)
+    for fn in (scores, attention):
+        dyn, static = jc.jit(fn, dynamic=True, target=level), jc.jit(fn, target=level)
+        before = compiles()
+        for B, T in [(2, 3), (3, 17), (2, 40), (2, 1000)]:
+            rng = rng_for("gemv-bits", level, fn.__name__, B, T)
+            args = [make((B, 4, 1, 16), F32, rng=rng), make((B, 4, T, 16), F32, rng=rng),
+                    make((B, 4, T, 16), F32, rng=rng)][:2 if fn is scores else 3]
+            got, want = dyn(*args), static(*args)
+            assert got.shape == want.shape and np.array_equal(got, want), (level, B, T)
+        assert compiles() - before <= 1 + 4, level        # (4: the static function's)
+        kinds = [k.kind for k in dyn.kernels(*args)]
+        assert kinds.count("gemv") == (1 if fn is scores else 2), kinds
+        assert "compiled per shape" not in dyn.explain(*args)

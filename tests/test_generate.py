@@ -52,6 +52,23 @@ def test_one_compile_generates_eager_tokens(model):
     assert err < 2e-6, err                                 # measured 2.3e-7 (eager: 2.4e-7)
 
 
+def test_multi_head_attention_decodes_with_one_compile():
+    """kv heads = query heads (GPT-2's, OPT's attention): the step's scores and weighted sum
+    are matrix-vector products along the run-time cache length; one compile serves every
+    token (it compiled per token, ~0.7 s each, before GEMVs read run-time extents)."""
+    lm = decoder.build(dict(decoder.TINY, num_key_value_heads=4))
+    prefill, step = decoder.Prefill(lm).eval(), decoder.Step(lm).eval()
+    cache = decoder.KVCache.empty(lm, 8)
+    cache.length = 8
+    compiled = jt.compile(step, torch.tensor([[3]]), torch.tensor([[8]]), *cache.prefix(),
+                          dynamic=True)
+    prompt = torch.tensor([[5, 9, 2]])
+    before = jc.cache_info()["compiles"]
+    got = decoder.generate(prefill, compiled, lm, prompt, 12)
+    assert jc.cache_info()["compiles"] == before
+    assert got.tokens == decoder.generate(prefill, step, lm, prompt, 12).tokens
+
+
 def test_cache_is_written_in_place_and_read_without_copies(model):
     lm, prefill, _, compiled = model
     cache = decoder.KVCache.empty(lm, 256)

@@ -142,3 +142,52 @@ def test_var_positional_forward_exports_with_dynamic_extents():
         xs = [torch.randn(T, 4) for _ in range(3)]
         torch.testing.assert_close(c(*xs), m(*xs))
     assert compiles() == before
+
+
+class DecodeAttention(torch.nn.Module):
+    """One new query row against a KV cache stored as `layout` (decoder.py's cache is
+    [T, B, heads, dim]; "bhdt" keeps k and v transposed), with a per-position bias [B, T, 1]
+    (ALiBi-like): the scores are a GEMV with T outputs, the weighted sum one with K = T, each
+    in the memory order the layout gives. (The bias makes a transposed cache's last axis T
+    run-time: jitcore/torch/part.py leaves a last axis static unless its symbol sizes
+    another kind of axis.)"""
+    ORDERS = {"tbhd": (1, 2, 0, 3), "bhdt": (0, 1, 3, 2), "bhtd": (0, 1, 2, 3)}
+
+    def __init__(self, layout):
+        super().__init__()
+        self.order = self.ORDERS[layout]
+
+    def forward(self, q, k, v, bias):      # q [B, H, 1, D]; k, v as stored; bias [B, T, 1]
+        k, v = k.permute(self.order), v.permute(self.order)
+        scores = q @ k.transpose(-1, -2) * 0.25 + bias.transpose(1, 2)[:, None]
+        return torch.softmax(scores, -1) @ v
+
+
+@pytest.mark.parametrize("layout", list(DecodeAttention.ORDERS))
+def test_decode_attention_compiles_once_for_every_cache_length(layout):
+    """Each cache layout's two GEMVs read the run-time T: one compile serves every cache
+    length (no compile per generated token), with the bits of a per-length compile and
+    eager's values (float64)."""
+    module = DecodeAttention(layout)
+    inverse = [DecodeAttention.ORDERS[layout].index(i) for i in range(4)]
+
+    def args(T, seed=0):
+        g = torch.Generator().manual_seed(T + seed)
+        q = torch.randn(2, 4, 1, 16, generator=g)
+        kv = [torch.randn(2, 4, T, 16, generator=g).permute(inverse).contiguous()
+              for _ in range(2)]
+        return q, *kv, torch.randn(2, T, 1, generator=g)
+    c = jt.compile(module, *args(8), dynamic=True)
+    before = compiles()
+    for T in LENGTHS + [100, 1000]:
+        a = args(T)
+        got = c(*a)
+        ref = module(*(x.double() for x in a))
+        assert float((got.double() - ref).norm() / ref.norm()) < 2e-6, (layout, T)
+        if T in (5, 33, 1000):           # the per-length compile's bits
+            assert torch.equal(got, jt.compile(module, *a)(*a)), (layout, T)
+        before += 1 if T in (5, 33, 1000) else 0
+    assert compiles() - before <= 1, (layout, compiles() - before)
+    text = c.explain()
+    assert text.count("(gemv)") >= 2 or text.count("gemv") >= 2, text[-3000:]
+    assert "compiled per shape" not in text

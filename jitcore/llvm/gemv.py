@@ -35,6 +35,13 @@ operands are rounded to bf16 as they are loaded, and the products accumulate in 
 
 Every output is computed by one work item, in an order that depends only on the shapes: the
 result is the same for any thread count (work is split over outputs, never over k).
+
+Run-time extents (jc.jit(dynamic=True): a decode step's attention, whose K or outputs are
+the cache length): K's loop bounds are computed from the call's extent, in the same order as
+at a static K, so the sums are bitwise those of a per-shape compile. A run-time output extent
+gives one work item per batch entry (heads run in parallel), which loops over its outputs a
+block at a time; the batch axes' extents may be run-time too. Panels (constant matrices)
+have static extents.
 """
 from __future__ import annotations
 
@@ -44,6 +51,7 @@ from dataclasses import dataclass
 from llvmlite import ir
 
 from jitcore.passes.kernel import Kind
+from jitcore.passes.symbolic import monomial
 
 from . import bf16
 from . import irutil as u
@@ -68,8 +76,9 @@ class GemvPlan:
     layout: str         # "rows" or "columns"
     lanes: int          # elements per vector
     block: int          # outputs per work item (a multiple of lanes)
-    blocks: int         # work items per batch entry
-    batch: int
+    blocks: int         # work items per batch entry (1 at a run-time output extent)
+    batch: int          # batch entries (c times run-time extents: jc.jit(dynamic=True))
+    run_time_outputs: bool = False   # each item loops over its entry's outputs by blocks
 
     @property
     def items(self) -> int:
@@ -104,13 +113,16 @@ def plan(kernel, vector_bits: int, threads: int) -> GemvPlan:
     batch = math.prod(v.extent for v in g.batch)
     outputs = g.out_var.extent
     shape = layout(g)
+    widest = max(COLUMN_BLOCK_BYTES // size // lanes * lanes, lanes)
+    if monomial(outputs) is not None:          # known at run time: one item per batch entry
+        return GemvPlan(shape, lanes, lanes if shape == "rows" else widest, 1, batch, True)
     if shape == "rows":
         block = lanes
     elif shape == "panels":
         block = lanes * max(min(PANEL_VECTORS, -(-outputs // lanes)), 1)
     else:
-        widest = max(COLUMN_BLOCK_BYTES // size // lanes * lanes, lanes)
-        split = -(-2 * threads // batch) if threads > 1 and batch else 1
+        static_batch = batch if monomial(batch) is None else 0
+        split = -(-2 * threads // static_batch) if threads > 1 and static_batch else 1
         block = max(-(-outputs // split), min(MIN_COLUMN_BLOCK, outputs), 1)
         block = min(-(-block // lanes) * lanes, widest)
     return GemvPlan(shape, lanes, block, -(-outputs // block), batch)
@@ -135,16 +147,30 @@ class GemvEmitter(EpilogueEmitter):
     def body(self):
         b, p, g = self.b, self.p, self.g
         self.env[self.other] = u.I64(0)
+        item = {"rows": self.rows_item, "panels": self.panels_item,
+                "columns": self.columns_item}[p.layout]
+        outputs = self.extent(self.i.extent)
         with u.for_range(b, self.start, self.stop, 1, name="item") as t:
             blocks = u.I64(max(p.blocks, 1))                 # (no item runs when 0)
             flat, blk = b.sdiv(t, blocks), b.srem(t, blocks)
             for v in reversed(g.batch):                       # the batch index, last fastest
-                self.env[v] = b.srem(flat, u.I64(v.extent))
-                flat = b.sdiv(flat, u.I64(v.extent))
-            lo = b.mul(blk, u.I64(p.block))
-            count = u.imin(b, u.I64(p.block), b.sub(u.I64(self.i.extent), lo))
-            {"rows": self.rows_item, "panels": self.panels_item,
-             "columns": self.columns_item}[p.layout](lo, count)
+                extent = self.extent(v.extent)
+                self.env[v] = b.srem(flat, extent)
+                flat = b.sdiv(flat, extent)
+            if p.run_time_outputs:
+                with u.for_range(b, u.I64(0), outputs, p.block, name="block",
+                                 partial=True) as lo:
+                    item(lo, u.imin(b, u.I64(p.block), b.sub(outputs, lo)))
+            else:
+                lo = b.mul(blk, u.I64(p.block))
+                item(lo, u.imin(b, u.I64(p.block), b.sub(outputs, lo)))
+
+    def floor_to(self, n: int, unit: int):
+        """The multiple of `unit` at or below extent n, as i64 (computed at run time where n
+        is a run-time extent)."""
+        if monomial(n) is None:
+            return u.I64(n // unit * unit)
+        return self.b.mul(self.b.sdiv(self.extent(n), u.I64(unit)), u.I64(unit))
 
     # -- element access -----------------------------------------------------------------------
     def pointer(self, load, k, i=None):
@@ -168,7 +194,8 @@ class GemvEmitter(EpilogueEmitter):
                 return b.load(ptr, align=1)
             return u.masked_load(b, ptr, u.lane_mask(b, count, p.lanes), self.vty)
         vec = u.const(self.vty, 0)
-        last = u.I64(max(k.extent - 1, 0))
+        last = u.I64(max(k.extent - 1, 0)) if monomial(k.extent) is None else \
+            b.sub(self.extent(k.extent), u.I64(1))     # (count given: K > 0)
         for c in range(p.lanes):       # element by element; past `count`, the last element
             kc = b.add(k0, u.I64(c))
             if count is not None:
@@ -216,16 +243,19 @@ class GemvEmitter(EpilogueEmitter):
                 acc = accs[r][a]
                 b.store(u.intrinsic(b, "fmuladd", [mv, xv, b.load(acc)]), acc)
 
-        extent = k.extent
-        unrolled = extent // (lanes * UNROLL) * lanes * UNROLL
-        whole = extent // lanes * lanes
-        with u.for_range(b, u.I64(0), u.I64(unrolled), lanes * UNROLL, name="ku") as k0:
+        extent = self.extent(k.extent)
+        unrolled = self.floor_to(k.extent, lanes * UNROLL)
+        whole = self.floor_to(k.extent, lanes)
+        with u.for_range(b, u.I64(0), unrolled, lanes * UNROLL, name="ku") as k0:
             for a in range(UNROLL):
                 step(b.add(k0, u.I64(a * lanes)), a)
-        with u.for_range(b, u.I64(unrolled), u.I64(whole), lanes, name="kv") as k0:
+        with u.for_range(b, unrolled, whole, lanes, name="kv") as k0:
             step(k0, 0)
-        if whole < extent:
-            step(u.I64(whole), UNROLL - 1, u.I64(extent - whole))
+        if monomial(k.extent) is not None:
+            with b.if_then(b.icmp_signed("<", whole, extent)):
+                step(whole, UNROLL - 1, b.sub(extent, whole))
+        elif k.extent % lanes:
+            step(whole, UNROLL - 1, u.I64(k.extent % lanes))
         totals = []
         for row in accs:
             vecs = [b.load(acc) for acc in row]
@@ -338,10 +368,10 @@ class GemvEmitter(EpilogueEmitter):
             with b.if_then(b.icmp_signed(">", tail, u.I64(0))):
                 update(whole, tail_mask)
 
-        stepped = k.extent // STEP * STEP
-        with u.for_range(b, u.I64(0), u.I64(stepped), STEP, name="kstep") as k0:
+        stepped = self.floor_to(k.extent, STEP)
+        with u.for_range(b, u.I64(0), stepped, STEP, name="kstep") as k0:
             rows_pass(k0, STEP)
-        with u.for_range(b, u.I64(stepped), u.I64(k.extent), 1, name="krest") as k0:
+        with u.for_range(b, stepped, self.extent(k.extent), 1, name="krest") as k0:
             rows_pass(k0, 1)
         with u.for_range(b, u.I64(0), nvec, 1, name="out") as v:
             self.env[self.i] = b.add(lo, b.mul(v, u.I64(lanes)))
