@@ -3,11 +3,10 @@ the vector width asked for, with the streaming-store threshold of JITCORE_STREAM
 and `jc.target_info()`."""
 from __future__ import annotations
 
-import functools
 import platform
 
 from . import config
-from .llvm.target import Target, cpu_brand, host_target, level_target
+from .llvm.target import Target, cpu_brand, full_rate_vector_bits, host_target, level_target
 
 
 def select_target(vector_width=None, target=None) -> Target:
@@ -24,7 +23,9 @@ def select_target(vector_width=None, target=None) -> Target:
 
 def target_info(vector_width=None, target=None) -> dict:
     """The target level in use, the CPU it names and the host's, the LLVM features enabled,
-    the chosen vector width in bits and the lanes per dtype."""
+    the chosen vector width in bits and the lanes per dtype; `full_rate_vector_bits`: the
+    widest vectors the host's cores run at full rate (llvm/target.py), which plans consult
+    where 512-bit ops cost double (Zen 4) or not (Intel's server cores)."""
     t = select_target(vector_width, target)
     enabled = sorted(f[1:] for f in t.features.split(",") if f.startswith("+"))
     return {
@@ -41,22 +42,6 @@ def target_info(vector_width=None, target=None) -> dict:
         "masked_tails": t.masked_tails,
         "lanes": {"float32": t.vector_bits // 32, "float64": t.vector_bits // 64},
         "stream_store_bytes": t.stream_bytes,
+        "full_rate_vector_bits": full_rate_vector_bits(),
     }
 
-
-# Intel server cores with two 512-bit FMA units (ports 0+1 fused, and port 5): a 512-bit
-# vector op costs what a 256-bit one does. Zen 4 splits a 512-bit op into two 256-bit halves
-# and client Ice/Tiger Lake have one 512-bit FMA unit, so there 256 bits run at full rate.
-# (Zen 5's full 512-bit datapath is not measured yet: it keeps the 256-bit choice.)
-WIDE_FMA_CPUS = frozenset({"skylake-avx512", "cascadelake", "cooperlake", "icelake-server",
-                           "sapphirerapids", "emeraldrapids", "graniterapids",
-                           "graniterapids-d", "diamondrapids"})
-
-
-@functools.lru_cache(maxsize=1)
-def full_rate_vector_bits() -> int:
-    """The widest vectors the host's cores execute at full rate (an op per FMA unit per
-    cycle): 512 on the CPUs of WIDE_FMA_CPUS, else 256. The one place where kernel plans
-    differ by CPU model rather than by ISA (the depthwise conv's vector width along rows);
-    code built for a CPU is cached under its name, so a plan never crosses machines."""
-    return 512 if host_target().cpu in WIDE_FMA_CPUS else 256

@@ -395,3 +395,16 @@ def test_full_rate_width_plans_agree_with_the_reference(full_rate, dtype, monkey
         tol = 1.2 * conv_tol(dtype, 9) * (mag + 1) * scale[:, None, None] + \
             16 * np.finfo(dtype).eps * (np.abs(want) + np.abs(y) + 1)
         assert np.all(np.abs(got - want) <= tol), float(np.abs(got - want).max())
+
+
+@pytest.mark.parametrize("cpu, bits", [("icelake-server", 512), ("sapphirerapids", 512),
+                                       ("znver4", 256), ("icelake-client", 256),
+                                       ("x86-64-v4", 256)])
+def test_full_rate_width_by_cpu_model(cpu, bits, monkeypatch):
+    """512-bit vectors run at full rate on Intel's server cores only; target_info says it."""
+    import dataclasses
+    from jitcore.llvm import target
+    host = target.host_target()
+    monkeypatch.setattr(target, "host_target", lambda: dataclasses.replace(host, cpu=cpu))
+    assert target.full_rate_vector_bits.__wrapped__() == bits
+    assert jc.target_info()["full_rate_vector_bits"] == target.full_rate_vector_bits()

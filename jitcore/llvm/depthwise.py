@@ -36,13 +36,13 @@ from dataclasses import dataclass
 from llvmlite import ir
 
 from jitcore.passes.kernel import Kernel, Kind
-from jitcore.targetinfo import full_rate_vector_bits
 
 from . import irutil as u
 from .conv_base import ConvKernelEmitter
 from .epilogue import short_epilogue
 from .gemm import cache_sizes
 from .registry import KindEntry, plan_items, register
+from .target import full_rate_vector_bits
 
 BUFFER_BYTES = cache_sizes()[1] // 2   # the stack buffer of one item's input rows
 MAX_TILE_FMAS = 1024      # unrolled FMAs of one register tile (code size)
@@ -76,7 +76,7 @@ def _extents(variables) -> tuple:
 def _lanes(ow: int, most: int, full_rate: int, least: int) -> int:
     """The vector width along output rows, from `most` lanes down to `least` (256 bits, or
     `most` if narrower): the least work per row, counting a vector narrower than
-    `full_rate` lanes (targetinfo.full_rate_vector_bits: 256 bits on Zen 4 and AVX2 cores,
+    `full_rate` lanes (target.full_rate_vector_bits: 256 bits on Zen 4 and AVX2 cores,
     512 on Intel's server cores) as a full-rate one; ties take the fewer lanes past the
     row's end, then the widest. Zen 4: a 56-wide row takes 7 vectors of 8 lanes rather than
     4 of 16 (measured 10% faster), a 7-wide row 8 lanes, a 28-wide row 16 (4 lanes were
