@@ -6,7 +6,7 @@ from __future__ import annotations
 import platform
 
 from . import config
-from .llvm.target import Target, cpu_brand, host_target, level_target
+from .llvm.target import Target, cpu_brand, full_rate_vector_bits, host_target, level_target
 
 
 def select_target(vector_width=None, target=None) -> Target:
@@ -23,7 +23,9 @@ def select_target(vector_width=None, target=None) -> Target:
 
 def target_info(vector_width=None, target=None) -> dict:
     """The target level in use, the CPU it names and the host's, the LLVM features enabled,
-    the chosen vector width in bits and the lanes per dtype."""
+    the chosen vector width in bits and the lanes per dtype; `full_rate_vector_bits`: the
+    widest vectors the host's cores run at full rate (llvm/target.py), which plans consult
+    where 512-bit ops cost double (Zen 4) or not (Intel's server cores)."""
     t = select_target(vector_width, target)
     enabled = sorted(f[1:] for f in t.features.split(",") if f.startswith("+"))
     return {
@@ -40,4 +42,6 @@ def target_info(vector_width=None, target=None) -> dict:
         "masked_tails": t.masked_tails,
         "lanes": {"float32": t.vector_bits // 32, "float64": t.vector_bits // 64},
         "stream_store_bytes": t.stream_bytes,
+        "full_rate_vector_bits": full_rate_vector_bits(),
     }
+

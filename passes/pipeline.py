@@ -13,6 +13,7 @@ from .fuse_rows import fuse_rows
 from .kernel import verify_kinds
 from .legality import check
 from .lower import LoweredGraph, lower
+from .pixel_convs import pixel_convs_as_matmuls
 from .simplify import simplify
 from .sink_concat import sink_into_concat
 from .split_reductions import split_reductions
@@ -30,7 +31,8 @@ def run_pipeline(graph: Graph, vector_bits: int, input_strides: dict | None = No
     dynamic.NotDynamic when the graph needs the value of one."""
     verify = verify_graph if verify_stages else _unchecked
     # stages: bfloat16 computed as float32 (stored as bfloat16), zero paddings read by
-    # convs into the convs, fold batch norms into constant convs and matmuls, decompose
+    # convs into the convs, fold batch norms into constant convs and matmuls, widening
+    # 1x1 convs of one pixel as matmuls, decompose
     # composites,
     # simplify (CSE, folding), move elementwise ops into the concatenations they read, split
     # big full reductions into
@@ -41,6 +43,7 @@ def run_pipeline(graph: Graph, vector_bits: int, input_strides: dict | None = No
     graph = verify(widen_bf16(graph))
     graph = verify(absorb_padding(graph))
     graph = verify(fold_batch_norm(graph))
+    graph = verify(pixel_convs_as_matmuls(graph))
     graph = verify(decompose(graph))
     graph = verify(simplify(graph))
     sunk = sink_into_concat(graph)

@@ -343,3 +343,68 @@ def test_large_outputs_stream_bit_for_bit(dtype, threads):
         np.testing.assert_array_equal(shifted, plain)
     ref, mag = ref_conv2d(x, w, b, padding=1, groups=5)
     assert_conv_close(plain, np.maximum(ref, 0), mag, dtype, 9)
+
+
+def test_lanes_along_rows_follow_the_full_rate_width():
+    """The vector width along output rows: 256-bit full rate (Zen 4, AVX2) packs a 56-wide
+    row into 7 vectors of 8, 512-bit full rate (Intel server cores) into 4 of 16; a 7-wide
+    row takes 8 lanes on both; never fewer than 256 bits' lanes where the target has them."""
+    from jitcore.llvm.depthwise import _lanes
+    zen = {ow: _lanes(ow, 16, 8, 8) for ow in (3, 7, 14, 28, 40, 56, 112)}
+    intel = {ow: _lanes(ow, 16, 16, 8) for ow in (3, 7, 14, 28, 40, 56, 112)}
+    assert zen == {3: 8, 7: 8, 14: 16, 28: 16, 40: 8, 56: 8, 112: 16}
+    assert intel == {3: 8, 7: 8, 14: 16, 28: 16, 40: 16, 56: 16, 112: 16}
+    assert _lanes(28, 8, 4, 4) == 4 and _lanes(28, 8, 8, 4) == 8     # float64
+    assert _lanes(56, 4, 8, 8) == 4                                  # 128-bit vectors
+
+
+@pytest.mark.parametrize("full_rate", [256, 512])
+@pytest.mark.parametrize("dtype", [F32, F64])
+def test_full_rate_width_plans_agree_with_the_reference(full_rate, dtype, monkeypatch):
+    """Both widths' plans (whatever the host) give the reference's results with a fused
+    batch norm and silu, at stride 1 and 2, on rows they tile differently (40 and 56 wide)."""
+    from collections import OrderedDict
+    from jitcore import compiler
+    from jitcore.cache.lru import LRU
+    from jitcore.llvm import depthwise, engine, graph_module
+    monkeypatch.setattr(depthwise, "full_rate_vector_bits", lambda: full_rate)
+    # compiled anew: no graph, kernel IR or object of the other width's compile
+    monkeypatch.setenv("JITCORE_DISK_CACHE", "0")
+    monkeypatch.setattr(compiler, "_CACHE", LRU())
+    monkeypatch.setattr(graph_module, "_EMITTED", OrderedDict())
+    monkeypatch.setattr(engine, "OBJECTS", type(engine.OBJECTS)())
+    rng = np.random.default_rng(11)
+    for shape, stride in (((1, 5, 9, 40), 1), ((1, 4, 7, 112), 2), ((2, 3, 6, 56), 1)):
+        c = shape[1]
+        x, w = rand(rng, shape, dtype), rand(rng, (c, 1, 3, 3), dtype)
+        m, v, g, b = (rand(rng, c, dtype) for _ in range(4))
+        v = np.abs(v) + 0.5
+        f = jc.jit(lambda x, w, m, v, g, b: jc.silu(jc.batch_norm(
+            jc.conv2d(x, w, stride=stride, padding=1, groups=c), m, v, g, b)),
+            constants=dict(w=w, m=m, v=v, g=g, b=b))
+        got = f(x)
+        (kernel,) = f.kernels(x)
+        most = kernel.vector_width // (8 * np.dtype(dtype).itemsize)
+        lanes = min(most, 8 if full_rate == 256 or dtype == F64 else 16)
+        assert kernel.kind == "depthwise" and f"vectors of {lanes} " in kernel.loop_nest
+        conv, mag = ref_conv2d(x, w, None, stride=stride, padding=1, groups=c)
+        scale = np.abs(g.astype(np.float64) / np.sqrt(v.astype(np.float64) + 1e-5))
+        y = (conv - m[:, None, None]) * scale[:, None, None] * np.sign(g)[:, None, None] \
+            + b[:, None, None]
+        want = y / (1 + np.exp(-y))
+        tol = 1.2 * conv_tol(dtype, 9) * (mag + 1) * scale[:, None, None] + \
+            16 * np.finfo(dtype).eps * (np.abs(want) + np.abs(y) + 1)
+        assert np.all(np.abs(got - want) <= tol), float(np.abs(got - want).max())
+
+
+@pytest.mark.parametrize("cpu, bits", [("icelake-server", 512), ("sapphirerapids", 512),
+                                       ("znver4", 256), ("icelake-client", 256),
+                                       ("x86-64-v4", 256)])
+def test_full_rate_width_by_cpu_model(cpu, bits, monkeypatch):
+    """512-bit vectors run at full rate on Intel's server cores only; target_info says it."""
+    import dataclasses
+    from jitcore.llvm import target
+    host = target.host_target()
+    monkeypatch.setattr(target, "host_target", lambda: dataclasses.replace(host, cpu=cpu))
+    assert target.full_rate_vector_bits.__wrapped__() == bits
+    assert jc.target_info()["full_rate_vector_bits"] == target.full_rate_vector_bits()

@@ -223,6 +223,25 @@ def stream_threshold(sizes: dict) -> int:
     return min(L2_SHARES * sizes.get(2, DEFAULT_CACHES[2]), last)
 
 
+# Intel server cores with two 512-bit FMA units (ports 0+1 fused, and port 5): a 512-bit
+# vector op costs what a 256-bit one does. Zen 4 splits a 512-bit op into two 256-bit halves
+# and client Ice/Tiger Lake have one 512-bit FMA unit, so there 256 bits run at full rate.
+# (Zen 5's full 512-bit datapath is not measured yet: it keeps the 256-bit choice.)
+WIDE_FMA_CPUS = frozenset({"skylake-avx512", "cascadelake", "cooperlake", "icelake-server",
+                           "sapphirerapids", "emeraldrapids", "graniterapids",
+                           "graniterapids-d", "diamondrapids"})
+
+
+@functools.lru_cache(maxsize=1)
+def full_rate_vector_bits() -> int:
+    """The widest vectors the host's cores execute at full rate (an op per FMA unit per
+    cycle): 512 on the CPUs of WIDE_FMA_CPUS, else 256; `jc.target_info()` reports it. The
+    one place where kernel plans differ by CPU model rather than by ISA (the depthwise
+    conv's vector width along rows); code built for a CPU is cached under its name, so a
+    plan never crosses machines."""
+    return 512 if host_target().cpu in WIDE_FMA_CPUS else 256
+
+
 @functools.lru_cache(maxsize=1)
 def cpu_brand() -> str:
     """The human-readable CPU name (py-cpuinfo; slow the first time, so only on request)."""
