@@ -44,7 +44,7 @@ import numpy as np
 from llvmlite import ir
 
 from jitcore.ir import dtypes as dt
-from jitcore.ir.graph import ConstArray
+from jitcore.ir.graph import ConstArray, aligned_zeros
 from jitcore.passes.kernel import Buffer, Kernel, Load
 from jitcore.passes.symbolic import lin, monomial
 
@@ -236,7 +236,7 @@ def _panels(dense: np.ndarray, p: GemmPlan, dtype) -> np.ndarray:
     columns per panel, zero past K and N. Written block by block into the zeroed result (one
     transposing copy ~10x faster than padding B and copying a 5-d transposed view of it)."""
     K, N = dense.shape
-    panels = np.zeros((p.k_blocks, p.n_blocks, p.nc // p.nr, p.kc, p.nr), dtype)
+    panels = aligned_zeros((p.k_blocks, p.n_blocks, p.nc // p.nr, p.kc, p.nr), dtype)
     for kb in range(p.k_blocks):
         k0 = kb * p.kc
         kn = min(p.kc, K - k0)

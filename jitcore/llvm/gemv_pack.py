@@ -20,7 +20,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from jitcore.ir.graph import ConstArray
+from jitcore.ir.graph import ConstArray, aligned_zeros
 from jitcore.passes.kernel import Buffer, Kernel, Load
 from jitcore.passes.symbolic import lin, monomial
 
@@ -57,7 +57,7 @@ def panels(mat: np.ndarray, block: int, dtype) -> np.ndarray:
     """mat (outputs, K) as packed[panel][k][c], flat, zero past the last output."""
     outputs, k = mat.shape
     count = -(-outputs // block) if block else 0
-    packed = np.zeros((count, k, block), dtype)
+    packed = aligned_zeros((count, k, block), dtype)
     whole = outputs // block
     if whole:
         packed[:whole] = mat[:whole * block].reshape(whole, block, k).transpose(0, 2, 1)
