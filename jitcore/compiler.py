@@ -29,7 +29,7 @@ from .cache import disk as diskcache
 from .cache import outputs as output_cache
 from .cache.fingerprint import host_caches
 from .cache.lru import LRU
-from .llvm import bf16, conv, engine, gemm, gemv_pack, graph_module
+from .llvm import bf16, conv, conv_gemm, engine, gemm, gemv_pack, graph_module
 from .llvm import entry as abi
 from .llvm.entry import NDARRAY_TYPE_SYMBOL
 from .llvm.graph_module import build_module
@@ -374,6 +374,7 @@ class _Job:
                                target.masked_tails, verify_stages=config.get().verify,
                                dynamic=self.dynamic)
         bf16.apply(lowered, self.precision, target)   # before prepacking: it packs by it
+        conv_gemm.apply(lowered)                       # (full-precision convs only)
         t1 = time.perf_counter()
         packed = 0
         if self.prepack:     # in place in `lowered`: the kernels read the packed constants

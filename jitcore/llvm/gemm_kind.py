@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from jitcore.passes.kernel import Kernel, Kind
 
-from . import bf16, gemm, gemm_bf16
+from . import bf16, conv_gemm, gemm, gemm_bf16
 from .registry import KindEntry, plan_items, register
 
 
@@ -17,8 +17,10 @@ def emitter(module, kernel, name: str, masked_tail: bool, stream_bytes: int = 0,
 
 
 def report(kernel: Kernel) -> tuple:
-    """The loop nest, and how the products compute under the matmul precision policy."""
-    return None, kernel.loop_nest + bf16.describe(kernel.gemm.precision)
+    """The loop nest, and how the products compute under the matmul precision policy; a
+    1x1 conv computed as a GEMM (conv_gemm.py) says so in its layout."""
+    layout = conv_gemm.LAYOUT if kernel.ops[:1] == ("conv2d",) else None
+    return layout, kernel.loop_nest + bf16.describe(kernel.gemm.precision)
 
 
 register(KindEntry(Kind.GEMM, emitter, plan=gemm.plan, work=plan_items, report=report,
