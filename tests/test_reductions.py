@@ -571,3 +571,102 @@ def test_more_than_2_to_the_31_elements_index_with_int64():
     big = np.broadcast_to(np.float32(0.5), (2, 2**31 + 5))
     got = jc.jit(lambda x: x.sum(axis=1))(big)
     assert_same(got, np.full(2, np.float32((2**31 + 5) * 0.5)), exact=True)
+
+
+# ---- rows off a cache line (jitcore/llvm/aligned_loads.py) --------------------------------------
+# A sum of 512-bit vectors reads a row that starts off a 64-byte line from aligned lines, each
+# vector rebuilt by a lane permute: the same lanes as plain loads, so the same bits at every
+# start. Rows of fewer than MIN_VECTORS vectors, and rows off an element boundary, keep the
+# plain loop. The lengths run around that threshold and around the sum's trips and pairwise
+# blocks (one accumulator vector per trip each, BLOCK_TRIPS trips a block), with tails.
+
+def _placed(x0, offset: int):
+    """A copy of x0 whose data starts `offset` bytes past a 64-byte line."""
+    raw = np.empty(x0.nbytes + 128, np.uint8)
+    x = np.ndarray(x0.shape, x0.dtype, buffer=raw, offset=(-raw.ctypes.data) % 64 + offset)
+    x[...] = x0
+    return x
+
+
+def _same_bits(got, want):
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(got.view(f"u{got.itemsize}"), want.view(f"u{want.itemsize}"))
+
+
+def _line_lengths(dtype) -> list:
+    from jitcore.llvm.aligned_loads import MIN_VECTORS
+    from jitcore.llvm.codegen import BLOCK_TRIPS
+    from jitcore.llvm.reduce import SUM_ACCUMULATORS
+    vec = max(jc.target_info()["vector_bits"] // (8 * np.dtype(dtype).itemsize), 1)
+    short, trip = MIN_VECTORS * vec, SUM_ACCUMULATORS * vec
+    block = BLOCK_TRIPS * trip
+    return sorted({short - 1, short, short + 1, trip - 1, trip + vec + 1, block - 1, block,
+                   block + 1, 3 * block + trip + vec + 3})
+
+
+@pytest.mark.parametrize("op", ["sum", "mean"])
+@pytest.mark.parametrize("dtype", [F32, F64, I32, I64], ids=dtype_id)
+def test_row_sums_off_a_cache_line_give_the_bits_of_rows_on_one(dtype, op):
+    """5 rows at every element offset into a line and at an odd byte (the plain loop): the
+    bits of the same rows on a line. Floats are within the pairwise bound of the correctly
+    rounded sum, (log2(n) + 11) roundings of the summed magnitudes; integer sums are exact."""
+    f = jc.jit(lambda v: getattr(v, op)(axis=1))
+    size = np.dtype(dtype).itemsize
+    for n in _line_lengths(dtype):
+        rng = rng_for("lines", n, dtype_id(dtype))
+        if dtype.kind == "f":
+            x0 = (rng.standard_normal((5, n)) + 0.5).astype(dtype)
+        else:
+            x0 = rng.integers(-1000, 1000, (5, n)).astype(dtype)
+        want = f(_placed(x0, 0))
+        for offset in [*range(size, 64, size), 1]:
+            _same_bits(f(_placed(x0, offset)), want)
+        wide = x0.astype(np.float64)
+        if dtype.kind == "f":
+            exact = np.array([math.fsum(r) for r in wide])
+            bound = (math.log2(n) + 11) * EPS[dtype] * np.abs(wide).sum(axis=1)
+            if op == "mean":
+                exact, bound = exact / n, bound / n
+            err = np.abs(want.astype(np.float64) - exact)
+            assert np.all(err <= bound), (n, err, bound)
+        elif op == "sum":
+            np.testing.assert_array_equal(want, x0.sum(axis=1), err_msg=f"n={n}")
+        else:
+            np.testing.assert_allclose(want, x0.mean(axis=1), rtol=1e-12, err_msg=f"n={n}")
+
+
+@pytest.mark.parametrize("dtype", [F32, F64], ids=dtype_id)
+def test_row_sums_of_run_time_lengths_off_a_cache_line(dtype):
+    """A run-time row length (the plain loop: its data counts as large), short rows down to
+    none and long ones, at line offsets and an odd byte: the bits of the rows on a line."""
+    f = jc.jit(lambda v: v.sum(axis=1), dynamic=True)
+    size = np.dtype(dtype).itemsize
+    for n in [0, 1, *_line_lengths(dtype)[:4]]:
+        x0 = rng_for("dyn lines", n).standard_normal((3, n)).astype(dtype)
+        want = f(_placed(x0, 0))
+        np.testing.assert_allclose(want, x0.sum(axis=1), rtol=1e-5, atol=1e-5 * n)
+        for offset in (size, 16, 64 - size, 3):
+            _same_bits(f(_placed(x0, offset)), want)
+
+
+def test_products_of_two_rows_off_different_lines():
+    """(a * b).sum(axis=1) with a broadcast row b: each load has its own offset (the aligned
+    loop needs both on an element; one odd start takes the plain loop)."""
+    f = jc.jit(lambda a, b: (a * b).sum(axis=1))
+    rng = rng_for("two lines")
+    a0 = rng.standard_normal((9, 4100)).astype(np.float32)
+    b0 = rng.standard_normal((1, 4100)).astype(np.float32)
+    want = f(_placed(a0, 0), _placed(b0, 0))
+    for oa, ob in [(16, 0), (0, 32), (4, 60), (16, 2), (1, 16)]:
+        _same_bits(f(_placed(a0, oa), _placed(b0, ob)), want)
+
+
+def test_sums_of_512_bit_vectors_read_aligned_lines():
+    """The sum kernel at 512 bits has the permuting loop; at 256 and 128 bits none."""
+    x = np.ones((4, 4096), np.float32)
+    asm = jc.jit(lambda v: v.sum(axis=1)).asm(x)
+    has = "vpermt2ps" in asm or "vpermi2ps" in asm
+    assert has == (jc.target_info()["vector_bits"] == 512)
+    for width in NARROW_WIDTHS:
+        asm = jc.jit(lambda v: v.sum(axis=1), vector_width=width).asm(x)
+        assert "vpermt2ps" not in asm and "vpermi2ps" not in asm

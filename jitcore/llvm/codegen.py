@@ -71,6 +71,7 @@ class KernelEmitter:
         self.buffer_slots = []
         self.hoisted = {}        # id(gather) -> its checked index * stride, set for a loop
         self.row_values = {}     # id(load) -> its scalar, loaded once per row (emit_part)
+        self.streams = {}        # id(load) -> its AlignedStream, in a loop of aligned lines
         # tails: one masked vector iteration (AVX-512 masks every element size) or scalar code
         self.masked_tail, self.mask = masked_tail, None
         # outputs written with non-temporal stores (streaming.py), where `self.streaming` says
@@ -157,8 +158,12 @@ class KernelEmitter:
         if contiguous:
             vty = ir.VectorType(u.memory_type(node.dtype), lanes)
             vptr = self.b.bitcast(ptr, vty.as_pointer())
-            val = self.b.load(vptr, align=1) if self.mask is None else \
-                u.masked_load(self.b, vptr, self.mask, vty)
+            stream = self.streams.get(id(node)) if at is None and self.mask is None else None
+            if stream is not None:               # (aligned_loads.py)
+                val = stream.load(ptr)
+            else:
+                val = self.b.load(vptr, align=1) if self.mask is None else \
+                    u.masked_load(self.b, vptr, self.mask, vty)
         else:
             val = u.splat(self.b, self.b.load(ptr, align=1), lanes)
         if node.dtype.name == "bool":

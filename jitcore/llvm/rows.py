@@ -29,6 +29,9 @@ class RowsEmitter(StreamingLoop, ReductionEmitter):
             u.memory_type(self._slot_dtype(slot)), c), name="scratch"))
             for slot, c in scratch_rows(k).items() if slot in self.streamed}
         self.last_part = False
+        # a row read once (a mean: its sum, then one element) is read like a sum kernel's;
+        # where later parts read it again (softmax, layer_norm) aligned lines did not pay
+        self.aligned_rows = sum(len(p.loops) > 1 for p in k.parts) == 1
         self.nest(k.loops, lambda: [self.emit_part(p) for p in k.parts], True)
 
     def stream_threshold(self) -> int:
