@@ -51,6 +51,7 @@ from .pool import pool_kernel, source_to_materialize
 from .recompute import VIEWS_THROUGH, recompute_materialized
 from .symbolic import Lin, Var, floordiv, lin, mod, substitute
 from .tasks import task_of_nodes
+from .subsample_convs import is_subsampled_input
 
 
 # the status buffer's type: [site + 1 of the first failed index check (0: none), its index]
@@ -171,6 +172,8 @@ def materialized_nodes(graph: Graph, input_strides: dict | None = None) -> tuple
                     # the kernel reads a contiguous copy of the view (or of a broadcast
                     # scalar: a slice of a pad's zeros simplifies to one)
                     chosen.add(id(s))
+            if is_subsampled_input(n):       # (passes/subsample_convs.py)
+                chosen.add(id(n.src[0]))
         if n.op in REDUCE or n.op == Op.CUMSUM:
             chosen.add(id(n))
         if n.op == Op.CONCAT and not _written_by_outer_concat(n, nodes, graph):

@@ -17,6 +17,7 @@ from .pixel_convs import pixel_convs_as_matmuls
 from .simplify import simplify
 from .sink_concat import sink_into_concat
 from .split_reductions import split_reductions
+from .subsample_convs import subsample_strided_convs
 from .tasks import schedule
 from .widen_bf16 import widen_bf16
 
@@ -32,7 +33,7 @@ def run_pipeline(graph: Graph, vector_bits: int, input_strides: dict | None = No
     verify = verify_graph if verify_stages else _unchecked
     # stages: bfloat16 computed as float32 (stored as bfloat16), zero paddings read by
     # convs into the convs, fold batch norms into constant convs and matmuls, widening
-    # 1x1 convs of one pixel as matmuls, decompose
+    # 1x1 convs of one pixel as matmuls, strided 1x1 convs over a subsampled copy, decompose
     # composites,
     # simplify (CSE, folding), move elementwise ops into the concatenations they read, split
     # big full reductions into
@@ -44,6 +45,7 @@ def run_pipeline(graph: Graph, vector_bits: int, input_strides: dict | None = No
     graph = verify(absorb_padding(graph))
     graph = verify(fold_batch_norm(graph))
     graph = verify(pixel_convs_as_matmuls(graph))
+    graph = verify(subsample_strided_convs(graph))
     graph = verify(decompose(graph))
     graph = verify(simplify(graph))
     sunk = sink_into_concat(graph)
