@@ -66,3 +66,26 @@ def test_levels(target):
         cfg = dict(x=x_shape, w=(c_out, x_shape[1] // groups, 1, 1), stride=stride, padding=0,
                    dilation=1, groups=groups)
         check_residual_relu(cfg, F32, "", target=target)
+
+
+def test_bf16_policy_and_integer_images():
+    """Under matmul_precision="bf16" the copy feeds the bf16 conv plans (bf16-rounded
+    products, float32 sums: the policy's tolerance); an integer image is converted to float64
+    first and subsampled as such."""
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((1, 64, 56, 56)).astype(F32)
+    w = rng.standard_normal((96, 64, 1, 1)).astype(F32)
+    f = jc.jit(lambda x: jc.conv2d(x, w, stride=2), matmul_precision="bf16")
+    got = f(x)
+    ref = np.einsum("oc,nchw->nohw", w[:, :, 0, 0].astype(F64), x[:, :, ::2, ::2].astype(F64))
+    mag = np.einsum("oc,nchw->nohw", np.abs(w[:, :, 0, 0]).astype(F64),
+                    np.abs(x[:, :, ::2, ::2]).astype(F64))
+    assert [k.kind for k in f.kernels(x)][0] == "pointwise"
+    assert np.all(np.abs(got - ref) <= 2 * 2.0 ** -8 * mag + 1e-6)
+    xi = rng.integers(-50, 50, (1, 64, 40, 40)).astype(np.int32)
+    wi = rng.standard_normal((32, 64, 1, 1))
+    g = jc.jit(lambda x: jc.conv2d(x, wi, stride=2))
+    got = g(xi)
+    ref = np.einsum("oc,nchw->nohw", wi[:, :, 0, 0], xi[:, :, ::2, ::2].astype(F64))
+    assert got.dtype == F64
+    np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-9)
