@@ -148,7 +148,10 @@ def _resnet50(tiny: bool, batch: int):
 def _efficientnet_b0(tiny: bool, batch: int):
     """EfficientNet-B0. EfficientNetConfig's defaults are B7 (width 2.0, depth 3.1, 600x600),
     so B0's coefficients are given: width and depth 1.0, 1280 head channels, 224x224 (5.29M
-    parameters with 1000 classes, as google/efficientnet-b0)."""
+    parameters with 1000 classes, as google/efficientnet-b0). Its pooler, AvgPool2d(hidden_dim,
+    ceil_mode=True) over the last feature map (a window past the map: the mean of all of it),
+    is swapped for the same mean as AdaptiveAvgPool2d(1) for every system: OpenVINO 2026.4
+    converts the original to an output of batch 0 (dynamic shapes) or rejects it (static)."""
     from transformers import EfficientNetConfig, EfficientNetForImageClassification
     cfg = EfficientNetConfig(
         image_size=32, width_coefficient=0.25, depth_coefficient=0.5, kernel_sizes=[3, 5],
@@ -156,7 +159,9 @@ def _efficientnet_b0(tiny: bool, batch: int):
         expand_ratios=[1, 4], depthwise_padding=[2], hidden_dim=320, num_labels=10) if tiny \
         else EfficientNetConfig(image_size=224, width_coefficient=1.0, depth_coefficient=1.0,
                                 hidden_dim=1280, dropout_rate=0.2, num_labels=1000)
-    return _classifier(EfficientNetForImageClassification(cfg), tiny, batch)
+    model = EfficientNetForImageClassification(cfg)
+    model.efficientnet.pooler = nn.AdaptiveAvgPool2d(1)
+    return _classifier(model, tiny, batch)
 
 
 def _convnext_tiny(tiny: bool, batch: int):
