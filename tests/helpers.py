@@ -394,6 +394,15 @@ def ref_conv2d(x, w, b=None, stride=1, padding=0, dilation=1, groups=1):
     return out, mag
 
 
+def skip_unless_runnable(target: str) -> None:
+    """Skip the calling test where this CPU cannot run code of `target` (an x86-64 level)."""
+    import pytest
+    try:
+        jc.target_info(target=target)
+    except jc.TargetError:
+        pytest.skip(f"the host cannot run {target}")
+
+
 def runnable_levels() -> list:
     """"native" and each x86-64 level this CPU can run (for tests parametrized over levels)."""
     from jitcore.ir.errors import TargetError

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 import jitcore as jc
-from helpers import F32, F64, assert_close, pair, ref_conv2d, resolve_padding
+from helpers import (F32, F64, assert_close, pair, ref_conv2d, resolve_padding,
+                     skip_unless_runnable)
 from test_conv import assert_conv_close, check_residual_relu, conv_tol, rand
 
 CHANNELS = "output channels along vectors"
@@ -143,10 +144,7 @@ def test_tap_blocks_with_partial_sums_agree_bit_for_bit(monkeypatch):
 @pytest.mark.parametrize("target", ["x86-64-v3", "x86-64-v2", "x86-64"])
 @pytest.mark.parametrize("dtype", [F32, F64])
 def test_levels(target, dtype):
-    try:
-        jc.target_info(target=target)
-    except jc.TargetError:
-        pytest.skip(f"the host cannot run {target}")
+    skip_unless_runnable(target)
     for cfg in channel_configs(4, seed=7):
         check(cfg, dtype, target=target)
     cfg = dict(x=(1, 256, 14, 14), w=(70, 256, 3, 3), stride=2, padding=1, dilation=1,

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import jitcore as jc
-from helpers import F32, F64, ref_conv2d
+from helpers import F32, F64, ref_conv2d, skip_unless_runnable
 from test_conv import assert_conv_close, check_residual_relu, rand
 
 from jitcore.llvm import conv_gemm
@@ -145,10 +145,7 @@ def test_bf16_precision_keeps_the_conv_plans():
 @pytest.mark.parametrize("target", ["x86-64-v3", "x86-64-v2", "x86-64"])
 @pytest.mark.parametrize("dtype", [F32, F64])
 def test_levels(target, dtype):
-    try:
-        jc.target_info(target=target)
-    except jc.TargetError:
-        pytest.skip(f"the host cannot run {target}")
+    skip_unless_runnable(target)
     for x_shape, c_out in [((1, 67, 29, 31), 70), ((2, 64, 40, 33), 255)]:
         _, as_gemm = check_residual_relu(cfg(x_shape, c_out), dtype, AS_GEMM, target=target)
         assert as_gemm == qualifies(x_shape, c_out, dtype)

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import jitcore as jc
-from helpers import F32, F64, pair, ref_conv2d, resolve_padding
+from helpers import F32, F64, pair, ref_conv2d, resolve_padding, skip_unless_runnable
 from test_conv import assert_conv_close, check_residual_relu, rand
 
 IM2COL = "inputs packed im2col"
@@ -149,10 +149,7 @@ def test_conv1d_front_end(dtype):
 @pytest.mark.parametrize("target", ["x86-64-v3", "x86-64-v2", "x86-64"])
 @pytest.mark.parametrize("dtype", [F32, F64])
 def test_levels(target, dtype):
-    try:
-        jc.target_info(target=target)
-    except jc.TargetError:
-        pytest.skip(f"the host cannot run {target}")
+    skip_unless_runnable(target)
     for cfg in im2col_configs(4, seed=9):
         check(cfg, dtype, target=target)
     for cfg in (dict(x=(2, 3, 45, 47), w=(64, 3, 7, 7), stride=2, padding=3, dilation=1),

@@ -19,7 +19,8 @@ import pytest
 import jitcore as jc
 from jitcore import config
 from jitcore.llvm.conv_winograd import VARIANTS
-from helpers import F32, F64, assert_close, conv_tol, ref_conv2d, resolve_padding
+from helpers import (F32, F64, assert_close, conv_tol, ref_conv2d, resolve_padding,
+                     skip_unless_runnable)
 from test_conv import rand
 
 WINOGRAD = "Winograd"
@@ -227,10 +228,7 @@ def test_convs_left_direct(case):
 @pytest.mark.parametrize("target, m", [("x86-64-v3", 2), ("x86-64-v2", 2), ("x86-64", 2),
                                        ("x86-64-v3", 4)])
 def test_levels(target, m):
-    try:
-        jc.target_info(target=target)
-    except jc.TargetError:
-        pytest.skip(f"the host cannot run {target}")
+    skip_unless_runnable(target)
     for cfg in winograd_configs(2 if m == 2 else 1, seed=9, m=m):
         _, taken = check(cfg, target=target, m=m)
         assert taken

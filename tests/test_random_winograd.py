@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections import Counter
 
-import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -11,14 +11,15 @@ import numpy as np
 import pytest
 
 import jitcore as jc
-from helpers import F32, F64
+from helpers import F32, F64, skip_unless_runnable
 from test_conv import check_residual_relu
 
 from jitcore.passes.subsample_convs import MIN_IMAGE_BYTES
 
-CASES = [((1, 256, 56, 56), 128, 2, 1), ((2, 64, 57, 55), 70, 2, 1), ((1, 64, 56, 56), 64, (2, 1), 1),
-         ((1, 96, 40, 41), 64, (1, 3), 1), ((1, 128, 45, 45), 64, 3, 2), ((1, 64, 28, 28), 128, 2, 1),
-         ((2, 130, 33, 20), 66, 2, 2)]
+# (input shape, output channels, stride, groups)
+CASES = [((1, 256, 56, 56), 128, 2, 1), ((2, 64, 57, 55), 70, 2, 1),
+         ((1, 64, 56, 56), 64, (2, 1), 1), ((1, 96, 40, 41), 64, (1, 3), 1),
+         ((1, 128, 45, 45), 64, 3, 2), ((1, 64, 28, 28), 128, 2, 1), ((2, 130, 33, 20), 66, 2, 2)]
 
 
 def rewritten(x_shape, dtype) -> bool:
@@ -58,10 +59,7 @@ def test_one_and_two_threads_bit_for_bit():
 
 @pytest.mark.parametrize("target", ["x86-64-v3", "x86-64-v2"])
 def test_levels(target):
-    try:
-        jc.target_info(target=target)
-    except jc.TargetError:
-        pytest.skip(f"the host cannot run {target}")
+    skip_unless_runnable(target)
     for x_shape, c_out, stride, groups in CASES[:3]:
         cfg = dict(x=x_shape, w=(c_out, x_shape[1] // groups, 1, 1), stride=stride, padding=0,
                    dilation=1, groups=groups)
