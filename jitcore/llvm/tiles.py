@@ -21,9 +21,9 @@ from .registry import KindEntry, register
 # 2048/512, LONG_RUNS f32 AVX-512 0.96-1.0x, f64 1.19x, f32 AVX2 1.06x; 4096/512 0.96x and
 # 2048/256 0.74x (f32 AVX-512). Software prefetch of the next block's lines (either operand,
 # L1 or L2) measured 0.8-1.0x: the line fill buffers, not the prefetchers, were short. Smaller
-# outputs keep SHORT_RUNS (1000x999 f32, in cache: long runs 0.92x). The transposed block lives
-# on the stack, at most TILE_STACK_BYTES per strided load (fewer tiles along the tile loop
-# where it would not fit).
+# outputs keep SHORT_RUNS (1000x999 f32, in cache: long runs 0.92x). The transposed blocks live
+# on the stack, at most TILE_STACK_BYTES for all strided loads together (as gemm.py's packed
+# block; fewer tiles along the tile loop where they would not fit).
 SHORT_RUNS = (512, 512)          # (run, columns)
 LONG_RUNS = (2048, 1024)
 TILE_STACK_BYTES = 256 * 1024
@@ -32,11 +32,11 @@ TILE_STACK_BYTES = 256 * 1024
 def block_shape(kernel, runs: tuple) -> tuple:
     """(tiles along the tile loop, columns of tiles) per block of a transposing kernel that
     reads runs of `runs` bytes (SHORT_RUNS or LONG_RUNS)."""
-    lanes = kernel.lanes
-    vector = lanes * max(ld.dtype.itemsize for ld in strided_loads(kernel))
+    lanes, strided = kernel.lanes, strided_loads(kernel)
+    vector = lanes * max(ld.dtype.itemsize for ld in strided)
     tiles = max(1, runs[0] // vector)
     cols = max(1, runs[1] // vector)
-    while tiles > 1 and tiles * cols * lanes * vector > TILE_STACK_BYTES:
+    while tiles > 1 and tiles * cols * lanes * vector * len(strided) > TILE_STACK_BYTES:
         tiles //= 2
     return tiles, cols
 
