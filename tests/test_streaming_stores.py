@@ -232,7 +232,8 @@ def test_transposed_blocks_of_long_runs(dtype, level):
     """A streamed tiled output takes blocks of long runs (tiles.LONG_RUNS: 256 x 128-256
     elements for 4-8 byte elements at every width): extents around a block both ways, a
     last shorter block of whole tiles each way, thread splits that start inside a block, and
-    output rows that are vector-aligned (streaming) or not, each bitwise equal to numpy."""
+    output rows that are vector-aligned (streaming, from their first column or a later one)
+    or not, each bitwise equal to numpy and nothing written outside the output."""
     if not X86:
         pytest.skip("x86 levels")
     try:
@@ -249,12 +250,16 @@ def test_transposed_blocks_of_long_runs(dtype, level):
                 a, b = a.reshape(rows, cols), b.reshape(cols, rows)
                 want = op(a, b.T)
                 np.testing.assert_array_equal(f(a, b), want, err_msg=f"{rows}x{cols}")
-                for extra in (0, 1):        # output rows aligned alike, or not
+                # output rows aligned alike (from their first element, or from a later
+                # one: the columns before it run scalar), or not
+                for extra, shift in ((0, 0), (0, 3), (1, 0), (1, 3)):
                     big = np.zeros((rows, -(-cols // 64) * 64 + 64 + extra), dtype)
-                    skew = (-big.ctypes.data % 64) // big.itemsize
+                    skew = (-big.ctypes.data % 64) // big.itemsize + shift
                     out = big[:, skew:skew + cols]
                     f(a, b, out=out)
-                    np.testing.assert_array_equal(out, want, err_msg=f"{rows}x{cols}+{extra}")
+                    np.testing.assert_array_equal(out, want,
+                                                  err_msg=f"{rows}x{cols}+{extra}@{shift}")
+                    assert not big[:, :skew].any() and not big[:, skew + cols:].any()
             assert streams(f.llvm_ir(a, b))
 
 

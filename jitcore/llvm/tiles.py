@@ -111,9 +111,24 @@ class TilesEmitter(KernelEmitter):
             extent = self.extent(v.extent)
             full = b.mul(b.sdiv(extent, u.I64(lanes)), u.I64(lanes))
             blocks = b.mul(b.sdiv(extent, u.I64(lanes * cols)), u.I64(lanes * cols))
+        skip = self.aligning_columns(t0) if cols > 1 else None
+        if skip is not None:
+            # the columns before the first vector-aligned one of the output's rows run
+            # scalar; the blocks start there, so that their rows stream (streamed_rows)
+            rows_end = b.add(t0, b.mul(_i64(count), u.I64(lanes)))
+            head = b.select(b.icmp_signed("<", skip, _i64(extent)), skip, _i64(extent))
+            with u.for_range(b, t0, rows_end, 1, name=t.name + "head") as tt, \
+                    u.for_range(b, u.I64(0), head, 1, name=v.name + "head") as j:
+                self.env[t], self.env[v] = tt, j
+                self.emit_point()
+            after = b.sub(_i64(extent), head)
+            full = b.add(head, b.mul(b.sdiv(after, u.I64(lanes)), u.I64(lanes)))
+            blocks = b.add(head, b.mul(b.sdiv(after, u.I64(lanes * cols)),
+                                       u.I64(lanes * cols)))
+        first = u.I64(0) if skip is None else head
         shape = (tiles, cols, count)
         if not isinstance(blocks, int) or blocks:
-            with u.for_range(b, u.I64(0), _i64(blocks), lanes * cols, name=v.name + "b") as v0:
+            with u.for_range(b, first, _i64(blocks), lanes * cols, name=v.name + "b") as v0:
                 self.tile_block(strided, stack, t0, v0, shape, cols)
         if isinstance(blocks, int) and isinstance(full, int):
             if blocks < full:
@@ -129,6 +144,23 @@ class TilesEmitter(KernelEmitter):
                     u.for_range(b, _i64(full), _i64(extent), 1, name=v.name + "rest") as j:
                 self.env[t], self.env[v] = tt, j
                 self.emit_point()
+
+    def aligning_columns(self, t0):
+        """The columns (an i64 value, < lanes) from which the streamed output rows of the
+        tile rows from t0 are vector-aligned; None where nothing streams (streamed_rows).
+        Outputs not aligned alike, or not to their element size, get 0 (their blocks then
+        keep normal stores)."""
+        k, b = self.kernel, self.b
+        stores = [st for st in k.stores if st.buffer.slot in self.streamed]
+        if self.stream_condition(stores) is None:
+            return None
+        item = stores[0].buffer.dtype.itemsize
+        vector = k.lanes * item
+        self.env[k.tile_var], self.env[k.vector_var] = t0, u.I64(0)
+        address = b.ptrtoint(self.element_ptr(stores[0].buffer, stores[0].offset, True), u.I64)
+        gap = b.and_(b.sub(u.I64(0), address), u.I64(vector - 1))
+        whole = b.icmp_unsigned("==", b.and_(gap, u.I64(item - 1)), u.I64(0))
+        return b.select(whole, b.udiv(gap, u.I64(item)), u.I64(0))
 
     def stack(self, ld, vectors: int):
         """The stack block of `vectors` vectors for the tiles of strided load `ld`, one per
@@ -206,17 +238,25 @@ class TilesEmitter(KernelEmitter):
             with otherwise:
                 run_rows()
 
+    def stream_condition(self, stores: list):
+        """The vector size in bytes of the streamed `stores` where their rows along the tile
+        loop are aligned alike, else None (nothing streamed, or run-time extents)."""
+        if not stores or self.dims is not None:
+            return None
+        vector = self.kernel.lanes * stores[0].buffer.dtype.itemsize
+        if any((st.offset.coeff(self.kernel.tile_var) * st.buffer.dtype.itemsize) % vector
+               for st in stores):
+            return None
+        return vector
+
     def streamed_rows(self, t0, v0):
         """Whether the block at (t0, v0) writes its streamed outputs (streaming.py) with
         vector-aligned stores, as an i1 value; None where it never can (nothing streamed,
         run-time extents, or rows of the output that are not all aligned alike)."""
         k, b = self.kernel, self.b
         stores = [st for st in k.stores if st.buffer.slot in self.streamed]
-        if not stores or self.dims is not None:
-            return None
-        vector = k.lanes * stores[0].buffer.dtype.itemsize
-        if any((st.offset.coeff(k.tile_var) * st.buffer.dtype.itemsize) % vector
-               for st in stores):
+        vector = self.stream_condition(stores)
+        if vector is None:
             return None
         self.env[k.tile_var], self.env[k.vector_var] = t0, v0
         aligned = None
