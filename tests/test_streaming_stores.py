@@ -204,8 +204,8 @@ def test_broadcast_rows(dtype, threads):
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES + [np.int32, np.uint8], ids=dtype_id)
 def test_transposed_adds(dtype, threads):
     """a + b.T through register tiles at a low streaming threshold: blocks of tiles (both
-    ways), leftover tiles, rows and columns, into output views of every row alignment; tiled
-    kernels keep normal stores (streaming them measured no gain)."""
+    ways), leftover tiles, rows and columns, into output views of every row alignment (the
+    blocks whose rows are aligned stream, the others fall back to normal stores)."""
     f = jit_at(lambda a, b: a + b.T, LOW, threads)
     for rows, cols in ((64, 64), (67, 45), (130, 97), (16 * 9, 48), (300, 270), (256, 128)):
         a, = inputs(dtype, rows * cols, seed=rows, count=1)
@@ -219,7 +219,48 @@ def test_transposed_adds(dtype, threads):
             f(a, b, out=out)
             assert_close(out, want, dtype, msg=f"{rows}x{cols} view at {col_off}")
             assert (big[:, :col_off] == 0).all() and (big[:, col_off + cols:] == 0).all()
-    assert not streams(f.llvm_ir(a, b))
+    assert streams(f.llvm_ir(a, b))
+
+
+LEVELS = ["native", "x86-64-v3", "x86-64-v2"]
+
+
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.uint8, np.bool_],
+                         ids=dtype_id)
+def test_transposed_blocks_of_long_runs(dtype, level):
+    """A streamed tiled output takes blocks of long runs (tiles.LONG_RUNS: 256 x 128-256
+    elements for 4-8 byte elements at every width): extents around a block both ways, a
+    last shorter block of whole tiles each way, thread splits that start inside a block, and
+    output rows that are vector-aligned (streaming, from their first column or a later one)
+    or not, each bitwise equal to numpy and nothing written outside the output."""
+    if not X86:
+        pytest.skip("x86 levels")
+    try:
+        jc.target_info(target=level)
+    except jc.TargetError:
+        pytest.skip(f"the host cannot run {level}")
+    op = (lambda x, y: x | y) if dtype == np.bool_ else (lambda x, y: x + y)
+    for threads in THREADS:
+        with config.override(stream_stores=LOW):
+            f = jc.jit(lambda a, b: op(a, b.T), num_threads=threads, target=level)
+            for rows, cols in ((256, 256), (257, 255), (513, 272), (255, 529), (300, 64)):
+                a, = inputs(dtype, rows * cols, seed=rows, count=1)
+                b, = inputs(dtype, rows * cols, seed=cols, count=1)
+                a, b = a.reshape(rows, cols), b.reshape(cols, rows)
+                want = op(a, b.T)
+                np.testing.assert_array_equal(f(a, b), want, err_msg=f"{rows}x{cols}")
+                # output rows aligned alike (from their first element, or from a later
+                # one: the columns before it run scalar), or not
+                for extra, shift in ((0, 0), (0, 3), (1, 0), (1, 3)):
+                    big = np.zeros((rows, -(-cols // 64) * 64 + 64 + extra), dtype)
+                    skew = (-big.ctypes.data % 64) // big.itemsize + shift
+                    out = big[:, skew:skew + cols]
+                    f(a, b, out=out)
+                    np.testing.assert_array_equal(out, want,
+                                                  err_msg=f"{rows}x{cols}+{extra}@{shift}")
+                    assert not big[:, :skew].any() and not big[:, skew + cols:].any()
+            assert streams(f.llvm_ir(a, b))
 
 
 # ---- when the stores stream -------------------------------------------------------------------
