@@ -4,9 +4,10 @@
 16 to 80 channels over 28 to 60 rows and columns (batch 1 or 2), a 1x1 conv of constant
 weights at a drawn stride with 64 to 96 output channels, a batch norm folded in half the
 time, a residual add of a second such conv sometimes, then the random steps of
-test_random_graphs.py. Each output is held to the float64 reference within the bound propagated along the program; a conv the rule gives to the GEMM
-is checked to have taken it (convs of the random steps may take it too, or read views that
-keep the conv plans: test_conv_gemm.py holds the rule both ways)."""
+test_random_graphs.py. Each output is held to the float64 reference within the bound
+propagated along the program; a conv the rule gives to the GEMM is checked to have taken it
+(convs of the random steps may take it too, or read views that keep the conv plans:
+test_conv_gemm.py holds the rule both ways)."""
 from __future__ import annotations
 
 import numpy as np
