@@ -32,7 +32,7 @@ from jitcore.ir.dtypes import DType
 from jitcore.ir.errors import CompileError
 from jitcore.ir.ops import Op
 
-from .symbolic import Lin, Var, extent_text
+from .symbolic import Lin, Var, extent_text, substitute
 
 
 @dataclass(frozen=True)
@@ -456,6 +456,20 @@ def rebuild(value, replace, memo: dict | None = None):
             new = Compute(n.op, n.dtype, tuple(memo[id(s)] for s in n.src), n.arg)
         memo[id(n)] = n if new is None else new
     return memo[id(value)]
+
+
+def substituted_stores(stores: list, mapping: dict) -> list:
+    """`stores` over new loop variables: every store's and load's offset with the old
+    variables replaced by their expressions in `mapping` (shared subexpressions stay
+    shared)."""
+    memo = {}
+
+    def moved(n):
+        if isinstance(n, Gather):
+            return n.with_src(n.src, substitute(n.offset, mapping))
+        return Load(n.buffer, substitute(n.offset, mapping)) if isinstance(n, Load) else None
+    return [Store(s.buffer, substitute(s.offset, mapping), rebuild(s.value, moved, memo))
+            for s in stores]
 
 
 def walk(roots) -> list:

@@ -46,12 +46,13 @@ from jitcore.ir.ops import ELEMENTWISE, LEAF, REDUCE, Op, info
 from jitcore.ir.shapes import contiguous_strides, numel
 
 from .kernel import (SCAN_LOOP, Acc, Buffer, Compute, Const, Conv, Extent, Gather, Gemm, Kernel,
-                     Kind, Load, Loop, Reduction, Store, rebuild, reduction_kind)
+                     Kind, Load, Loop, Reduction, Store, rebuild, reduction_kind,
+                     substituted_stores)
 from .pool import pool_kernel, source_to_materialize
 from .recompute import VIEWS_THROUGH, recompute_materialized
-from .symbolic import Lin, Var, floordiv, lin, mod, substitute
-from .tasks import task_of_nodes
+from .symbolic import Lin, Var, floordiv, lin, mod
 from .subsample_convs import is_subsampled_input
+from .tasks import task_of_nodes
 
 
 # the status buffer's type: [site + 1 of the first failed index check (0: none), its index]
@@ -673,15 +674,8 @@ def _mergeable(offsets: list, outer: Var, inner: Var) -> bool:
 
 def _rebuild(kernel: Kernel, loops: list, mapping: dict) -> Kernel:
     """The same kernel over new loop variables; `mapping` gives old vars as expressions."""
-    memo = {}
-
-    def moved(n):
-        if isinstance(n, Gather):
-            return n.with_src(n.src, substitute(n.offset, mapping))
-        return Load(n.buffer, substitute(n.offset, mapping)) if isinstance(n, Load) else None
-    stores = [Store(s.buffer, substitute(s.offset, mapping), rebuild(s.value, moved, memo))
-              for s in kernel.stores]
-    return Kernel(kernel.name, loops, stores, kernel.reduction, kernel.ops, kind=kernel.kind)
+    return Kernel(kernel.name, loops, substituted_stores(kernel.stores, mapping),
+                  kernel.reduction, kernel.ops, kind=kernel.kind)
 
 
 def order_and_collapse(kernel: Kernel) -> Kernel:

@@ -32,8 +32,9 @@ MIN_IMAGE_BYTES = 512 * 1024
 
 
 def is_subsampled_input(conv: Node) -> bool:
-    """Whether a conv's input is a subsampling view this pass made (lowering copies it into
-    a buffer of its own: passes/lower.py)."""
+    """Whether a 1x1 conv reads a subsampling view (a slice with steps along the plane: this
+    pass's, or a user's `x[:, :, ::2, ::2]`); lowering copies it into a buffer of its own
+    (passes/lower.py)."""
     x = conv.src[0]
     return conv.op == Op.CONV2D and x.op == Op.SLICE and \
         tuple(conv.src[1].shape[2:]) == (1, 1) and any(step > 1 for _, _, step in x.arg[2:])

@@ -109,6 +109,19 @@ def test_weights_as_arguments():
     assert any(k.layout == AS_GEMM for k in f.kernels(x, w))
 
 
+@pytest.mark.parametrize("dtype", [F32, F64])
+def test_conv1d_of_kernel_one_over_a_long_sequence(dtype):
+    """conv1d is a conv2d of one row: a kernel-1 conv1d over a long sequence is the same
+    matrix product along the sequence."""
+    rng = np.random.default_rng(9)
+    x, w, b = rand(rng, (2, 64, 5000), dtype), rand(rng, (96, 64, 1), dtype), rand(rng, 96, dtype)
+    f = jc.jit(lambda x: jc.relu(jc.conv1d(x, w, b)))
+    got = f(x)
+    ref, mag = ref_conv2d(x[:, :, None, :], w[:, :, None, :], b)
+    assert_conv_close(got, np.maximum(ref[:, :, 0, :], 0), mag[:, :, 0, :], dtype, 65)
+    assert any(k.layout == AS_GEMM for k in f.kernels(x))
+
+
 def test_folded_batch_norm_and_relu6():
     """conv -> batch norm (folded into weights and bias at compile time) -> relu6 (clip)."""
     rng = np.random.default_rng(6)

@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from jitcore.ir import dtypes as dt
-from jitcore.passes.kernel import Gather, Gemm, Kernel, Kind, Load, Loop, Store, rebuild
+from jitcore.passes.kernel import Gemm, Kernel, Kind, Load, Loop, substituted_stores
 from jitcore.passes.symbolic import Var, floordiv, lin, mod, substitute
 
 from . import bf16
@@ -85,17 +85,7 @@ def as_gemm(kernel: Kernel) -> Kernel | None:
     a = Load(c.w.buffer, substitute(c.w.offset, {wo: lin(m), wc: lin(k), kh: lin(0),
                                                  kw: lin(0)}))
     x = Load(c.x.buffer, substitute(c.x.offset, {xn: lin(b), xc: lin(k), xh: row, xw: col}))
-    mapping = {n_out: lin(b), oc: lin(m), oh: row, ow: col}
-    memo = {}
-
-    def moved(node):
-        if isinstance(node, Gather):
-            return node.with_src(node.src, substitute(node.offset, mapping))
-        if isinstance(node, Load):
-            return Load(node.buffer, substitute(node.offset, mapping))
-        return None
-    stores = [Store(s.buffer, substitute(s.offset, mapping), rebuild(s.value, moved, memo))
-              for s in kernel.stores]
+    stores = substituted_stores(kernel.stores, {n_out: lin(b), oc: lin(m), oh: row, ow: col})
     gemm = Gemm(a, x, m, p, k, (b,), c.dtype)
     loops = [Loop(b, "parallel"), Loop(m, "parallel"), Loop(k, "reduce"), Loop(p, "parallel")]
     converted = replace(kernel, loops=loops, stores=stores, conv=None, gemm=gemm,
