@@ -415,3 +415,18 @@ def runnable_levels() -> list:
         except TargetError:
             return False
     return [lv for lv in ("native",) + tuple(LEVELS) if runnable(lv)]
+
+
+def fresh_compiles(monkeypatch) -> None:
+    """From here on in a test, every jit compiles anew: no graph, kernel IR or object code
+    of an earlier compile is reused (in memory or on disk), so a module constant the test
+    patches reaches the code."""
+    from collections import OrderedDict
+
+    from jitcore import compiler
+    from jitcore.cache.lru import LRU
+    from jitcore.llvm import engine, graph_module
+    monkeypatch.setenv("JITCORE_DISK_CACHE", "0")
+    monkeypatch.setattr(compiler, "_CACHE", LRU())
+    monkeypatch.setattr(graph_module, "_EMITTED", OrderedDict())
+    monkeypatch.setattr(engine, "OBJECTS", type(engine.OBJECTS)())

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 import jitcore as jc
-from helpers import (F32, F64, assert_close, assert_conv_close, conv_tol, pair, ref_conv2d,
-                     resolve_padding)
+from helpers import (F32, F64, assert_close, assert_conv_close, conv_tol, fresh_compiles, pair,
+                     ref_conv2d, resolve_padding)
 
 # ---- the reference ---------------------------------------------------------------------------
 
@@ -371,15 +371,7 @@ def test_output_past_l2_takes_a_tile_of_four_vectors(dtype, monkeypatch):
     monkeypatch.setattr(conv, "_choose_tile", lambda *a: tiles.append(choose(*a)) or tiles[-1])
     default = jc.jit(f)(x)
     monkeypatch.setattr(conv, "cache_sizes", lambda: {1: 32 * 1024, 2: 1024})
-    # compiled anew (no cached graph, kernel IR or object of the first compile)
-    from collections import OrderedDict
-    from jitcore import compiler
-    from jitcore.cache.lru import LRU
-    from jitcore.llvm import engine, graph_module
-    monkeypatch.setenv("JITCORE_DISK_CACHE", "0")
-    monkeypatch.setattr(compiler, "_CACHE", LRU())
-    monkeypatch.setattr(graph_module, "_EMITTED", OrderedDict())
-    monkeypatch.setattr(engine, "OBJECTS", type(engine.OBJECTS)())
+    fresh_compiles(monkeypatch)
     streamed = jc.jit(f)(x)
     assert tiles[0][1] < conv.STREAMED_OUTPUT_NV <= tiles[-1][1], tiles
     ref, mag = ref_conv2d(x, w, b)

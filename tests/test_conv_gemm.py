@@ -37,7 +37,8 @@ def cfg(x_shape, c_out):
 
 FAMILY = [((1, 64, 56, 56), 64), ((1, 67, 29, 31), 70), ((2, 130, 28, 28), 136),
           ((1, 16, 112, 112), 96), ((2, 64, 40, 33), 255), ((1, 256, 28, 28), 64),
-          ((1, 32, 112, 112), 16), ((1, 1024, 14, 14), 256), ((3, 24, 30, 30), 64)]
+          ((1, 32, 112, 112), 16), ((1, 1024, 14, 14), 256), ((3, 24, 30, 30), 64),
+          ((2, 100, 57, 55), 30)]
 
 
 @pytest.mark.parametrize("dtype", [F32, F64])
@@ -51,11 +52,12 @@ def test_family_matches_the_reference(x_shape, c_out, dtype):
 
 def test_resnet_and_mobilenet_layers_qualify():
     """The rule's intent on this machine's L2 (any L2 up to 2 MiB): ResNet-50's 1x1s at
-    56x56 and 28x28 and MobileNetV2's first expansion take the GEMM; narrow and small ones
-    keep the conv plans."""
+    56x56 and 28x28, MobileNetV2's first expansion and its projections to 24 channels at
+    56x56 take the GEMM; narrower and small ones keep the conv plans."""
     assert cache_sizes()[2] <= 2 * 1024 * 1024 or pytest.skip("a larger L2 than the rule's data")
     for shape, c_out in [((1, 64, 56, 56), 256), ((1, 256, 56, 56), 64),
-                         ((1, 512, 28, 28), 128), ((1, 16, 112, 112), 96)]:
+                         ((1, 512, 28, 28), 128), ((1, 16, 112, 112), 96),
+                         ((1, 144, 56, 56), 24)]:
         assert qualifies(shape, c_out, F32)
     for shape, c_out in [((1, 32, 112, 112), 16), ((1, 192, 28, 28), 32),
                          ((1, 1024, 14, 14), 256), ((1, 2048, 7, 7), 512)]:

@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 
 import jitcore as jc
-from helpers import (F32, F64, I32, NARROW_WIDTHS, TOL, assert_close, erf64, f64, make,
-                     reduction_tol, rng_for)
+from helpers import (F32, F64, I32, NARROW_WIDTHS, TOL, assert_close, erf64, f64, fresh_compiles,
+                     make, reduction_tol, rng_for)
 
 DIMS = [1, 3, 17, 63, 64, 65, 255]
 
@@ -113,6 +113,34 @@ NARROW_MM = [(s, F32) for s in GRID[::4] + LARGE[:2]] + [(s, F64) for s in GRID[
 @functools.lru_cache(maxsize=None)
 def _mm_at(width):
     return jc.jit(lambda a, b: a @ b, vector_width=width)
+
+
+# (M, K, N, dtype, weights as constants): short and long k blocks, partial row tiles and
+# panels, several column blocks
+ORDER_CASES = [(1000, 64, 300, F32, False), (65, 255, 1000, F32, True), (40, 700, 333, F32, True),
+               (37, 17, 129, F64, False), (130, 300, 70, F64, True)]
+
+
+@pytest.mark.parametrize("m, k, n, dtype, const", ORDER_CASES, ids=str)
+def test_micro_tile_orders_give_the_same_bits(m, k, n, dtype, const, monkeypatch):
+    """Row tiles first (short k blocks: gemm.ROWS_OUTER_MAX_K) or column panels first, every
+    element is the same sum in the same order: identical bits, with a bias + relu epilogue
+    and a residual read beside it."""
+    from jitcore.llvm import gemm
+    x, w = operands(m, k, n, dtype, "order")
+    b, r = bias(n, dtype), make((m, n), dtype, rng=rng_for("order-r", m, n), low=-1, high=1)
+
+    def f(x, w, b, r):
+        return jc.relu(x @ w + b) + r
+    outs = []
+    for max_k in (0, 1 << 30):                   # panels first, then rows first
+        fresh_compiles(monkeypatch)
+        monkeypatch.setattr(gemm, "ROWS_OUTER_MAX_K", max_k)
+        fn = jc.jit(f, constants=dict(w=w, b=b)) if const else jc.jit(f)
+        outs.append(fn(x, r) if const else fn(x, w, b, r))
+    ref = np.maximum(f64(x) @ f64(w) + f64(b), 0) + f64(r)
+    assert_close(outs[1], ref, dtype, **post_tol(dtype, x, w))
+    np.testing.assert_array_equal(outs[0], outs[1])
 
 
 @pytest.mark.parametrize("width", NARROW_WIDTHS, ids=lambda w: f"w{w}")

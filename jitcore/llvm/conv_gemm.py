@@ -37,9 +37,12 @@ from .gemm import cache_sizes
 # Where the GEMM is taken: at least MIN_PIXELS output pixels per image (a 28x28 plane) and
 # MIN_CHANNELS output channels, and an image's input and output too large for L2 (a share
 # MIN_L2_SHARE of it): the conv plans keep smaller layers, where they measured as fast or
-# faster (see the module doc)
+# faster (see the module doc). MIN_CHANNELS was 64 until the GEMM wrote short-K tiles row by
+# row (gemm.ROWS_OUTER_MAX_K); then, in MobileNetV2 (perf samples of both variants in one
+# process, Ice Lake-SP, 1 thread), 144->24 at 56x56 + residual ran 1.6-1.9x, 96->24 1.2x,
+# and 32->16 at 112x112 0.8x (16 channels: three 6-row tiles for 16 rows)
 MIN_PIXELS = 784
-MIN_CHANNELS = 64
+MIN_CHANNELS = 24
 MIN_L2_SHARE = 0.75
 
 # the layout `f.kernels()` and explain() report for such a kernel
