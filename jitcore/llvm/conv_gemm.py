@@ -20,8 +20,9 @@ process pairs, conv plans / GEMM, ms): 64->64 at 56x56 0.33 / 0.27 (1.25x), 64->
 1.08 (1.56x), 256->64 1.26 / 0.96 (1.32x), 256->128 3.35 / 1.94 (1.73x); at 28x28 128->512
 1.28 / 0.84 (1.52x), 512->128 1.37 / 0.80 (1.70x), 512->256 2.94 / 1.62 (1.81x); 16->96 at
 112x112 + relu 1.32 / 0.85 (1.55x). Smaller layers went both ways (14x14 and 7x7: 0.81x to
-1.44x between runs; MobileNet's narrow 1x1s at 28x28-56x56: 0.64x to 1.13x) and keep the
-conv plans.
+1.44x between runs; MobileNet's narrow 1x1s at 28x28-56x56: 0.64x to 1.13x) and kept the
+conv plans; since the GEMM writes short-K tiles row by row (gemm.ROWS_OUTER_MAX_K), those
+to 24 or more channels over images past the L2 share take the GEMM too (MIN_CHANNELS).
 """
 from __future__ import annotations
 
