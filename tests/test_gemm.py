@@ -121,11 +121,13 @@ ORDER_CASES = [(1000, 64, 300, F32, False), (65, 255, 1000, F32, True), (40, 700
                (37, 17, 129, F64, False), (130, 300, 70, F64, True)]
 
 
+@pytest.mark.parametrize("width", [None, 256, 128], ids=lambda w: f"w{w}")
 @pytest.mark.parametrize("m, k, n, dtype, const", ORDER_CASES, ids=str)
-def test_micro_tile_orders_give_the_same_bits(m, k, n, dtype, const, monkeypatch):
+def test_micro_tile_orders_give_the_same_bits(m, k, n, dtype, const, width, monkeypatch):
     """Row tiles first (short k blocks: gemm.ROWS_OUTER_MAX_K) or column panels first, every
     element is the same sum in the same order: identical bits, with a bias + relu epilogue
-    and a residual read beside it."""
+    and a residual read beside it, at 512-, 256- and 128-bit vectors (the 6 x 2 tiles of
+    AVX2 and SSE levels)."""
     from jitcore.llvm import gemm
     x, w = operands(m, k, n, dtype, "order")
     b, r = bias(n, dtype), make((m, n), dtype, rng=rng_for("order-r", m, n), low=-1, high=1)
@@ -136,7 +138,8 @@ def test_micro_tile_orders_give_the_same_bits(m, k, n, dtype, const, monkeypatch
     for max_k in (0, 1 << 30):                   # panels first, then rows first
         fresh_compiles(monkeypatch)
         monkeypatch.setattr(gemm, "ROWS_OUTER_MAX_K", max_k)
-        fn = jc.jit(f, constants=dict(w=w, b=b)) if const else jc.jit(f)
+        fn = jc.jit(f, constants=dict(w=w, b=b), vector_width=width) if const else \
+            jc.jit(f, vector_width=width)
         outs.append(fn(x, r) if const else fn(x, w, b, r))
     ref = np.maximum(f64(x) @ f64(w) + f64(b), 0) + f64(r)
     assert_close(outs[1], ref, dtype, **post_tol(dtype, x, w))

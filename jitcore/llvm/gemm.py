@@ -158,6 +158,7 @@ def plan(kernel: Kernel, vector_bits: int, threads: int) -> GemmPlan:
     if not k_dynamic:
         kc = min(kc, max(k_ext, 1))
     nc = max(nr, MAX_PACK_BYTES // (kc * size) // nr * nr)
+    rows_outer = kc <= ROWS_OUTER_MAX_K
     if pairs and g.prepacked:
         # no stack buffer to fit: one column block, so A is packed once per row and k
         # block, not once per column block too (the panels stream from L3 meanwhile;
@@ -182,7 +183,7 @@ def plan(kernel: Kernel, vector_bits: int, threads: int) -> GemmPlan:
         if threads > 1 and 0 < batch * n_blocks < 2 * threads:
             m_groups = -(-2 * threads // (batch * n_blocks))
         return GemmPlan(lanes, mr, nr, nv, kc, mc, nc, k_blocks, n_blocks, m_groups, 0, batch,
-                        pairs, pack_a, kc <= ROWS_OUTER_MAX_K)
+                        pairs, pack_a, rows_outer)
     row_panels = max(-(-m_ext // mr), 1)
     m_groups = 1
     if threads > 1 and 0 < batch * n_blocks < 2 * threads:      # batch 0: nothing to split
@@ -190,7 +191,7 @@ def plan(kernel: Kernel, vector_bits: int, threads: int) -> GemmPlan:
     group_rows = -(-row_panels // m_groups) * mr
     m_groups = max(-(-max(m_ext, 1) // group_rows), 1)
     return GemmPlan(lanes, mr, nr, nv, kc, mc, nc, k_blocks, n_blocks, m_groups, group_rows,
-                    batch, pairs, pack_a, kc <= ROWS_OUTER_MAX_K)
+                    batch, pairs, pack_a, rows_outer)
 
 
 def loads_per_slot(lowered) -> Counter:
